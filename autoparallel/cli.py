@@ -1,0 +1,210 @@
+"""`autoparallel` command line: trace, estimate, plan, compare, profiles, calibrate.
+
+Every bad input surfaces as one `error: ...` line on stderr and exit code 2 (UserError); output
+that is data (`--json`) goes to stdout alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+
+from autoparallel.errors import UserError
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line and exit 2, like every other bad input."""
+
+    def error(self, message: str) -> None:  # noqa: D401
+        raise UserError(f"{self.prog}: {message} (see --help)")
+
+
+def _add_model_args(p: argparse.ArgumentParser, batch_name: str = "--batch") -> None:
+    p.add_argument("model", help="catalog name (llama3-8b), HF config.json / YAML path, or package.module:callable")
+    p.add_argument("--seq-len", type=int, default=2048)
+
+
+def _add_cluster_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hardware", required=True, help="profile name (see `autoparallel profiles list`) or YAML path")
+    p.add_argument("--gpus", type=int, required=True, help="number of devices")
+    p.add_argument("--gpus-per-node", type=int, default=None, help="override the profile's devices per node")
+    p.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
+    p.add_argument("--max-memory-per-gpu", default=None, help="memory budget, e.g. 80GB (default: the device's usable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="autoparallel", description="Automatic parallel-strategy planner for PyTorch.")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("trace", help="trace a model on the meta device: parameters, FLOPs, activations")
+    _add_model_args(t)
+    t.add_argument("--batch", type=int, default=1)
+    t.add_argument("--json", action="store_true")
+
+    e = sub.add_parser("estimate", help="predict step time, throughput and memory of one plan")
+    _add_model_args(e)
+    _add_cluster_args(e)
+    e.add_argument("--plan", default=None, help="a plan file from `autoparallel plan --output`")
+    e.add_argument("--tp", type=int, default=1)
+    e.add_argument("--pp", type=int, default=1)
+    e.add_argument("--ep", type=int, default=1)
+    e.add_argument("--vpp", type=int, default=1)
+    e.add_argument("--micro-batch", type=int, default=1)
+    e.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
+    e.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3])
+    e.add_argument("--sequence-parallel", action="store_true")
+    e.add_argument("--grad-reduce-dtype", default="fp32", choices=["fp32", "bf16"])
+    e.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("plan", help="find the fastest plan that fits (dry run)")
+    _add_model_args(p)
+    _add_cluster_args(p)
+    p.add_argument("--fix", default=None, help="pins, e.g. tp=8,pp=4,zero=1,recompute=full")
+    p.add_argument("--top", type=int, default=3, help="runner-up plans to show")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--output", default=None, help="write the plan to this file (.yaml or .json)")
+    p.add_argument("--explain", default=None, metavar="OP_PATH", help="show the placement choices for one op")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    c = sub.add_parser("compare", help="plan one model on several hardware profiles")
+    _add_model_args(c)
+    c.add_argument("--hardware", required=True, help="comma-separated profile names or paths")
+    c.add_argument("--gpus", type=int, required=True)
+    c.add_argument("--gpus-per-node", type=int, default=None)
+    c.add_argument("--global-batch", type=int, required=True)
+    c.add_argument("--max-memory-per-gpu", default=None)
+    c.add_argument("--fix", default=None)
+    c.add_argument("--tokens", type=float, default=None, help="tokens to train, for time-to-train")
+    c.add_argument("--plot", default=None, help="write a step-time breakdown bar chart (PNG)")
+    c.add_argument("--json", action="store_true")
+
+    pr = sub.add_parser("profiles", help="hardware profiles: list | show NAME | validate FILE")
+    prs = pr.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    prs.add_parser("list")
+    s = prs.add_parser("show")
+    s.add_argument("name")
+    v = prs.add_parser("validate")
+    v.add_argument("file")
+
+    cal = sub.add_parser("calibrate", help="measure the local accelerator and write a calibrated profile")
+    cal.add_argument("--base", default=None, help="profile to start from (default: detected)")
+    cal.add_argument("--output", default="calibrated.yaml")
+    cal.add_argument("--quick", action="store_true", help="fewer shapes, for a smoke test")
+    return ap
+
+
+# ---- commands -------------------------------------------------------------------------------------------
+def cmd_trace(args: argparse.Namespace) -> int:
+    from autoparallel.api import trace_model
+    graph = trace_model(args.model, batch=args.batch, seq_len=args.seq_len)
+    if args.json:
+        print(json.dumps(graph.summary(), indent=2))
+    else:
+        print(graph.format_table())
+    return 0
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from autoparallel.api import estimate_plan
+    from autoparallel.report import format_estimate
+    est, plan = estimate_plan(
+        args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
+        global_batch=args.global_batch, seq_len=args.seq_len, max_memory_per_gpu=args.max_memory_per_gpu,
+        plan_file=args.plan, tp=args.tp, pp=args.pp, ep=args.ep, vpp=args.vpp, micro_batch=args.micro_batch,
+        recompute=args.recompute, zero=args.zero, sequence_parallel=args.sequence_parallel,
+        grad_reduce_dtype=args.grad_reduce_dtype)
+    if args.json:
+        print(json.dumps({"plan": plan.to_dict(), "predicted": est.to_dict()}, indent=2))
+    else:
+        print(format_estimate(plan, est))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from autoparallel.api import plan_result
+    from autoparallel.report import format_plan_result, plan_json
+    result, ctx = plan_result(
+        args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
+        global_batch=args.global_batch, seq_len=args.seq_len, max_memory_per_gpu=args.max_memory_per_gpu,
+        fix=args.fix, top_k=args.top, progress=not args.quiet)
+    if result.plan is None:
+        raise UserError(f"INFEASIBLE: {result.explanation}")
+    if args.output:
+        result.plan.save(args.output)
+    if args.json:
+        print(json.dumps(plan_json(result), indent=2))
+    else:
+        print(format_plan_result(result, ctx))
+        if args.output:
+            print(f"plan written to {args.output}")
+    if args.explain:
+        from autoparallel.report import explain_op
+        print(explain_op(ctx, result.plan, args.explain))
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from autoparallel.api import compare
+    from autoparallel.report import compare_json, format_compare, plot_compare
+    rows = compare(args.model, hardware=[h.strip() for h in args.hardware.split(",") if h.strip()],
+                   gpus=args.gpus, gpus_per_node=args.gpus_per_node, global_batch=args.global_batch,
+                   seq_len=args.seq_len, max_memory_per_gpu=args.max_memory_per_gpu, fix=args.fix)
+    if args.json:
+        print(json.dumps(compare_json(rows, args.tokens), indent=2))
+    else:
+        print(format_compare(rows, args.tokens))
+    if args.plot:
+        plot_compare(rows, args.plot)
+        if not args.json:
+            print(f"chart written to {args.plot}")
+    return 0
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    from hardware_profiles import format_profile, list_profiles, load_profile, validate_profile_file
+    if args.action == "list":
+        for name in list_profiles():
+            p = load_profile(name)
+            print(f"{name:24s} {p.vendor:14s} {p.model:32s} bf16 {p.peak('bf16') / 1e12:7.0f} TFLOPS  "
+                  f"{p.memory_bytes / 1e9:5.0f} GB  confidence {p.confidence}")
+    elif args.action == "show":
+        print(format_profile(load_profile(args.name)))
+    else:
+        p = validate_profile_file(args.file)
+        print(f"{args.file}: valid profile {p.name} ({p.vendor} {p.model})")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from autoparallel.calibrate import run_calibration
+    run_calibration(base=args.base, output=args.output, quick=args.quick)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "trace": cmd_trace, "estimate": cmd_estimate, "plan": cmd_plan, "compare": cmd_compare,
+    "profiles": cmd_profiles, "calibrate": cmd_calibrate,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            return COMMANDS[args.command](args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

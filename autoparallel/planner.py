@@ -1,0 +1,668 @@
+"""The ILP planner: the fastest plan under the cost model with every pipeline stage within memory.
+
+Search = an outer loop over mesh configurations (tp, pp, dp, ep, vpp, micro-batch, ZeRO stage,
+sequence parallelism, gradient-reduction dtype), visited in order of a lower bound on step time and
+pruned once the bound reaches the best plan found, and for each surviving configuration one CP-SAT
+model whose decision variables are the pipeline partition (stage boundaries over the block list,
+uneven allowed) and the recompute mode of every block, with a bottleneck-stage time variable and a
+memory constraint per pipeline rank (see `StageModel`). Identical blocks share their costs: the model
+counts blocks of each class per stage, so depth does not blow it up.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+from ortools.sat.python import cp_model
+
+from autoparallel.errors import UserError
+from autoparallel.graph import OpGraph
+from autoparallel.plan import RECOMPUTE_MODES, Plan
+from cost_models.comm import all_gather_time, all_reduce_time, link_for, reduce_scatter_time
+from cost_models.estimate import (
+    ALLOCATOR_RESERVE,
+    DTYPE_BYTES,
+    OPTIMIZER_BYTES_PER_PARAM,
+    CostModel,
+    Estimate,
+    in_flight_micro_batches,
+)
+from hardware_profiles import Cluster
+
+NS = 1e9          # CP-SAT works in integers: times in nanoseconds
+KIB = 1024.0      # memory in KiB
+PIN_KEYS = ("tp", "pp", "dp", "ep", "vpp", "micro_batch", "zero", "sequence_parallel", "recompute",
+            "grad_reduce_dtype")
+PIN_ALIASES = {"mb": "micro_batch", "sp": "sequence_parallel", "micro-batch": "micro_batch",
+               "sequence-parallel": "sequence_parallel", "grad-reduce-dtype": "grad_reduce_dtype"}
+MAX_MICRO_BATCH = 64
+
+
+@dataclass(frozen=True)
+class MeshConfig:
+    tp: int
+    pp: int
+    dp: int
+    ep: int
+    vpp: int
+    micro_batch: int
+    zero: int
+    sequence_parallel: bool
+    grad_reduce_dtype: str
+
+    def short(self) -> str:
+        s = f"dp{self.dp} tp{self.tp} pp{self.pp}"
+        s += f" ep{self.ep}" if self.ep > 1 else ""
+        s += f" vpp{self.vpp}" if self.vpp > 1 else ""
+        s += f" mb{self.micro_batch} zero{self.zero}" + (" sp" if self.sequence_parallel else "")
+        return s
+
+
+@dataclass
+class SolverInfo:
+    status: str            # OPTIMAL | FEASIBLE | INFEASIBLE
+    wall_s: float
+    objective: float | None   # predicted step time of the chosen plan [s]
+    bound: float | None       # proven lower bound on the best step time in the space [s]
+    configs_total: int = 0
+    configs_solved: int = 0
+
+    def to_dict(self) -> dict:
+        return {"status": self.status, "wall_s": round(self.wall_s, 4), "objective": self.objective,
+                "bound": self.bound, "configs_total": self.configs_total, "configs_solved": self.configs_solved}
+
+
+@dataclass
+class Candidate:
+    plan: Plan
+    estimate: Estimate
+    why: str = ""
+
+
+@dataclass
+class PlanResult:
+    plan: Plan | None
+    estimate: Estimate | None
+    solver: SolverInfo
+    runners_up: list[Candidate] = field(default_factory=list)
+    explanation: str = ""          # for INFEASIBLE: what would make a plan exist
+
+
+# ---------------------------------------------------------------------------------------------------------
+def parse_fix(fix: str | dict | None) -> dict:
+    """'tp=8,pp=4' or {"tp": 8} -> validated pins. Unknown keys and bad values are UserErrors."""
+    if not fix:
+        return {}
+    if isinstance(fix, str):
+        items = {}
+        for part in fix.split(","):
+            if not part.strip():
+                continue
+            if "=" not in part:
+                raise UserError(f"--fix: {part.strip()!r} is not KEY=VALUE (e.g. --fix tp=8,pp=4)")
+            k, v = part.split("=", 1)
+            items[k.strip()] = v.strip()
+        fix = items
+    out = {}
+    for k, v in fix.items():
+        key = PIN_ALIASES.get(k, k)
+        if key not in PIN_KEYS:
+            raise UserError(f"pin {k!r}: unknown; pins are {', '.join(PIN_KEYS)}")
+        if key == "sequence_parallel":
+            out[key] = v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")
+        elif key == "recompute":
+            if v not in RECOMPUTE_MODES:
+                raise UserError(f"pin recompute={v!r}: use one of {', '.join(RECOMPUTE_MODES)}")
+            out[key] = v
+        elif key == "grad_reduce_dtype":
+            if v not in ("fp32", "bf16"):
+                raise UserError(f"pin grad_reduce_dtype={v!r}: use fp32 or bf16")
+            out[key] = v
+        else:
+            try:
+                iv = int(v)
+            except (TypeError, ValueError):
+                raise UserError(f"pin {k}={v!r}: must be a whole number") from None
+            if iv < (0 if key == "zero" else 1) or (key == "zero" and iv > 3):
+                raise UserError(f"pin {k}={v!r}: out of range" + (" (0-3)" if key == "zero" else " (>= 1)"))
+            out[key] = iv
+    return out
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+class Planner:
+    def __init__(self, graph: OpGraph, cluster: Cluster, global_batch: int, seq_len: int,
+                 max_memory_bytes: float | None = None, fix: dict | str | None = None,
+                 model_name: str = "", dtype: str = "bf16", progress: Callable[[str], None] | None = None,
+                 placements: dict[str, str] | None = None):
+        if global_batch < 1:
+            raise UserError(f"global batch {global_batch} must be >= 1")
+        self.graph = graph
+        self.cluster = cluster
+        self.cm = CostModel(graph, cluster, dtype)
+        self.global_batch = global_batch
+        self.seq_len = seq_len
+        self.budget = self.cm._budget(max_memory_bytes)
+        self.fix = parse_fix(fix)
+        self.model_name = model_name or graph.model_name
+        self.progress = progress
+        self.placements = placements
+        self._check_pins()
+
+    # ---- the space ----------------------------------------------------------------------------------------
+    def _check_pins(self) -> None:
+        n, f = self.cluster.num_devices, self.fix
+        prod = 1
+        for k in ("tp", "pp", "dp", "ep"):
+            if k in f:
+                if n % f[k]:
+                    raise UserError(f"pin {k}={f[k]} does not divide the {n} devices")
+                prod *= f[k]
+        if n % prod:
+            raise UserError(f"pins {', '.join(f'{k}={f[k]}' for k in ('tp', 'pp', 'dp', 'ep') if k in f)} "
+                            f"multiply to {prod}, which does not divide the {n} devices")
+        if all(k in f for k in ("tp", "pp", "dp", "ep")) and prod != n:
+            raise UserError(f"pins tp*pp*dp*ep = {prod} but the cluster has {n} devices")
+        heads, kv = self.cm.heads, self.cm.kv_heads
+        if "tp" in f and heads and (heads % f["tp"] or (kv and kv % f["tp"])):
+            raise UserError(f"pin tp={f['tp']} does not divide the model's {heads} heads / {kv} kv heads")
+        experts = self.cm.num_experts
+        if "ep" in f and f["ep"] > 1 and (not experts or experts % f["ep"]):
+            raise UserError(f"pin ep={f['ep']}: the model has {experts or 'no'} experts")
+        if "pp" in f and f["pp"] > self.cm.num_blocks:
+            raise UserError(f"pin pp={f['pp']} exceeds the model's {self.cm.num_blocks} blocks")
+        if f.get("vpp", 1) > 1 and f.get("pp", 2) == 1:
+            raise UserError("pin vpp>1 contradicts pp=1: interleaving needs pipeline stages")
+
+    def mesh_configs(self) -> Iterator[MeshConfig]:
+        n, f = self.cluster.num_devices, self.fix
+        heads, kv = self.cm.heads, self.cm.kv_heads
+        experts = self.cm.num_experts
+        L = self.cm.num_blocks
+        node = self.cluster.devices_in_node
+        for tp in _divisors(n):
+            if f.get("tp", tp) != tp or tp > node and "tp" not in f:
+                continue  # TP across nodes never pays: its collectives sit on the critical path
+            if heads and (heads % tp or (kv and kv % tp)):
+                continue
+            for pp in _divisors(n // tp):
+                if f.get("pp", pp) != pp or pp > L:
+                    continue
+                for ep in _divisors(n // (tp * pp)):
+                    if f.get("ep", ep) != ep or (ep > 1 and (not experts or experts % ep)):
+                        continue
+                    dp = n // (tp * pp * ep)
+                    if f.get("dp", dp) != dp or self.global_batch % (dp * ep):
+                        continue
+                    per_rank = self.global_batch // (dp * ep)
+                    for mb in _divisors(per_rank):
+                        if f.get("micro_batch", mb) != mb or (mb > MAX_MICRO_BATCH and "micro_batch" not in f):
+                            continue
+                        m = per_rank // mb
+                        for vpp in range(1, L // pp + 1 if pp > 1 else 2):
+                            if f.get("vpp", vpp) != vpp or (vpp > 1 and m % pp) or vpp > 8:
+                                continue
+                            for zero in range(4):
+                                if f.get("zero", zero) != zero or (zero > 0 and dp * ep == 1):
+                                    continue
+                                for sp in ((False, True) if tp > 1 else (False,)):
+                                    if f.get("sequence_parallel", sp) != sp:
+                                        continue
+                                    for gd in ("fp32", "bf16"):
+                                        if f.get("grad_reduce_dtype", gd) != gd:
+                                            continue
+                                        yield MeshConfig(tp, pp, dp, ep, vpp, mb, zero, sp, gd)
+
+    def base_plan(self, cfg: MeshConfig) -> Plan:
+        return Plan(model=self.model_name, hardware=self.cluster.profile.name, gpus=self.cluster.num_devices,
+                    gpus_per_node=self.cluster.devices_per_node, global_batch=self.global_batch,
+                    seq_len=self.seq_len, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, ep=cfg.ep, vpp=cfg.vpp,
+                    micro_batch=cfg.micro_batch, zero=cfg.zero, sequence_parallel=cfg.sequence_parallel,
+                    grad_reduce_dtype=cfg.grad_reduce_dtype, placements=self._placements(cfg),
+                    model_fingerprint=getattr(self.graph, "fingerprint", "") or "")
+
+    def _placements(self, cfg: MeshConfig) -> dict[str, str]:
+        if self.placements is not None:
+            return self.placements
+        from autoparallel.placements import megatron_placements
+        return megatron_placements(self.graph, cfg.sequence_parallel and cfg.tp > 1)
+
+    # ---- bounds -------------------------------------------------------------------------------------------
+    def lower_bound(self, cfg: MeshConfig) -> float:
+        """t >= (m - 1/v) * sum_T / p + sum_T / v with sum_T at no recompute (T_max >= sum_T / p and
+        the T_max coefficient m - 1/v >= 0); data-parallel exposure >= 0."""
+        sm = self._stage_model(cfg)
+        total = sm.pre_post_time() + sum(sm.block_time(c, "none") * k for c, k in sm.class_counts.items())
+        total += sm.p2p_per_virtual_stage * cfg.pp * cfg.vpp
+        m, v, p = sm.m, cfg.vpp, cfg.pp
+        return (m - 1 / v) * total / p + total / v
+
+    def _stage_model(self, cfg: MeshConfig) -> StageModel:
+        return StageModel(self, cfg)
+
+    # ---- search -------------------------------------------------------------------------------------------
+    def solve(self, top_k: int = 3, time_limit_s: float = 60.0) -> PlanResult:
+        t0 = time.perf_counter()
+        configs = list(self.mesh_configs())
+        if not configs:
+            raise UserError(self._no_config_reason())
+        self._say(f"planning {self.model_name}: {len(configs)} mesh configurations on {self.cluster}")
+        bounded = sorted(((self.lower_bound(c), i, c) for i, c in enumerate(configs)), key=lambda x: x[:2])
+        best: list[Candidate] = []    # feasible, sorted by step time
+        closest_miss: tuple[float, MeshConfig, Estimate | None] | None = None
+        solved = 0
+        last_say = time.perf_counter()
+        proven = True
+        for lb, _, cfg in bounded:
+            if len(best) >= max(top_k, 1) + 1 and lb >= best[max(top_k, 1)].estimate.step_time_s:
+                break  # no remaining config can enter the winner + runners-up list
+            if best and lb >= best[0].estimate.step_time_s and len(best) > top_k:
+                break
+            if time.perf_counter() - t0 > time_limit_s:
+                proven = False
+                break
+            solved += 1
+            sm = self._stage_model(cfg)
+            if not sm.memory_may_fit():
+                miss = sm.min_memory_estimate()
+                if closest_miss is None or miss[0] < closest_miss[0]:
+                    closest_miss = (miss[0], cfg, miss[1])
+                continue
+            plan = sm.solve()
+            if plan is None:
+                miss = sm.min_memory_estimate()
+                if closest_miss is None or miss[0] < closest_miss[0]:
+                    closest_miss = (miss[0], cfg, miss[1])
+                continue
+            est = self.cm.estimate(plan, self.budget)
+            best.append(Candidate(plan, est))
+            best.sort(key=lambda c: (c.estimate.step_time_s, c.plan.to_json()))
+            if time.perf_counter() - last_say > 1.0:
+                self._say(f"  {solved} configurations solved, best {best[0].estimate.step_time_s:.4f} s/step")
+                last_say = time.perf_counter()
+        wall = time.perf_counter() - t0
+        if not best:
+            return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved),
+                              explanation=self._explain_infeasible(closest_miss))
+        winner = best[0]
+        remaining = [lb for lb, _, c in bounded[solved:]]
+        bound = min([winner.estimate.step_time_s] + remaining) if remaining else winner.estimate.step_time_s
+        status = "OPTIMAL" if proven and bound >= winner.estimate.step_time_s - 1e-12 else "FEASIBLE"
+        runners = self._runners_up(best, top_k)
+        self._say(f"  done: {solved}/{len(configs)} configurations solved in {wall:.2f} s")
+        return PlanResult(winner.plan, winner.estimate,
+                          SolverInfo(status, wall, winner.estimate.step_time_s, bound, len(configs), solved),
+                          runners_up=runners)
+
+    def _runners_up(self, best: list[Candidate], k: int) -> list[Candidate]:
+        """The next best plans with a different mesh, each with the largest reason it lost."""
+        winner = best[0]
+        out, seen = [], {MeshConfig_of(winner.plan)}
+        for c in best[1:]:
+            key = MeshConfig_of(c.plan)
+            if key in seen:
+                continue
+            seen.add(key)
+            c.why = why_slower(winner.estimate, c.estimate)
+            out.append(c)
+            if len(out) >= k:
+                break
+        return out
+
+    def _no_config_reason(self) -> str:
+        n = self.cluster.num_devices
+        return (f"no parallel layout of {n} devices divides the global batch {self.global_batch} "
+                f"with the pins {self.fix or '{}'}; use a global batch that is a multiple of the data-parallel "
+                f"degree, or other pins")
+
+    def _explain_infeasible(self, miss: tuple[float, MeshConfig, Estimate | None] | None) -> str:
+        if miss is None:
+            return "no configuration could be evaluated"
+        need, cfg, est = miss
+        parts = [f"no plan fits {self.budget / 2**30:.1f} GiB per device; the closest ({cfg.short()}, full "
+                 f"recompute) needs {need / 2**30:.1f} GiB"]
+        if est is not None:
+            worst = max(est.memory_breakdown_gib, key=lambda d: sum(d.values()))
+            fill = ", ".join(f"{k} {v:.1f}" for k, v in sorted(worst.items(), key=lambda kv: -kv[1]) if v > 0.05)
+            parts.append(f"filled by {fill} GiB")
+        need_devices = self._devices_needed(need)
+        if need_devices:
+            parts.append(f"or about {need_devices} devices")
+        return "; ".join(parts) + f" -> pass --max-memory-per-gpu {math.ceil(need / 1e9)}GB or more devices"
+
+    def _devices_needed(self, need: float) -> int | None:
+        scale = need / self.budget
+        if scale <= 1:
+            return None
+        n = self.cluster.num_devices
+        return int(2 ** math.ceil(math.log2(n * scale)))
+
+    def _say(self, msg: str) -> None:
+        if self.progress:
+            self.progress(msg)
+
+
+def MeshConfig_of(plan: Plan) -> tuple:
+    return (plan.dp, plan.tp, plan.pp, plan.ep, plan.vpp, plan.micro_batch, plan.zero, plan.sequence_parallel)
+
+
+def why_slower(winner: Estimate, other: Estimate) -> str:
+    """'+12.3% step time: tp_comm +0.41 s' — the breakdown term that grew most against the winner."""
+    pct = (other.step_time_s / winner.step_time_s - 1) * 100
+    deltas = {k: other.breakdown.get(k, 0.0) - winner.breakdown.get(k, 0.0) for k in winner.breakdown
+              if k != "dp_comm_total_s"}
+    key = max(deltas, key=deltas.get)
+    return f"+{pct:.1f}% step time: {key.removesuffix('_s')} +{deltas[key]:.3g} s"
+
+
+# ---------------------------------------------------------------------------------------------------------
+class StageModel:
+    """The CP-SAT model for one mesh configuration. Notation: S = pp*vpp virtual stages, stage s on
+    pipeline rank d = s mod pp, C block classes, R = {none, selective, full}, m micro-batches."""
+
+    def __init__(self, planner: Planner, cfg: MeshConfig):
+        self.pl = planner
+        self.cfg = cfg
+        self.cm = planner.cm
+        self.plan0 = planner.base_plan(cfg)
+        self.m = self.plan0.num_micro_batches
+        self.S = cfg.pp * cfg.vpp
+        graph = self.cm.graph
+        bc = self.cm.block_class
+        self.classes = sorted(set(bc))
+        self.class_counts = {c: bc.count(c) for c in self.classes}
+        self.rep = {c: graph.blocks[bc.index(c)] for c in self.classes}
+        self.sp = cfg.sequence_parallel and cfg.tp > 1
+        self.placements = self.plan0.placements
+        self.cm.segments(self.placements, self.sp)
+        self.key = (tuple(sorted(self.placements.items())), self.sp)
+        self.span = self.plan0.mesh_span()
+        self.modes = [self.pl.fix["recompute"]] if "recompute" in self.pl.fix else list(RECOMPUTE_MODES)
+        self.p2p_per_virtual_stage = 0.0
+        if cfg.pp > 1:
+            from cost_models.comm import send_recv_time
+            self.p2p_per_virtual_stage = 2 * send_recv_time(self.cm._boundary_bytes(self.plan0),
+                                                            link_for(self.cm.profile, self.span["pp"]))
+
+    # ---- coefficients --------------------------------------------------------------------------------------
+    def cost(self, name: str, rc: str):
+        c = self.cfg
+        return self.cm.segment_cost(self.key, name, c.tp, c.ep, self.sp, c.micro_batch, rc, self.span["tp"],
+                                    self.span["ep"])
+
+    def block_time(self, cls: int, rc: str) -> float:
+        return self.cost(self.rep[cls], rc).total_s
+
+    def pre_post_time(self) -> float:
+        return self.cost("pre", "none").total_s + self.cost("post", "none").total_s
+
+    def params_of(self, name: str) -> tuple[float, float]:
+        """(all params, expert params) held by one device for a segment."""
+        s = self.cm.segments(self.placements, self.sp)[name]
+        c = self.cfg
+        e = s.expert_params / (c.ep * c.tp)
+        return s.dense_params + s.tp_params / c.tp + e, e
+
+    def state_bytes_per_param(self) -> tuple[float, float]:
+        """Bytes per local parameter of model states after ZeRO sharding: (dense, expert)."""
+        c = self.cfg
+        pb, gb, k = DTYPE_BYTES.get(self.plan0.param_dtype, 2), DTYPE_BYTES[c.grad_reduce_dtype], \
+            OPTIMIZER_BYTES_PER_PARAM
+
+        def per(d: int) -> float:
+            return pb / (d if c.zero >= 3 else 1) + gb / (d if c.zero >= 2 else 1) + k / (d if c.zero >= 1 else 1)
+        return per(c.dp * c.ep), per(c.dp)
+
+    def fixed_memory(self, d: int) -> float:
+        """Bytes on rank d independent of the partition: buffers and the ends' model states."""
+        c = self.cfg
+        pb = DTYPE_BYTES.get(self.plan0.param_dtype, 2)
+        dense_b, exp_b = self.state_bytes_per_param()
+        mem = 0.0
+        if c.zero >= 3:
+            mem += 2 * self.cm.max_block_params(self.plan0) * pb
+        infl = in_flight_micro_batches(d, c.pp, c.vpp, self.m)
+        if d == 0:
+            p, e = self.params_of("pre")
+            mem += (p - e) * dense_b + e * exp_b + infl * self.cost("pre", "none").act_bytes
+        if d == (self.S - 1) % c.pp:
+            p, e = self.params_of("post")
+            mem += (p - e) * dense_b + e * exp_b + infl * self.cost("post", "none").act_bytes
+            mem += 2 * c.micro_batch * self.pl.seq_len * self.cm.vocab_size * 4 / c.tp
+        return mem
+
+    def block_memory(self, cls: int) -> float:
+        p, e = self.params_of(self.rep[cls])
+        dense_b, exp_b = self.state_bytes_per_param()
+        return (p - e) * dense_b + e * exp_b
+
+    def dp_time_linear(self) -> tuple[float, float, float, float]:
+        """Gradient-sync time as slope*params + const for dense and expert params [s per param, s]."""
+        c = self.cfg
+        gb = DTYPE_BYTES[c.grad_reduce_dtype]
+        pb = DTYPE_BYTES.get(self.plan0.param_dtype, 2)
+        dense_span = "inter" if "inter" in (self.span["dp"], self.span["ep"]) else "intra"
+
+        def t(n: float, d: int, span: str) -> float:
+            if d <= 1 or n <= 0:
+                return 0.0
+            link = link_for(self.cm.profile, span)
+            if c.zero == 0:
+                return all_reduce_time(n * gb, d, link)
+            out = reduce_scatter_time(n * gb, d, link)
+            out += all_gather_time(n * pb, d, link) if c.zero < 3 else 2 * all_gather_time(n * pb, d, link) * self.m
+            return out
+
+        def lin(d: int, span: str) -> tuple[float, float]:
+            n = 1e9
+            a, b = t(n, d, span), t(2 * n, d, span)
+            slope = (b - a) / n
+            return slope, a - slope * n
+        ds, dc = lin(c.dp * c.ep, dense_span)
+        es, ec = lin(c.dp, self.span["dp"])
+        return ds, dc, es, ec
+
+    # ---- feasibility shortcuts ------------------------------------------------------------------------------
+    def min_memory_estimate(self) -> tuple[float, Estimate | None]:
+        """Peak memory of the balanced partition under full recompute (a near-minimal footprint)."""
+        plan = replace(self.plan0, recompute=("full",) * self.cm.num_blocks)
+        try:
+            est = self.cm.estimate(plan, self.pl.budget)
+        except UserError:
+            return math.inf, None
+        return est.peak_memory_gib * 2**30, est
+
+    def memory_may_fit(self) -> bool:
+        """Quick necessary condition: model states alone (no activations) fit on the average rank."""
+        states = sum(self.block_memory(c) * k for c, k in self.class_counts.items()) / self.cfg.pp
+        return states * (1 + ALLOCATOR_RESERVE) <= self.pl.budget
+
+    # ---- the model -----------------------------------------------------------------------------------------
+    def solve(self) -> Plan | None:
+        model = cp_model.CpModel()
+        self.model = model
+        B, cnt = self.add_partition(model)
+        n, used = self.add_recompute(model, cnt)
+        T, Tmax = self.add_stage_times(model, cnt, n)
+        self.add_memory(model, cnt, n, used)
+        E, O = self.add_data_parallel(model, cnt, n)
+        v, m = self.cfg.vpp, self.m
+        model.Minimize(v * m * Tmax + sum(T) - Tmax + v * E + v * O)
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1          # deterministic
+        solver.parameters.max_time_in_seconds = 20.0
+        status = solver.Solve(model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        stage_layers = [solver.Value(B[s + 1]) - solver.Value(B[s]) for s in range(self.S)]
+        recompute: list[str] = []
+        graph = self.cm.graph
+        start = 0
+        for s in range(self.S):
+            left = {(c, r): solver.Value(n[s, c, r]) for c in self.classes for r in self.modes}
+            for j in range(start, start + stage_layers[s]):
+                c = self.cm.block_class[j]
+                r = next(r for r in reversed(self.modes) if left[c, r] > 0)  # full first, then selective
+                left[c, r] -= 1
+                recompute.append(r)
+            start += stage_layers[s]
+        return replace(self.plan0, stage_layers=tuple(stage_layers), recompute=tuple(recompute))
+
+    def add_partition(self, model: cp_model.CpModel):
+        """Contiguous partition: 0 = B_0 < B_1 < ... < B_S = L (every virtual stage >= 1 block);
+        cnt[s,c] = P_c[B_{s+1}] - P_c[B_s] with P_c[k] = number of class-c blocks among the first k
+        (AddElement), so stages may be uneven and mixed-class models stay exact."""
+        L = self.cm.num_blocks
+        B = [model.NewIntVar(0, L, f"B{s}") for s in range(self.S + 1)]
+        model.Add(B[0] == 0)
+        model.Add(B[self.S] == L)
+        for s in range(self.S):
+            model.Add(B[s + 1] >= B[s] + 1)
+        cnt = {}
+        graph = self.cm.graph
+        if len(self.classes) == 1:
+            c = self.classes[0]
+            for s in range(self.S):
+                cnt[s, c] = B[s + 1] - B[s]
+            return B, cnt
+        prefix = {c: [0] for c in self.classes}
+        for j in range(L):
+            for c in self.classes:
+                prefix[c].append(prefix[c][-1] + (self.cm.block_class[j] == c))
+        pc = {}
+        for s in range(self.S + 1):
+            for c in self.classes:
+                pc[s, c] = model.NewIntVar(0, L, f"P{s}_{c}")
+                model.AddElement(B[s], prefix[c], pc[s, c])
+        for s in range(self.S):
+            for c in self.classes:
+                cnt[s, c] = pc[s + 1, c] - pc[s, c]
+        return B, cnt
+
+    def add_recompute(self, model: cp_model.CpModel, cnt):
+        """n[s,c,r] >= 0 blocks of class c in stage s recomputed with mode r; sum_r n[s,c,r] = cnt[s,c];
+        used[s,c,r] = (n[s,c,r] >= 1) for the working-set term."""
+        L = self.cm.num_blocks
+        n, used = {}, {}
+        for s in range(self.S):
+            for c in self.classes:
+                for r in self.modes:
+                    n[s, c, r] = model.NewIntVar(0, L, f"n{s}_{c}_{r}")
+                    used[s, c, r] = model.NewBoolVar(f"u{s}_{c}_{r}")
+                    model.Add(n[s, c, r] <= L * used[s, c, r])
+                model.Add(sum(n[s, c, r] for r in self.modes) == cnt[s, c])
+        return n, used
+
+    def add_stage_times(self, model: cp_model.CpModel, cnt, n):
+        """T_d = sum_{s on d} [ sum_{c,r} n[s,c,r] * t(c,r) + pre/post + p2p ] (ns per micro-batch);
+        Tmax >= T_d for every pipeline rank d (the bottleneck stage)."""
+        p = self.cfg.pp
+        horizon = int(NS * (self.pre_post_time() + self.p2p_per_virtual_stage * self.S + sum(
+            max(self.block_time(c, r) for r in self.modes) * k for c, k in self.class_counts.items()))) + 1
+        T = []
+        for d in range(p):
+            expr = 0
+            for s in range(d, self.S, p):
+                expr += sum(int(round(NS * self.block_time(c, r))) * n[s, c, r] for c in self.classes
+                            for r in self.modes)
+                expr += int(round(NS * self.p2p_per_virtual_stage))
+                if s == 0:
+                    expr += int(round(NS * self.cost("pre", "none").total_s))
+                if s == self.S - 1:
+                    expr += int(round(NS * self.cost("post", "none").total_s))
+            t = model.NewIntVar(0, horizon, f"T{d}")
+            model.Add(t == expr)
+            T.append(t)
+        Tmax = model.NewIntVar(0, horizon, "Tmax")
+        for t in T:
+            model.Add(Tmax >= t)
+        self.T = T
+        return T, Tmax
+
+    def add_memory(self, model: cp_model.CpModel, cnt, n, used) -> None:
+        """(1 + reserve) * [ fixed_d + sum_{s on d,c} cnt[s,c] * states(c)
+                              + in_flight(d) * sum_{s on d,c,r} n[s,c,r] * act(c,r) + W_d ] <= budget,
+        W_d >= working(c,r) * used[s,c,r]  (the largest rematerialized block during its backward)."""
+        p = self.cfg.pp
+        cap = int(self.pl.budget / (1 + ALLOCATOR_RESERVE) / KIB)
+        for d in range(p):
+            infl = in_flight_micro_batches(d, p, self.cfg.vpp, self.m)
+            W = model.NewIntVar(0, cap * 4 + 1, f"W{d}")
+            expr = int(math.ceil(self.fixed_memory(d) / KIB)) + W
+            for s in range(d, self.S, p):
+                for c in self.classes:
+                    expr += int(math.ceil(self.block_memory(c) / KIB)) * cnt[s, c]
+                    for r in self.modes:
+                        sc = self.cost(self.rep[c], r)
+                        expr += int(math.ceil(infl * sc.act_bytes / KIB)) * n[s, c, r]
+                        model.Add(W >= int(math.ceil(sc.working_bytes / KIB)) * used[s, c, r])
+            model.Add(expr <= cap)
+
+    def add_data_parallel(self, model: cp_model.CpModel, cnt, n):
+        """E >= dp_sync_d - overlap_d, E >= 0 (gradient sync hidden behind the last backward; ZeRO-3:
+        behind all compute); O >= optimizer_d = local params * 32 B / (mem BW * eff). Both in ns."""
+        c = self.cfg
+        ds, dc, es, ec = self.dp_time_linear()
+        bw = self.cm.profile.memory_bandwidth * self.cm.profile.efficiency.memory_bound
+        zero_div = c.dp * c.ep if c.zero >= 1 else 1
+        big = int(NS * 1e4)
+        E = model.NewIntVar(0, big, "E")
+        O = model.NewIntVar(0, big, "O")
+        p = c.pp
+        for d in range(p):
+            sync = 0
+            opt = 0
+            overlap = 0
+            has_dense = (c.dp * c.ep) > 1
+            has_exp = c.dp > 1
+            const = (dc if has_dense else 0.0)
+            ends = [name for s, name in ((0, "pre"), (self.S - 1, "post")) if s % p == d]
+            for name in ends:
+                pa, pe = self.params_of(name)
+                const += ds * (pa - pe) + es * pe
+                opt_const = pa * 32 / bw / zero_div
+                opt += int(round(NS * opt_const))
+                overlap_t = self.cost(name, "none")
+                if c.zero < 3:
+                    overlap += int(round(NS * overlap_t.bwd_s))
+                else:
+                    overlap += int(round(NS * overlap_t.total_s * self.m))
+            has_exp_blocks = False
+            for s in range(d, self.S, p):
+                for cls in self.classes:
+                    pa, pe = self.params_of(self.rep[cls])
+                    has_exp_blocks |= pe > 0
+                    coef = ds * (pa - pe) + (es * pe if has_exp else 0.0)
+                    sync += int(round(NS * coef)) * cnt[s, cls]
+                    opt += int(round(NS * pa * 32 / bw / zero_div)) * cnt[s, cls]
+                    for r in self.modes:
+                        sc = self.cost(self.rep[cls], r)
+                        ov = sc.bwd_s + sc.recompute_s if c.zero < 3 else sc.total_s * self.m
+                        overlap += int(round(NS * ov)) * n[s, cls, r]
+            if has_exp and has_exp_blocks:
+                const += ec
+            model.Add(E >= int(round(NS * const)) + sync - overlap)
+            model.Add(O >= opt)
+        return E, O
+
+
+# ---------------------------------------------------------------------------------------------------------
+def solve(graph: OpGraph, cluster: Cluster, global_batch: int, seq_len: int,
+          max_memory_bytes: float | None = None, fix=None, top_k: int = 3, model_name: str = "",
+          progress: bool = False, placements: dict[str, str] | None = None) -> PlanResult:
+    """Plan `graph` on `cluster` (see the module docstring)."""
+    say = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
+    return Planner(graph, cluster, global_batch, seq_len, max_memory_bytes, fix, model_name,
+                   progress=say, placements=placements).solve(top_k=top_k)
+
+
+__all__ = ["Planner", "PlanResult", "SolverInfo", "Candidate", "MeshConfig", "StageModel", "solve", "parse_fix",
+           "why_slower", "itertools"]

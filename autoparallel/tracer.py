@@ -1,0 +1,730 @@
+"""Meta-device tracer: any PyTorch model -> OpGraph with exact per-op costs, no weights allocated.
+
+How (torch's own machinery, no hand formulas):
+  * the model is built on (or copied to) the meta device: shapes and dtypes, no storage;
+  * one training step (forward, loss, backward) runs under a TorchDispatchMode that records every aten
+    op: FLOPs from torch.utils.flop_counter's registry, bytes from tensor sizes, edges from tensor
+    identity (producer of each input tensor, falling back to the storage's creator / last in-place
+    writer so views and in-place ops keep their dependencies);
+  * module attribution by forward pre/post hooks on every module (fwd) and, in backward, by the
+    autograd Node being executed: its sequence number maps to the fwd op that created it
+    (`fwd_node`), whose module the bwd op inherits (AccumulateGrad maps to its parameter's module);
+  * saved-for-backward bytes from torch.autograd.graph.saved_tensors_hooks, deduplicated by storage
+    and attributed to the op that created the storage;
+  * F.scaled_dot_product_attention is costed as the fused kernel a GPU runs (flash attention for 16-bit
+    inputs without a mask, memory-efficient attention otherwise) instead of the math fallback the
+    meta device would pick: the fused kernels save O(s) statistics, not the s x s probabilities.
+
+A model that cannot run on meta tensors (data-dependent control flow: `.item()`, `if x.sum() > 0:`)
+yields a module-level graph (one node per leaf module) with a warning instead of an exception.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import networkx as nx
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
+from torch.utils.weak import WeakIdKeyDictionary
+
+from autoparallel.errors import UserError
+from autoparallel.graph import ExpertGroup, OpGraph, ParamOp
+
+__all__ = ["trace", "find_blocks"]
+
+_ACCUMULATE_GRAD_SEQ = 2**64 - 1   # sequence number of AccumulateGrad nodes (UINT64_MAX)
+_NORM_CLASSES: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm,
+                                              nn.BatchNorm1d, nn.BatchNorm2d)
+
+
+# ============================================================================ public entry point
+def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
+          dtype: torch.dtype = torch.bfloat16, example_inputs: Any = None,
+          loss_fn: Callable[..., torch.Tensor] | None = None,
+          model_name: str | None = None) -> OpGraph:
+    """Trace one training step (forward + loss + backward) of `model` into an OpGraph.
+
+    model: an nn.Module (real or meta weights: it is never modified, and real weights are not
+        copied: the tracer works on a meta copy that shares nothing), a ModelSpec, a spec reference
+        string (catalog name, config path) or `package.module:callable` (see specs.load_model).
+    batch, seq_len: shape of the default input, token ids [batch, seq_len] (int64) fed to models with
+        an nn.Embedding at their input. Other models need `example_inputs`: a tensor, a tuple of
+        positional inputs, or a dict of keyword inputs (moved to meta; floating ones cast to dtype).
+    dtype: floating parameters, buffers and inputs are cast to it (bf16: 16-bit activations).
+    loss_fn: loss_fn(output, *positional_inputs) -> scalar tensor. Default: cross entropy of the
+        logits (in fp32, as torchtitan) against the input tokens for language models, else
+        output.sum().
+    """
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
+        raise UserError(f"trace: batch must be a positive integer, got {batch!r}")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len <= 0:
+        raise UserError(f"trace: seq_len must be a positive integer, got {seq_len!r}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise UserError(f"trace: dtype must be a floating torch.dtype such as torch.bfloat16, got {dtype!r}")
+    meta_model, name = _meta_model(model, dtype)
+    name = model_name or name
+    meta_model.train()  # training step: dropout active, as in the runs being planned
+    blocks = find_blocks(meta_model)
+    args, kwargs, tokens, vocab = _inputs(meta_model, blocks, name, batch, seq_len, dtype, example_inputs)
+
+    tr = _Tracer(meta_model, blocks)
+    error: BaseException | None = None
+    try:
+        tr.run(args, kwargs, lambda out: _loss(out, args, tokens, vocab, loss_fn))
+    except UserError:
+        raise
+    except Exception as e:  # data-dependent control flow and anything else meta tensors cannot run
+        error = e
+    finally:
+        tr.remove_hooks()
+
+    graph = OpGraph(g=nx.DiGraph(), model_name=name, batch=batch, seq_len=seq_len,
+                    dtype=str(dtype).removeprefix("torch."), parameters=0, param_bytes=0,
+                    blocks=blocks)
+    _fill_parameters(graph, meta_model, blocks)
+    if error is None:
+        _build_op_graph(graph, tr)
+    else:
+        msg = (f"{name}: traced at module level only ({type(error).__name__}: "
+               f"{str(error).splitlines()[0] if str(error) else 'no message'}); data-dependent control "
+               "flow (.item(), `if tensor:`) cannot run on the meta device. FLOPs cover the ops reached "
+               "before that point; backward FLOPs are estimated as 2x forward")
+        warnings.warn(msg, stacklevel=2)
+        graph.warnings.append(msg)
+        _build_module_level_graph(graph, tr, meta_model)
+    graph.warnings.extend(tr.warnings)
+    _find_expert_groups(graph, meta_model, blocks)
+    return graph
+
+
+# ============================================================================ model preparation
+def _meta_model(model: Any, dtype: torch.dtype) -> tuple[nn.Module, str]:
+    if isinstance(model, nn.Module):
+        return _meta_copy(model, dtype), type(model).__name__
+    from autoparallel.specs import ModelSpec, load_model
+
+    if not isinstance(model, (str, dict, ModelSpec)):
+        raise UserError(f"trace: expected an nn.Module, a ModelSpec or a model name, got "
+                        f"{type(model).__name__}")
+    with torch.device("meta"):
+        built, spec = load_model(model)
+    name = spec.name if spec is not None else (model if isinstance(model, str) else type(built).__name__)
+    if all(t.device.type == "meta" for t in itertools.chain(built.parameters(), built.buffers())):
+        # Our own meta model: cast in place (Module._apply keeps Parameter identity, hence ties).
+        built._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
+        return built, name
+    return _meta_copy(built, dtype), name
+
+
+def _meta_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """A deep copy of the module tree whose parameters and buffers are meta tensors.
+
+    Pre-seeding deepcopy's memo with a meta stand-in for every parameter and buffer means the real
+    tensors are never copied (no weight memory) and shared parameters stay shared in the copy.
+    """
+    memo: dict[int, Any] = {}
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        if id(t) in memo:
+            continue
+        cast = dtype if t.is_floating_point() else t.dtype
+        m = torch.empty_like(t, device="meta", dtype=cast)
+        if isinstance(t, nn.Parameter):
+            m = nn.Parameter(m, requires_grad=t.requires_grad)
+        memo[id(t)] = m
+    try:
+        return copy.deepcopy(model, memo)
+    except Exception as e:
+        raise UserError(f"trace: cannot copy {type(model).__name__} to the meta device "
+                        f"({type(e).__name__}: {e}); build it under `with torch.device('meta'):` "
+                        "and pass that instead") from None
+
+
+# ============================================================================ structure
+def find_blocks(model: nn.Module) -> list[str]:
+    """Module paths of the repeated blocks: the children of the longest ModuleList / ModuleDict /
+    Sequential whose children all share one class (at least two), preferring the outermost such
+    container (MoE expert lists nested in blocks do not win over the layer list)."""
+    candidates: list[tuple[str, int, int]] = []   # (path, children, depth)
+    for path, mod in model.named_modules():
+        if not isinstance(mod, (nn.ModuleList, nn.ModuleDict, nn.Sequential)):
+            continue
+        children = list(mod.children())
+        if len(children) < 2 or len({type(c) for c in children}) != 1:
+            continue
+        candidates.append((path, len(children), path.count(".") + 1 if path else 0))
+    if not candidates:
+        return []
+    outer = [c for c in candidates
+             if not any(o[0] != c[0] and (o[0] == "" or c[0].startswith(o[0] + ".")) for o in candidates)]
+    path = max(outer, key=lambda c: (c[1], -c[2]))[0]
+    container = model.get_submodule(path) if path else model
+    return [f"{path}.{n}" if path else n for n, _ in container.named_children()]
+
+
+def _block_lookup(blocks: Sequence[str]) -> Callable[[str], str | None]:
+    block_set = set(blocks)
+    cache: dict[str, str | None] = {}
+
+    def block_of(path: str) -> str | None:
+        if path in cache:
+            return cache[path]
+        found = None
+        parts = path.split(".") if path else []
+        for i in range(1, len(parts) + 1):
+            p = ".".join(parts[:i])
+            if p in block_set:
+                found = p
+                break
+        cache[path] = found
+        return found
+
+    return block_of
+
+
+def _root_embedding(model: nn.Module, blocks: Sequence[str]) -> nn.Embedding | None:
+    block_of = _block_lookup(blocks)
+    for path, mod in model.named_modules():
+        if isinstance(mod, nn.Embedding) and block_of(path) is None:
+            return mod
+    return None
+
+
+def _inputs(model: nn.Module, blocks: list[str], name: str, batch: int, seq_len: int, dtype: torch.dtype,
+            example_inputs: Any) -> tuple[tuple, dict, torch.Tensor | None, int | None]:
+    if example_inputs is not None:
+        def to_meta(x: Any) -> Any:
+            if isinstance(x, torch.Tensor):
+                return torch.empty_like(x, device="meta",
+                                        dtype=dtype if x.is_floating_point() else x.dtype)
+            return x
+        if isinstance(example_inputs, dict):
+            return (), {k: to_meta(v) for k, v in example_inputs.items()}, None, None
+        if isinstance(example_inputs, (tuple, list)):
+            return tuple(to_meta(x) for x in example_inputs), {}, None, None
+        return (to_meta(example_inputs),), {}, None, None
+    emb = _root_embedding(model, blocks)
+    if emb is None:
+        raise UserError(f"trace {name}: the model has no nn.Embedding at its input, so the default "
+                        "token-id input does not apply; pass example_inputs=(tensor, ...)")
+    tokens = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
+    return (tokens,), {}, tokens, emb.num_embeddings
+
+
+def _main_output(out: Any) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out
+    logits = getattr(out, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    leaves = [x for x in tree_leaves(out) if isinstance(x, torch.Tensor)]
+    if not leaves:
+        raise UserError(f"trace: the model returned {type(out).__name__} with no tensor; pass loss_fn=")
+    return leaves[0]
+
+
+def _loss(out: Any, args: tuple, tokens: torch.Tensor | None, vocab: int | None,
+          loss_fn: Callable[..., torch.Tensor] | None) -> torch.Tensor:
+    if loss_fn is not None:
+        return loss_fn(out, *args)
+    y = _main_output(out)
+    if tokens is not None and y.dim() == tokens.dim() + 1 and y.shape[:-1] == tokens.shape \
+            and y.shape[-1] == vocab:
+        # torchtitan's cross_entropy_loss: logits upcast to fp32, mean over tokens.
+        return F.cross_entropy(y.flatten(0, -2).float(), tokens.flatten())
+    return y.sum()
+
+
+# ============================================================================ recording
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _skey(t: torch.Tensor) -> StorageWeakRef:
+    return StorageWeakRef(t.untyped_storage())
+
+
+class _FusedSDPA(TorchFunctionMode):
+    """Routes F.scaled_dot_product_attention to the fused aten kernel a GPU would run.
+
+    The meta device picks the math path (materialized scores, fp32 softmax, s x s saved tensors); a
+    CUDA GPU runs flash attention for fp16/bf16 without an explicit mask (GQA native via enable_gqa)
+    and memory-efficient attention otherwise. Shapes outside those kernels fall back unchanged.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            out = _fused_sdpa(*args, **kwargs)
+            if out is not None:
+                return out
+        return func(*args, **kwargs)
+
+
+def _fused_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
+                scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor | None:
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4 or query.shape[-1] > 256:
+        return None
+    hq, hk = query.shape[1], key.shape[1]
+    if hq != hk and not (enable_gqa and hq % hk == 0):
+        return None
+    if attn_mask is None and query.dtype in (torch.float16, torch.bfloat16):
+        return torch.ops.aten._scaled_dot_product_flash_attention(
+            query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+    if hq != hk:  # memory-efficient attention has no GQA: K/V are expanded as the math path does
+        key = key.repeat_interleave(hq // hk, dim=1)
+        value = value.repeat_interleave(hq // hk, dim=1)
+    bias = attn_mask
+    if bias is not None and bias.dtype == torch.bool:
+        bias = torch.zeros(bias.shape, dtype=query.dtype, device=query.device).masked_fill(
+            ~bias, float("-inf"))
+    if bias is not None:
+        bias = bias.expand(query.shape[0], hq, query.shape[2], key.shape[2])
+    need_lse = query.requires_grad or key.requires_grad or value.requires_grad
+    return torch.ops.aten._scaled_dot_product_efficient_attention(
+        query, key, value, bias, need_lse, dropout_p, is_causal, scale=scale)[0]
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, tracer: _Tracer) -> None:
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.tracer.record(func, args, kwargs, out)
+        return out
+
+
+class _Tracer:
+    """Holds the state of one traced step; nodes are plain dicts, edges (src, dst) pairs."""
+
+    def __init__(self, model: nn.Module, blocks: list[str]) -> None:
+        self.model = model
+        self.blocks = blocks
+        self.nodes: list[dict[str, Any]] = []
+        self.edges: list[tuple[int, int]] = []
+        self.phase = "fwd"
+        self.warnings: list[str] = []
+        self.module_stack: list[str] = []
+        self.producer: WeakIdKeyDictionary = WeakIdKeyDictionary()   # tensor -> node id
+        self.storage_owner: dict[StorageWeakRef, int] = {}           # storage -> creating node
+        self.storage_writer: dict[StorageWeakRef, int] = {}          # storage -> last in-place writer
+        self.saved_storages: set[StorageWeakRef] = set()
+        self.pending_saved = 0          # saved bytes of graph inputs, given to the next op
+        self.seq_to_node: dict[int, int] = {}
+        self.last_seq = torch.autograd._get_sequence_nr()
+        # Parameters (and buffers: not activations) by storage; params also by identity for AccumulateGrad.
+        self.param_storage: dict[StorageWeakRef, tuple[int, int, int]] = {}  # -> (index, numel, bytes)
+        self.param_owner: dict[int, str] = {}
+        for mod_path, mod in model.named_modules(remove_duplicate=False):
+            for _, p in mod.named_parameters(recurse=False):
+                if id(p) not in self.param_owner:
+                    self.param_owner[id(p)] = mod_path
+                    self.param_storage[_skey(p)] = (len(self.param_storage), p.numel(), _nbytes(p))
+        self.state_storages = set(self.param_storage)
+        self.state_storages.update(_skey(b) for b in model.buffers())
+        self.hooks: list[Any] = []
+        for path, mod in model.named_modules():
+            self.hooks.append(mod.register_forward_pre_hook(self._push(path)))
+            self.hooks.append(mod.register_forward_hook(self._pop, always_call=True))
+
+    # -- module attribution
+    def _push(self, path: str) -> Callable[..., None]:
+        def hook(_mod: nn.Module, _args: Any) -> None:
+            self.module_stack.append(path)
+        return hook
+
+    def _pop(self, _mod: nn.Module, _args: Any, _out: Any) -> None:
+        if self.module_stack:
+            self.module_stack.pop()
+
+    def remove_hooks(self) -> None:
+        for h in self.hooks:
+            h.remove()
+        self.hooks.clear()
+
+    # -- saved tensors
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        if self.phase == "fwd":
+            key = _skey(t)
+            if key not in self.saved_storages and key not in self.state_storages:
+                self.saved_storages.add(key)
+                nb = t.untyped_storage().nbytes()
+                owner = self.storage_owner.get(key)
+                if owner is None:
+                    self.pending_saved += nb
+                else:
+                    self.nodes[owner]["saved_bytes"] += nb
+        return t
+
+    # -- the step
+    def run(self, args: tuple, kwargs: dict, loss_of: Callable[[Any], torch.Tensor]) -> None:
+        with torch.device("meta"), _FusedSDPA(), _Recorder(self), \
+                torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+            self.phase = "fwd"
+            out = self.model(*args, **kwargs)
+            loss = loss_of(out)
+            del out
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise UserError("trace: the loss must be a scalar tensor; check loss_fn")
+            if not loss.requires_grad:
+                self.warnings.append("the loss does not require grad (no trainable parameters "
+                                     "reached); only the forward pass was traced")
+                return
+            self.phase = "bwd"
+            self.module_stack.clear()
+            loss.backward()
+        self.phase = "done"
+
+    def record(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        nid = len(self.nodes)
+        ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        outs = [a for a in tree_leaves(out) if isinstance(a, torch.Tensor)]
+        is_view = func.is_view
+        preds: set[int] = set()
+        params: dict[int, tuple[int, int]] = {}
+        for t in ins:
+            key = _skey(t)
+            p = self.producer.get(t)
+            if p is None:
+                p = self.storage_owner.get(key)
+            if p is not None:
+                preds.add(p)
+            w = self.storage_writer.get(key) if self.storage_writer else None
+            if w is not None and w != nid and (p is None or w > p):
+                preds.add(w)
+            if not is_view:
+                info = self.param_storage.get(key)
+                if info is not None:
+                    params[info[0]] = (info[1], info[2])
+        flops = 0.0
+        f = flop_registry.get(func._overloadpacket)
+        if f is not None:
+            try:
+                flops = float(f(*args, **kwargs, out_val=out))
+            except Exception:  # a formula that rejects these args: counted as 0, noted once
+                msg = f"no FLOP count for {func} (flop_counter formula failed)"
+                if msg not in self.warnings:
+                    self.warnings.append(msg)
+        fwd_node = None
+        if self.phase == "fwd":
+            module = self.module_stack[-1] if self.module_stack else ""
+            cur = torch.autograd._get_sequence_nr()
+            if cur != self.last_seq:  # this op created an autograd Node: sequence number cur - 1
+                self.seq_to_node[cur - 1] = nid
+                self.last_seq = cur
+        else:
+            module = ""
+            node = torch._C._current_autograd_node()
+            if node is not None:
+                seq = node._sequence_nr()
+                fwd_node = self.seq_to_node.get(seq)
+                if fwd_node is not None:
+                    module = self.nodes[fwd_node]["module"]
+                elif seq == _ACCUMULATE_GRAD_SEQ:
+                    var = getattr(node, "variable", None)
+                    module = self.param_owner.get(id(var), "") if var is not None else ""
+            if self.module_stack:  # forward recomputed inside backward (activation checkpointing)
+                module = self.module_stack[-1]
+        read = 0 if is_view else sum(_nbytes(t) for t in ins)
+        written = 0 if is_view else sum(_nbytes(t) for t in outs)
+        self.nodes.append({
+            "op": str(func),
+            "module": module,
+            "phase": self.phase,
+            "region": "",
+            "block": None,
+            "out_shapes": [tuple(t.shape) for t in outs],
+            "out_dtypes": [str(t.dtype).removeprefix("torch.") for t in outs],
+            "flops": flops,
+            "bytes_read": read,
+            "bytes_written": written,
+            "param_count": sum(n for n, _ in params.values()),
+            "param_bytes": sum(b for _, b in params.values()),
+            "saved_bytes": 0,
+            "fwd_node": fwd_node,
+        })
+        if self.pending_saved and self.phase == "fwd":
+            self.nodes[nid]["saved_bytes"] += self.pending_saved
+            self.pending_saved = 0
+        for p in preds:
+            self.edges.append((p, nid))
+        mutable = func._schema.is_mutable
+        for t in outs:
+            self.producer[t] = nid
+            if not is_view:
+                key = _skey(t)
+                if key not in self.storage_owner:
+                    self.storage_owner[key] = nid
+                elif mutable:
+                    self.storage_writer[key] = nid
+
+
+# ============================================================================ graph assembly
+def _classify(mod: nn.Module, own: dict[str, torch.Tensor]) -> tuple[str, int | None, int | None, int | None]:
+    """(kind, in_features, out_features, num_experts) of a module owning parameters directly."""
+    if isinstance(mod, nn.Linear):
+        return "linear", mod.in_features, mod.out_features, None
+    if isinstance(mod, nn.Embedding):
+        return "embedding", mod.num_embeddings, mod.embedding_dim, None
+    name = type(mod).__name__
+    if isinstance(mod, _NORM_CLASSES) or name.endswith(("Norm", "LayerNorm", "RMSNorm")):
+        dims = [p.shape[-1] for p in own.values() if p.dim() >= 1]
+        return "norm", (dims[0] if dims else None), (dims[0] if dims else None), None
+    stacked = {n: p for n, p in own.items() if p.dim() == 3}
+    if stacked:
+        first = next(iter(stacked.values()))
+        w1, w2 = stacked.get("w1"), stacked.get("w2")
+        fin = int(w1.shape[-1]) if w1 is not None else int(first.shape[-1])
+        fout = int(w2.shape[1]) if w2 is not None else None
+        return "experts", fin, fout, int(first.shape[0])
+    return "other", None, None, None
+
+
+def _fill_parameters(graph: OpGraph, model: nn.Module, blocks: list[str]) -> None:
+    """Graph totals (tied parameters once) and the parametric ops, from the module structure."""
+    block_of = _block_lookup(blocks)
+    first_owner: dict[int, str] = {}
+    total = total_bytes = 0
+    for path, mod in model.named_modules():
+        own = {n: p for n, p in mod._parameters.items() if p is not None}
+        if not own:
+            continue
+        count = nbytes = 0
+        tied: dict[str, str] = {}
+        for n, p in own.items():
+            if id(p) in first_owner:
+                tied[n] = first_owner[id(p)]
+                continue
+            first_owner[id(p)] = path
+            count += p.numel()
+            nbytes += _nbytes(p)
+        total += count
+        total_bytes += nbytes
+        kind, fin, fout, experts = _classify(mod, own)
+        graph.parametric_ops[path] = ParamOp(
+            path=path, kind=kind, module_class=type(mod).__name__, param_count=count, param_bytes=nbytes,
+            shapes={n: tuple(int(d) for d in p.shape) for n, p in own.items()}, in_features=fin,
+            out_features=fout, num_experts=experts, block=block_of(path), tied=tied)
+    graph.parameters = total
+    graph.param_bytes = total_bytes
+
+
+def _assign_regions(nodes: list[dict[str, Any]], blocks: list[str]) -> None:
+    """Set each node's `block` (owning repeated block) and `region` (pre | block | post).
+
+    fwd: ops of a block's modules belong to it; other ops are "pre" before the first block op and
+    "post" after the last (root-level ops between blocks go to the preceding block). bwd: ops
+    inherit their fwd node's placement; the rest are placed by position, mirrored (bwd runs the
+    post part first).
+    """
+    block_of = _block_lookup(blocks)
+    for a in nodes:
+        a["block"] = block_of(a["module"])
+    for phase, before, after in (("fwd", "pre", "post"), ("bwd", "post", "pre")):
+        idx = [i for i, a in enumerate(nodes) if a["phase"] == phase]
+        if phase == "bwd":
+            for i in idx:
+                a = nodes[i]
+                if a["block"] is None and a["fwd_node"] is not None:
+                    f = nodes[a["fwd_node"]]
+                    a["block"], a["region"] = f["block"], f["region"]
+        in_block = [i for i in idx if nodes[i]["block"] is not None]
+        first, last = (in_block[0], in_block[-1]) if in_block else (math.inf, -math.inf)
+        current = None
+        for i in idx:
+            a = nodes[i]
+            if a["block"] is not None:
+                a["region"] = "block"
+                current = a["block"]
+            elif a["region"]:
+                continue
+            elif i < first:
+                a["region"] = before
+            elif i > last:
+                a["region"] = after
+            else:
+                a["region"], a["block"] = "block", current
+
+
+def _block_classes(graph: OpGraph, model: nn.Module, nodes: list[dict[str, Any]] | None) -> None:
+    """Blocks with the same class, parameter shapes/dtypes and traced fwd op sequence share an id."""
+    ops: dict[str, list[tuple]] = {b: [] for b in graph.blocks}
+    if nodes is not None:
+        for a in nodes:
+            b = a["block"]
+            if a["phase"] == "fwd" and b is not None and b in ops:
+                rel = a["module"][len(b) + 1:]
+                ops[b].append((a["op"], rel, tuple(a["out_shapes"]), tuple(a["out_dtypes"])))
+    ids: dict[tuple, int] = {}
+    for b in graph.blocks:
+        mod = model.get_submodule(b)
+        params = tuple((n, tuple(p.shape), str(p.dtype)) for n, p in mod.named_parameters())
+        key = (type(mod).__name__, params, tuple(ops[b]))
+        graph.block_class[b] = ids.setdefault(key, len(ids))
+
+
+def _param_op_edges(graph: OpGraph, nodes: list[dict[str, Any]], edges: list[tuple[int, int]]) -> None:
+    """(producer, consumer) pairs of parametric ops linked by a forward activation path that crosses
+    no other parametric op. At a region boundary (pre -> block i -> block i+1 -> post) only sources
+    from the producing region are kept, so the residual stream links each block to the previous
+    one instead of to every earlier block."""
+    pops = graph.parametric_ops
+    cache: dict[str, str | None] = {}
+
+    def pop_of(path: str) -> str | None:
+        if path not in cache:
+            found = None
+            p = path
+            while True:
+                if p in pops:
+                    found = p
+                    break
+                if not p:
+                    break
+                p = p.rsplit(".", 1)[0] if "." in p else ""
+            cache[path] = found
+        return cache[path]
+
+    def key(a: dict[str, Any]) -> str:
+        return a["block"] if a["block"] is not None else a["region"]
+
+    n_fwd = sum(1 for a in nodes if a["phase"] == "fwd")
+    preds: list[list[int]] = [[] for _ in range(n_fwd)]
+    for s, d in edges:
+        if d < n_fwd and s < n_fwd and nodes[d]["phase"] == "fwd" and nodes[s]["phase"] == "fwd":
+            preds[d].append(s)
+    pkey: dict[str, str] = {}
+    src: list[frozenset[str]] = []
+    found: dict[tuple[str, str], None] = {}
+    empty: frozenset[str] = frozenset()
+    for n in range(n_fwd):
+        a = nodes[n]
+        if a["phase"] != "fwd":
+            src.append(empty)
+            continue
+        here = pop_of(a["module"])
+        k = key(a)
+        incoming: set[str] = set()
+        for p in preds[n]:
+            pa = nodes[p]
+            if here is not None and pop_of(pa["module"]) == here:
+                continue
+            s = src[p]
+            pk = key(pa)
+            if s and pk != k:
+                kept = frozenset(x for x in s if pkey.get(x) == pk)
+                s = kept or s
+            incoming |= s
+        if here is not None:
+            pkey.setdefault(here, k)
+            for s in incoming:
+                if s != here:
+                    found[(s, here)] = None
+            src.append(frozenset((here,)))
+        else:
+            src.append(frozenset(incoming))
+    graph.param_op_edges = list(found)
+
+
+def _build_op_graph(graph: OpGraph, tr: _Tracer) -> None:
+    nodes = tr.nodes
+    _assign_regions(nodes, graph.blocks)
+    _block_classes(graph, tr.model, nodes)
+    _param_op_edges(graph, nodes, tr.edges)
+    g = graph.g
+    g.add_nodes_from(enumerate(nodes))
+    g.add_edges_from(tr.edges)
+
+
+def _build_module_level_graph(graph: OpGraph, tr: _Tracer, model: nn.Module) -> None:
+    """Fallback: one node per module (leaf modules, plus modules whose own code ran ops), forward in
+    the order reached (unreached leaves after, in registration order), then backward reversed.
+    Costs are what the partial trace measured; backward FLOPs are estimated as 2x forward."""
+    graph.module_level = True
+    partial = [a for a in tr.nodes if a["phase"] == "fwd"]
+    _assign_regions(partial, graph.blocks)
+    _param_op_edges(graph, partial, [(s, d) for s, d in tr.edges if d < len(partial)])
+    agg: dict[str, dict[str, Any]] = {}
+    for a in partial:
+        c = agg.setdefault(a["module"], {"flops": 0.0, "bytes_read": 0, "bytes_written": 0,
+                                         "saved_bytes": 0, "out_shapes": [], "out_dtypes": []})
+        for k in ("flops", "bytes_read", "bytes_written", "saved_bytes"):
+            c[k] += a[k]
+        c["out_shapes"], c["out_dtypes"] = a["out_shapes"], a["out_dtypes"]
+    leaves = [p for p, m in model.named_modules() if next(m.children(), None) is None]
+    order = list(agg) + [p for p in leaves if p not in agg]
+    nodes: list[dict[str, Any]] = []
+    for path in order:
+        mod = model.get_submodule(path) if path else model
+        c = agg.get(path, {"flops": 0.0, "bytes_read": 0, "bytes_written": 0, "saved_bytes": 0,
+                           "out_shapes": [], "out_dtypes": []})
+        pop = graph.parametric_ops.get(path)
+        nodes.append({"op": type(mod).__name__, "module": path, "phase": "fwd", "region": "", "block": None,
+                      "out_shapes": c["out_shapes"], "out_dtypes": c["out_dtypes"], "flops": c["flops"],
+                      "bytes_read": c["bytes_read"], "bytes_written": c["bytes_written"],
+                      "param_count": pop.param_count if pop else 0,
+                      "param_bytes": pop.param_bytes if pop else 0,
+                      "saved_bytes": c["saved_bytes"], "fwd_node": None, "estimated": path not in agg})
+    n_fwd = len(nodes)
+    for i in reversed(range(n_fwd)):
+        f = nodes[i]
+        nodes.append({**f, "phase": "bwd", "region": "", "flops": 2.0 * f["flops"],
+                      "bytes_read": f["bytes_read"] + f["bytes_written"],
+                      "bytes_written": f["bytes_read"], "saved_bytes": 0, "fwd_node": i,
+                      "estimated": True})
+    _assign_regions(nodes, graph.blocks)
+    _block_classes(graph, model, None)
+    g = graph.g
+    g.add_nodes_from(enumerate(nodes))
+    g.add_edges_from((i, i + 1) for i in range(len(nodes) - 1))
+    g.add_edges_from((i, 2 * n_fwd - 1 - i) for i in range(n_fwd - 1))
+
+
+def _find_expert_groups(graph: OpGraph, model: nn.Module, blocks: list[str]) -> None:
+    block_of = _block_lookup(blocks)
+    groups: list[tuple[str, int, int]] = [(p, op.num_experts or 0, op.param_count)
+                                          for p, op in graph.parametric_ops.items() if op.kind == "experts"]
+    for path, mod in model.named_modules():
+        if not isinstance(mod, (nn.ModuleList, nn.ModuleDict)) or path.rsplit(".", 1)[-1] != "experts":
+            continue
+        children = list(mod.children())
+        if len(children) >= 2 and len({type(c) for c in children}) == 1:
+            groups.append((path, len(children), sum(p.numel() for p in mod.parameters())))
+    for path, num, count in groups:
+        parent = path.rsplit(".", 1)[0] if "." in path else ""
+        prefix = parent + "." if parent else ""
+        router = next((p for p, op in graph.parametric_ops.items()
+                       if op.kind == "linear" and p.startswith(prefix) and not p.startswith(path + ".")
+                       and p != path and op.out_features == num), None)
+        parent_mod = model.get_submodule(parent) if parent else model
+        shared = tuple(prefix + n for n, _ in parent_mod.named_children()
+                       if "shared" in n and not n.endswith("gate"))
+        top_k = None
+        holders = [parent_mod]
+        if router is not None:
+            holders += [model.get_submodule(router)]
+            if "." in router:
+                holders.append(model.get_submodule(router.rsplit(".", 1)[0]))
+        for holder in holders:
+            for attr in ("top_k", "num_experts_per_tok", "topk"):
+                v = getattr(holder, attr, None)
+                if isinstance(v, int) and not isinstance(v, bool) and top_k is None:
+                    top_k = v
+        graph.expert_groups[path] = ExpertGroup(path=path, block=block_of(path), num_experts=num,
+                                                param_count=count, router=router, shared_experts=shared,
+                                                top_k=top_k)

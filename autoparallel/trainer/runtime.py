@@ -1,0 +1,125 @@
+"""Where the trainer runs: ranks, device, backend and the ("pp","dp","ep","tp") DeviceMesh.
+
+Everything comes from the environment, as torchrun sets it (RANK, WORLD_SIZE, LOCAL_RANK,
+LOCAL_WORLD_SIZE, MASTER_ADDR/PORT): an accelerator when one is present (cuda + nccl), else the CPU
+with gloo. A single process without those variables runs without a process group at all ("local"
+mode: no mesh, no wrappers), so a plain `python train.py` on a laptop needs no launcher.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from autoparallel.errors import UserError
+from autoparallel.plan import MESH_DIMS, Plan
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    device: torch.device
+    backend: str | None          # None in local mode (one process, no process group)
+
+    @property
+    def distributed(self) -> bool:
+        return self.backend is not None
+
+
+def _default_device_type() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _backend_for(device_type: str) -> str:
+    return {"cuda": "nccl", "cpu": "gloo"}.get(device_type, "gloo")
+
+
+def _device_type_of_backend(backend: str) -> str:
+    # A gloo group on a GPU host still trains on the GPU only when the caller chose nccl; gloo means CPU.
+    return "cuda" if "nccl" in backend and torch.cuda.is_available() else "cpu"
+
+
+def _pick_device(device_type: str, local_rank: int, device_ids: list[int] | None) -> torch.device:
+    if device_type == "cpu":
+        return torch.device("cpu")
+    if device_ids is not None:
+        if local_rank >= len(device_ids):
+            raise UserError(f"device_ids={device_ids} names {len(device_ids)} devices but this is local rank "
+                            f"{local_rank}; pass one device id per process on the node")
+        return torch.device(device_type, device_ids[local_rank])
+    return torch.device(device_type, local_rank % max(1, torch.cuda.device_count()))
+
+
+def init_distributed(device_ids: list[int] | None = None) -> DistEnv:
+    """Join (or start) the process group described by the environment; see the module docstring."""
+    if dist.is_available() and dist.is_initialized():
+        backend = str(dist.get_backend())
+        rank, world = dist.get_rank(), dist.get_world_size()
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        device = _pick_device(_device_type_of_backend(backend), local_rank, device_ids)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        return DistEnv(rank, world, local_rank, local_world, device, backend)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    device_type = _default_device_type()
+    if world == 1:
+        device = _pick_device(device_type, 0, device_ids)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        return DistEnv(0, 1, 0, 1, device, None)
+    for key in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        if key not in os.environ:
+            raise UserError(f"WORLD_SIZE={world} is set but {key} is not; launch with `torchrun "
+                            f"--nproc-per-node N script.py` (it sets RANK, MASTER_ADDR and MASTER_PORT)")
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    device = _pick_device(device_type, local_rank, device_ids)
+    backend = _backend_for(device.type)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend, rank=rank, world_size=world, device_id=device)
+    else:
+        dist.init_process_group(backend, rank=rank, world_size=world)
+    return DistEnv(rank, world, local_rank, local_world, device, backend)
+
+
+@dataclass
+class Meshes:
+    """The world mesh and the sub-meshes each parallelism uses (all from one root, as FSDP2+TP need).
+
+    dense_dp  ("dp","ep") flattened: dense parameters are replicated / sharded over every rank that
+              sees different data.
+    expert_dp "dp": expert parameters are already split ep-way, so only dp replicates them.
+    """
+
+    world: DeviceMesh
+    pp: DeviceMesh
+    dense_dp: DeviceMesh
+    expert_dp: DeviceMesh
+    ep: DeviceMesh
+    tp: DeviceMesh
+
+    def coordinate(self, dim: str) -> int:
+        return self.world.get_local_rank(dim)
+
+    @property
+    def data_rank(self) -> int:
+        """Index of this rank's slice of the global batch: dp-major, ep-minor (mesh order)."""
+        return self.coordinate("dp") * self.world.size(MESH_DIMS.index("ep")) + self.coordinate("ep")
+
+
+def build_meshes(env: DistEnv, plan: Plan) -> Meshes:
+    shape = tuple(plan.mesh_shape[d] for d in MESH_DIMS)
+    world = init_device_mesh(env.device.type, shape, mesh_dim_names=MESH_DIMS)
+    dense_dp = world["dp", "ep"]._flatten("dp_ep")
+    return Meshes(world=world, pp=world["pp"], dense_dp=dense_dp, expert_dp=world["dp"], ep=world["ep"],
+                  tp=world["tp"])

@@ -1,0 +1,428 @@
+"""Predicted step time, throughput and memory of a Plan on a Cluster, from the operator graph.
+
+The composition (every term per device, seconds or bytes):
+
+  per micro-batch, segment k on its stage:  F_k (fwd compute + TP/EP comm), B_k (bwd), R_k (recompute)
+  per device d:  T_d = sum over its segments (F_k + B_k + R_k) + P2P sends at stage boundaries
+  pipeline:      t_pipe = m * T_max + (sum_d T_d - T_max) / v          (1F1B: v = 1;  Narayanan 2021:
+                                                                         bubble (p-1)/(v m) when balanced)
+  data parallel: t_dp   = exposed part of the gradient all-reduce / reduce-scatter after the last
+                          backward (overlapped with it) + ZeRO-3 parameter all-gathers not hidden
+  step:          t      = t_pipe + t_dp + t_optimizer
+
+Memory per device d (bytes):
+  model states   N_d * (p + g + k) sharded by ZeRO stage over the data-parallel group (Rajbhandari
+                 et al.: p = 2 bf16 params, g = grad bytes, k = 12 fp32 master + Adam moments)
+  activations    in_flight(d) * sum_k A_k(recompute) + the largest block's rematerialized working set
+                 (1F1B: in_flight = min(m, p - d); interleaved: (p - d) + (p - 1)/v, Korthikanti 2022)
+  buffers        fp32 logits on the last stage, ZeRO-3 all-gather buffers, allocator reserve
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from autoparallel.errors import UserError
+from autoparallel.graph import OpGraph
+from autoparallel.plan import Plan
+from cost_models.comm import (
+    all_gather_time,
+    all_reduce_time,
+    all_to_all_time,
+    link_for,
+    reduce_scatter_time,
+    send_recv_time,
+)
+from cost_models.compute import op_times
+from cost_models.facts import attention_heads, num_experts, vocab_size
+from cost_models.segments import Segment, block_classes, split_segments
+from hardware_profiles import Cluster
+
+GIB = 2**30
+OPTIMIZER_BYTES_PER_PARAM = 12   # fp32 master copy + Adam m + v
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+ALLOCATOR_RESERVE = 0.03         # fraction of peak lost to caching-allocator fragmentation
+
+
+@dataclass(frozen=True)
+class SegmentCost:
+    """Cost of one segment for one micro-batch on one device (seconds / bytes)."""
+    fwd_s: float
+    bwd_s: float
+    recompute_s: float
+    tp_comm_s: float        # included in fwd_s + bwd_s (+ recompute_s): exposed TP collectives
+    ep_comm_s: float        # included likewise: EP all-to-alls
+    act_bytes: float        # activations kept per micro-batch until its backward
+    working_bytes: float    # transient: rematerialized activations during its own backward
+    flops_fwd: float        # per device
+    flops_bwd: float
+    flops_recompute: float
+
+    @property
+    def total_s(self) -> float:
+        return self.fwd_s + self.bwd_s + self.recompute_s
+
+
+@dataclass
+class Estimate:
+    plan: Plan
+    step_time_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    peak_memory_gib: float
+    memory_per_stage_gib: list[float]
+    memory_breakdown_gib: list[dict[str, float]]
+    fits: bool
+    budget_gib: float
+    breakdown: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu, "mfu": self.mfu,
+            "peak_memory_gib": self.peak_memory_gib, "memory_per_stage_gib": self.memory_per_stage_gib,
+            "memory_breakdown_gib": self.memory_breakdown_gib,
+            "fits": self.fits, "budget_gib": self.budget_gib, "breakdown": self.breakdown,
+        }
+
+
+class CostModel:
+    """Cost of plans for one traced graph on one cluster. Segment analyses are cached per
+    (placements, sequence parallel) and segment costs per (segment, tp, ep, sp, micro-batch, recompute),
+    so the planner can query thousands of variants cheaply; `estimate(plan)` is the single definition
+    of a plan's cost that planner objective and `autoparallel estimate` share."""
+
+    def __init__(self, graph: OpGraph, cluster: Cluster, dtype: str = "bf16"):
+        self.graph = graph
+        self.cluster = cluster
+        self.profile = cluster.profile
+        self.dtype = dtype
+        self._segments: dict[tuple, dict[str, Segment]] = {}
+        self.block_class = block_classes(graph)          # class id per block, in block order
+        self.heads, self.kv_heads = attention_heads(graph)
+        self.num_experts = num_experts(graph)
+        self.vocab_size = vocab_size(graph)
+        self.segment_cost = lru_cache(maxsize=None)(self._segment_cost)
+
+    # ---- graph facts ---------------------------------------------------------------------------------
+    @property
+    def num_blocks(self) -> int:
+        return len(self.graph.blocks)
+
+    def block_rep(self, block_index: int) -> str:
+        cls = self.block_class[block_index]
+        return self.graph.blocks[self.block_class.index(cls)]
+
+    def segments(self, placements: dict[str, str], sp: bool) -> dict[str, Segment]:
+        key = (tuple(sorted(placements.items())), sp)
+        if key not in self._segments:
+            self._segments[key] = split_segments(self.graph, placements, sp)
+        return self._segments[key]
+
+    # ---- one segment ---------------------------------------------------------------------------------
+    def _segment_cost(self, placements_key: tuple, name: str, tp: int, ep: int, sp: bool, micro_batch: int,
+                      recompute: str, tp_span: str, ep_span: str) -> SegmentCost:
+        """Per-op roofline on the shard each device runs, plus exposed TP and EP collectives.
+
+        Sharded ops run 1/tp of their FLOPs and bytes; replicated ops run whole, or on 1/tp of the
+        sequence under sequence parallelism. TP: one all-reduce (SP: reduce-scatter + all-gather) of
+        each collective tensor forward and again backward, b*s*h*2 bytes each. EP: dispatch + combine
+        all-to-all forward and backward. Recompute re-runs forward ops in backward (full: the whole
+        segment with its collectives; selective: the non-GEMM ops).
+        """
+        seg = self._segments[placements_key][name]
+        b = float(micro_batch)
+        fwd_t, fwd_flops, fwd_div = self._phase_times(seg.fwd, tp, ep, sp, b)
+        bwd_t, bwd_flops, _ = self._phase_times(seg.bwd, tp, ep, sp, b)
+
+        tp_link = link_for(self.profile, tp_span)
+        tp_comm_fwd = 0.0
+        if tp > 1:
+            if sp:
+                tp_comm_fwd = sum(reduce_scatter_time(x * b, tp, tp_link) for x in seg.tp_collective_bytes)
+                tp_comm_fwd += sum(all_gather_time(x * b, tp, tp_link) for x in seg.tp_allgather_bytes)
+            else:
+                tp_comm_fwd = sum(all_reduce_time(x * b, tp, tp_link) for x in seg.tp_collective_bytes)
+        ep_comm_fwd = 0.0
+        if ep > 1 and seg.ep_alltoall_bytes:
+            # dispatch + combine; tokens are sequence-sharded under SP
+            per_rank = seg.ep_alltoall_bytes * b / (tp if sp else 1)
+            ep_comm_fwd = 2 * all_to_all_time(per_rank, ep, link_for(self.profile, ep_span))
+        fwd_s = fwd_t.sum() + tp_comm_fwd + ep_comm_fwd
+        bwd_s = bwd_t.sum() + tp_comm_fwd + ep_comm_fwd
+
+        saved = seg.fwd.saved_bytes * b / fwd_div
+        act_all = float(saved.sum())
+        input_bytes = seg.input_bytes * b / (tp if sp else 1)
+        if recompute == "full":
+            recompute_s, rec_flops = fwd_s, float(fwd_flops.sum())
+            act, working = input_bytes, act_all
+        elif recompute == "selective":
+            redo = ~seg.fwd.keep_selective
+            recompute_s, rec_flops = float(fwd_t[redo].sum()), float(fwd_flops[redo].sum())
+            act = float(saved[~redo].sum()) + input_bytes
+            working = float(saved[redo].sum())
+        else:
+            recompute_s, rec_flops, act, working = 0.0, 0.0, act_all, 0.0
+        return SegmentCost(
+            fwd_s=float(fwd_s), bwd_s=float(bwd_s), recompute_s=float(recompute_s),
+            tp_comm_s=2 * tp_comm_fwd + (tp_comm_fwd if recompute == "full" else 0.0),
+            ep_comm_s=2 * ep_comm_fwd + (ep_comm_fwd if recompute == "full" else 0.0),
+            act_bytes=act, working_bytes=working,
+            flops_fwd=float(fwd_flops.sum()), flops_bwd=float(bwd_flops.sum()), flops_recompute=rec_flops)
+
+    def _phase_times(self, ops, tp: int, ep: int, sp: bool, b: float):
+        """Per-op times [s], per-op FLOPs and the per-op divisor (tp for sharded work)."""
+        div = np.where(ops.tp_sharded, tp, tp if sp else 1).astype(float)
+        flops = ops.flops * b / div
+        moved = ops.act_bytes * b / div + ops.param_bytes / np.where(ops.tp_sharded, tp, 1)
+        # expert weights: each EP rank holds E/ep experts and reads only those
+        moved = moved - np.where(ops.expert, ops.param_bytes * (1 - 1 / ep) / np.where(ops.tp_sharded, tp, 1), 0)
+        return op_times(flops, moved, ops.matmul, self.profile, self.dtype), flops, div
+
+    # ---- whole plan ------------------------------------------------------------------------------------
+    def check_plan(self, plan: Plan) -> None:
+        """Raise UserError for a plan this model and cluster cannot run."""
+        plan.validate(self.num_blocks)
+        if plan.gpus != self.cluster.num_devices:
+            raise UserError(f"plan is for {plan.gpus} devices but the cluster has {self.cluster.num_devices}")
+        heads, kv_heads = self.heads, self.kv_heads
+        if heads and heads % plan.tp:
+            raise UserError(f"tp={plan.tp} does not divide the {heads} attention heads; pick tp from "
+                            f"{_divisors_upto(heads, plan.gpus)}")
+        if kv_heads and kv_heads % plan.tp and plan.tp > 1:
+            raise UserError(f"tp={plan.tp} does not divide the {kv_heads} key/value heads; pick tp from "
+                            f"{_divisors_upto(kv_heads, plan.gpus)}")
+        experts = self.num_experts
+        if plan.ep > 1 and not experts:
+            raise UserError(f"ep={plan.ep} but the model has no expert layers; use ep=1")
+        if experts and experts % plan.ep:
+            raise UserError(f"ep={plan.ep} does not divide the {experts} experts")
+        if plan.pp * plan.vpp > self.num_blocks:
+            raise UserError(f"pp*vpp = {plan.pp * plan.vpp} virtual stages but the model has only "
+                            f"{self.num_blocks} blocks")
+
+    def estimate(self, plan: Plan, max_memory_bytes: float | None = None) -> Estimate:
+        self.check_plan(plan)
+        budget = self._budget(max_memory_bytes)
+        stages = self.stage_costs(plan)
+        m, v, p = plan.num_micro_batches, plan.vpp, plan.pp
+        T = [s["time"] for s in stages]
+        t_max = max(T)
+        t_pipe = m * t_max + (sum(T) - t_max) / v
+        bubble = t_pipe - m * sum(T) / p
+        dp_exposed, dp_total, opt = self._data_parallel_time(plan, stages)
+        step = t_pipe + dp_exposed + opt
+
+        tokens = plan.global_batch * plan.seq_len
+        mb_per_rank = m * plan.micro_batch
+        model_flops = sum(s["flops_model"] for s in stages) / plan.micro_batch * mb_per_rank
+        hw_flops = sum(s["flops_hw"] for s in stages) / plan.micro_batch * mb_per_rank
+        # every device of a stage does its stage's work; per-GPU rates average over the pp stages
+        model_tflops = model_flops / p / step / 1e12
+        hw_tflops = hw_flops / p / step / 1e12
+        peak = self.profile.peak(self.dtype)
+        mem = [s["memory"] for s in stages]
+        totals = [sum(x.values()) for x in mem]
+        agg = lambda key: sum(s[key] for s in stages) / p * m  # noqa: E731  (mean over stages, per step)
+        breakdown = {
+            "compute_s": agg("compute"), "tp_comm_s": agg("tp_comm"), "ep_comm_s": agg("ep_comm"),
+            "recompute_s": agg("recompute"), "pp_p2p_s": agg("p2p"), "pipeline_bubble_s": bubble,
+            "dp_comm_exposed_s": dp_exposed, "dp_comm_total_s": dp_total, "optimizer_s": opt,
+        }
+        return Estimate(
+            plan=plan, step_time_s=step, tokens_per_s=tokens / step,
+            model_tflops_per_gpu=model_tflops, hardware_tflops_per_gpu=hw_tflops,
+            mfu=model_tflops * 1e12 / peak,
+            peak_memory_gib=max(totals) / GIB, memory_per_stage_gib=[t / GIB for t in totals],
+            memory_breakdown_gib=[{k: val / GIB for k, val in x.items()} for x in mem],
+            fits=max(totals) <= budget, budget_gib=budget / GIB, breakdown=breakdown)
+
+    def _budget(self, max_memory_bytes: float | None) -> float:
+        usable = self.profile.usable_memory_bytes
+        return float(min(usable, max_memory_bytes) if max_memory_bytes else usable)
+
+    # ---- per pipeline rank -----------------------------------------------------------------------------
+    def placements_for(self, plan: Plan) -> dict[str, str]:
+        if plan.placements:
+            return plan.placements
+        from autoparallel.placements import megatron_placements
+        return megatron_placements(self.graph, plan.sequence_parallel)
+
+    def virtual_stage_segments(self, plan: Plan) -> list[list[tuple[str, str]]]:
+        """(segment name, recompute) per virtual stage, in order."""
+        stage_layers = plan.stage_layers or balanced_stages(self.num_blocks, plan.pp * plan.vpp)
+        recompute = plan.recompute or ("none",) * self.num_blocks
+        out, i = [], 0
+        for v, n in enumerate(stage_layers):
+            segs = [("pre", "none")] if v == 0 else []
+            segs += [(self.block_rep(j), recompute[j]) for j in range(i, i + n)]
+            i += n
+            if v == len(stage_layers) - 1:
+                segs.append(("post", "none"))
+            out.append(segs)
+        return out
+
+    def stage_costs(self, plan: Plan) -> list[dict]:
+        placements = self.placements_for(plan)
+        sp = plan.sequence_parallel and plan.tp > 1
+        self.segments(placements, sp)
+        key = (tuple(sorted(placements.items())), sp)
+        span = plan.mesh_span()
+        p, v, m = plan.pp, plan.vpp, plan.num_micro_batches
+        segs = self.segments(placements, sp)
+        stages = []
+        for d in range(p):
+            acc = dict(time=0.0, compute=0.0, tp_comm=0.0, ep_comm=0.0, recompute=0.0, p2p=0.0,
+                       flops_model=0.0, flops_hw=0.0, bwd=0.0)
+            act = working = 0.0
+            dense = tp_params = expert = 0.0
+            for vs, seg_list in enumerate(self.virtual_stage_segments(plan)):
+                if vs % p != d:
+                    continue
+                for name, rc in seg_list:
+                    c = self.segment_cost(key, name, plan.tp, plan.ep, sp, plan.micro_batch, rc,
+                                          span["tp"], span["ep"])
+                    acc["time"] += c.total_s
+                    acc["bwd"] += c.bwd_s + c.recompute_s
+                    acc["tp_comm"] += c.tp_comm_s
+                    acc["ep_comm"] += c.ep_comm_s
+                    acc["recompute"] += c.recompute_s
+                    acc["compute"] += c.total_s - c.tp_comm_s - c.ep_comm_s - c.recompute_s
+                    acc["flops_model"] += c.flops_fwd + c.flops_bwd
+                    acc["flops_hw"] += c.flops_fwd + c.flops_bwd + c.flops_recompute
+                    act += c.act_bytes
+                    working = max(working, c.working_bytes)
+                    s = segs[name]
+                    dense += s.dense_params
+                    tp_params += s.tp_params
+                    expert += s.expert_params
+                if p > 1:  # activation send fwd + gradient send bwd at each virtual-stage boundary
+                    t = 2 * send_recv_time(self._boundary_bytes(plan), link_for(self.profile, span["pp"]))
+                    acc["time"] += t
+                    acc["p2p"] += t
+            params = dense + tp_params / plan.tp + expert / (plan.ep * plan.tp)
+            acc["params"] = params
+            acc["expert_params"] = expert / (plan.ep * plan.tp)
+            in_flight = in_flight_micro_batches(d, p, v, m)
+            acc["memory"] = self._memory(plan, params, acc["expert_params"], act * in_flight, working,
+                                         is_last=(d == (plan.pp * plan.vpp - 1) % p))
+            stages.append(acc)
+        return stages
+
+    def max_block_params(self, plan: Plan) -> float:
+        """Parameters of the largest block as held by one tp/ep rank (unsharded by ZeRO)."""
+        segs = self.segments(self.placements_for(plan), plan.sequence_parallel and plan.tp > 1)
+        reps = {self.block_rep(i) for i in range(self.num_blocks)}
+        return max(segs[r].dense_params + segs[r].tp_params / plan.tp + segs[r].expert_params / (plan.ep * plan.tp)
+                   for r in reps)
+
+    def _boundary_bytes(self, plan: Plan) -> float:
+        """Activation tensor crossing a stage boundary: the block input (b*s*h*2), /tp under SP."""
+        segs = self.segments(self.placements_for(plan), plan.sequence_parallel and plan.tp > 1)
+        block = self.block_rep(0)
+        return segs[block].input_bytes * plan.micro_batch / (plan.tp if plan.sequence_parallel else 1)
+
+    def _memory(self, plan: Plan, params: float, expert_params: float, act: float, working: float,
+                is_last: bool) -> dict[str, float]:
+        """Bytes per device: ZeRO-sharded model states, activations, buffers (see module docstring)."""
+        pb = DTYPE_BYTES.get(plan.param_dtype, 2)
+        gb = DTYPE_BYTES.get(plan.grad_reduce_dtype, 4)
+        k = OPTIMIZER_BYTES_PER_PARAM
+        dense = params - expert_params
+        d_dense, d_exp = plan.dp * plan.ep, plan.dp
+
+        def states(n: float, d: int) -> tuple[float, float, float]:
+            z = plan.zero
+            return (n * pb / (d if z >= 3 else 1), n * gb / (d if z >= 2 else 1), n * k / (d if z >= 1 else 1))
+
+        pd, gd, od = states(dense, d_dense)
+        pe, ge, oe = states(expert_params, d_exp)
+        buffers = 0.0
+        if plan.zero >= 3:  # gathered parameters of two blocks (current + prefetched), per device
+            buffers += 2 * self.max_block_params(plan) * pb
+        if is_last:  # fp32 logits and their gradient for the loss (vocab-sharded under TP)
+            buffers += 2 * plan.micro_batch * plan.seq_len * self.vocab_size * 4 / plan.tp
+        mem = {"params": pd + pe, "grads": gd + ge, "optimizer": od + oe, "activations": act,
+               "working": working, "buffers": buffers}
+        mem["allocator"] = ALLOCATOR_RESERVE * sum(mem.values())
+        return mem
+
+    def _data_parallel_time(self, plan: Plan, stages: list[dict]) -> tuple[float, float, float]:
+        """(exposed DP comm, total DP comm, optimizer step) per step, slowest stage [s].
+
+        Gradients (g bytes/param) are all-reduced (ZeRO 0/1) or reduce-scattered (2/3; ZeRO-1/2 then
+        all-gather the updated bf16 params) over dp*ep ranks (experts: dp), overlapped with the last
+        micro-batch's backward. ZeRO-3 all-gathers parameters each micro-batch, fwd and bwd, hidden
+        behind compute where it is shorter. Adam reads/writes ~32 bytes per local parameter.
+        """
+        span = plan.mesh_span()
+        d_dense, d_exp = plan.dp * plan.ep, plan.dp
+        gb = DTYPE_BYTES.get(plan.grad_reduce_dtype, 4)
+        pb = DTYPE_BYTES.get(plan.param_dtype, 2)
+        dense_span = "inter" if "inter" in (span["dp"], span["ep"]) else "intra"
+        worst_exposed = worst_total = worst_opt = 0.0
+        for s in stages:
+            dense, exp = s["params"] - s["expert_params"], s["expert_params"]
+            total = 0.0
+            for n, d, sp_ in ((dense, d_dense, dense_span), (exp, d_exp, span["dp"])):
+                if d <= 1 or n <= 0:
+                    continue
+                link = link_for(self.profile, sp_)
+                if plan.zero == 0:
+                    total += all_reduce_time(n * gb, d, link)
+                else:
+                    total += reduce_scatter_time(n * gb, d, link)
+                    total += all_gather_time(n * pb, d, link) if plan.zero < 3 else 0.0
+                    if plan.zero >= 3:
+                        ag = 2 * all_gather_time(n * pb, d, link) * plan.num_micro_batches
+                        total += ag
+            per_mb_bwd = s["bwd"]
+            compute = s["time"] * plan.num_micro_batches
+            exposed = max(0.0, total - (per_mb_bwd if plan.zero < 3 else compute))
+            local = s["params"] / (d_dense if plan.zero >= 1 else 1)
+            opt = local * 32 / (self.profile.memory_bandwidth * self.profile.efficiency.memory_bound)
+            worst_exposed, worst_total = max(worst_exposed, exposed), max(worst_total, total)
+            worst_opt = max(worst_opt, opt)
+        return worst_exposed, worst_total, worst_opt
+
+
+def in_flight_micro_batches(d: int, p: int, v: int, m: int) -> float:
+    """Micro-batches whose activations device d holds at its peak (in units of one micro-batch
+    through all of d's layers). 1F1B: min(m, p - d); interleaved adds (p - 1)/v (Korthikanti 2022:
+    the first stage's activations grow by 1 + (p-1)/(p v))."""
+    if p == 1:
+        return 1.0
+    if v == 1:
+        return float(min(m, p - d))
+    return min(float(m), (p - d) + (p - 1) / v)
+
+
+def balanced_stages(num_blocks: int, stages: int) -> tuple[int, ...]:
+    base, extra = divmod(num_blocks, stages)
+    return tuple(base + (1 if i < extra else 0) for i in range(stages))
+
+
+def _divisors_upto(n: int, limit: int) -> str:
+    return ", ".join(str(d) for d in range(1, min(n, limit) + 1) if n % d == 0)
+
+
+def estimate(graph: OpGraph, cluster: Cluster, plan: Plan, max_memory_bytes: float | None = None,
+             dtype: str = "bf16") -> Estimate:
+    """Predict a plan's step time, throughput and memory (see the module docstring)."""
+    return CostModel(graph, cluster, dtype).estimate(plan, max_memory_bytes)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+__all__ = ["CostModel", "Estimate", "SegmentCost", "estimate", "balanced_stages", "in_flight_micro_batches",
+           "math"]

@@ -1,0 +1,30 @@
+"""Model facts the cost model and planner need, read from the OpGraph (and its ModelSpec when traced
+from one): head counts for tensor-parallel divisibility, expert counts, vocabulary size."""
+
+from __future__ import annotations
+
+from autoparallel.graph import OpGraph
+
+
+def attention_heads(graph: OpGraph) -> tuple[int, int]:
+    """(query heads, key/value heads); (0, 0) when the graph has no recognizable attention.
+
+    From the ModelSpec when known; otherwise from the fused attention kernels' outputs [B, H, S, D]
+    (GQA key/value heads are then not distinguishable and taken equal to H)."""
+    spec = getattr(graph, "spec", None)
+    if spec is not None and getattr(spec, "num_heads", 0):
+        return spec.num_heads, spec.num_kv_heads or spec.num_heads
+    heads = 0
+    for _, a in graph.nodes(phase="fwd"):
+        if "scaled_dot_product" in a["op"] and a["out_shapes"] and len(a["out_shapes"][0]) == 4:
+            heads = max(heads, int(a["out_shapes"][0][1]))
+    return heads, heads
+
+
+def num_experts(graph: OpGraph) -> int:
+    return max((g.num_experts for g in graph.expert_groups.values()), default=0)
+
+
+def vocab_size(graph: OpGraph) -> int:
+    """Rows of the largest embedding table (the token embedding), 0 without embeddings."""
+    return max((op.in_features or 0 for op in graph.parametric_ops.values() if op.kind == "embedding"), default=0)

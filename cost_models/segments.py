@@ -1,0 +1,258 @@
+"""Cut the operator graph into pipeline-placeable segments and find what tensor parallelism shards.
+
+Segments: "pre" (everything before the first block: embeddings), one representative per identical
+block class, and "post" (final norm, LM head, loss). Each becomes a `Segment` of per-op arrays
+(FLOPs, bytes, saved bytes, sharding flags) for one sample of the traced batch, so that the cost of
+any (tp, sequence parallel, micro-batch, recompute) is a vectorized sum, not a graph walk.
+
+Tensor-parallel propagation over the forward ops, in execution order, given placements:
+  colwise op       -> its output is feature-sharded (S); the op runs at 1/tp
+  rowwise / vocab  -> consumes S, output is partial -> all-reduce (reduce-scatter under SP) -> R
+  other op         -> S if any input is S (attention on sharded heads, SwiGLU on sharded features)
+  R ops            -> replicated; under sequence parallelism they run on 1/tp of the sequence
+Backward ops inherit the flag of their forward op (`fwd_node`, else their module's forward ops).
+Collectives per block forward: one per rowwise/vocab output (all-reduce, or reduce-scatter + one
+all-gather per distinct input of the colwise ops under SP); backward mirrors forward.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autoparallel.graph import OpGraph
+from cost_models.compute import is_matmul
+
+SHARDING_PLACEMENTS = ("colwise", "rowwise", "vocab")
+
+
+@dataclass
+class PhaseOps:
+    """Per-op arrays for one phase of one segment, per sample of the traced batch."""
+    flops: np.ndarray         # FLOPs
+    act_bytes: np.ndarray     # activation bytes read + written (weights excluded)
+    param_bytes: np.ndarray   # weight bytes read
+    matmul: np.ndarray        # bool: runs on matrix units
+    tp_sharded: np.ndarray    # bool: runs at 1/tp under the placements
+    expert: np.ndarray        # bool: inside an expert group
+    saved_bytes: np.ndarray   # bytes kept for backward (fwd only; zeros for bwd)
+    keep_selective: np.ndarray  # bool: still saved under selective recompute (fwd only)
+
+    @classmethod
+    def empty(cls) -> PhaseOps:
+        z = np.zeros(0)
+        b = np.zeros(0, dtype=bool)
+        return cls(z, z, z, b, b, b, z, b)
+
+
+@dataclass
+class Segment:
+    name: str                      # "pre", "post" or the representative block path
+    fwd: PhaseOps
+    bwd: PhaseOps
+    tp_collective_bytes: list[float] = field(default_factory=list)  # fwd TP collectives, per sample
+    tp_allgather_bytes: list[float] = field(default_factory=list)   # SP-only extra all-gathers (fwd)
+    ep_alltoall_bytes: float = 0.0   # bytes one rank sends per all-to-all (dispatch), per sample
+    dense_params: float = 0.0        # parameters not sharded by tp
+    tp_params: float = 0.0           # parameters sharded tp-way
+    expert_params: float = 0.0       # parameters sharded ep-way (and tp-way)
+    input_bytes: float = 0.0         # bytes of the segment's input activation, per sample
+    num_experts: int = 0
+
+
+def _digraph(graph: OpGraph):
+    return graph.g
+
+
+def _segment_of_module(module: str, blocks: list[str]) -> str | None:
+    for b in blocks:
+        if module == b or module.startswith(b + "."):
+            return b
+    return None
+
+
+def _placement_of(module: str, placements: dict[str, str]) -> str | None:
+    """Placement of the parametric module owning an op (None for non-parametric modules)."""
+    return placements.get(module)
+
+
+def block_classes(graph: OpGraph) -> list[int]:
+    """Identical-block class id of each block, in block order."""
+    return [graph.block_class[b] for b in graph.blocks]
+
+
+def split_segments(graph: OpGraph, placements: dict[str, str], sequence_parallel: bool) -> dict[str, Segment]:
+    """Build the "pre", "post" and one Segment per block class representative."""
+    g = _digraph(graph)
+    reps: dict[int, str] = {}
+    for b, c in zip(graph.blocks, block_classes(graph)):
+        reps.setdefault(c, b)
+    seg_of = {n: (a["block"] if a["region"] == "block" else a["region"]) for n, a in g.nodes(data=True)}
+    sharded = _propagate_tp(graph, placements, seg_of)
+    segments: dict[str, Segment] = {}
+    for name in ["pre", *reps.values(), "post"]:
+        segments[name] = _build_segment(graph, name, seg_of, sharded, placements, sequence_parallel)
+    return segments
+
+
+def _propagate_tp(graph: OpGraph, placements: dict[str, str], seg_of: dict[int, str]) -> dict[int, bool]:
+    """Forward propagation of feature sharding (see module docstring); bwd ops inherit."""
+    g = _digraph(graph)
+    out_sharded: dict[int, bool] = {}
+    op_sharded: dict[int, bool] = {}
+    fwd_by_module: dict[str, list[bool]] = defaultdict(list)
+    for n in sorted(g.nodes):
+        a = g.nodes[n]
+        if a.get("phase") != "fwd":
+            continue
+        pl = _placement_of(a.get("module", ""), placements)
+        ins = [out_sharded.get(p, False) for p in g.predecessors(n)]
+        if pl == "colwise":
+            op_sharded[n], out_sharded[n] = True, True
+        elif pl in ("rowwise", "vocab"):
+            op_sharded[n], out_sharded[n] = True, False
+        elif pl == "expert":
+            op_sharded[n], out_sharded[n] = True, False
+        else:
+            s = any(ins)
+            op_sharded[n], out_sharded[n] = s, s
+        fwd_by_module[a.get("module", "")].append(op_sharded[n])
+    for n in sorted(g.nodes):
+        a = g.nodes[n]
+        if a.get("phase") == "fwd":
+            continue
+        f = a.get("fwd_node")
+        if f is not None and f in op_sharded:
+            op_sharded[n] = op_sharded[f]
+        else:
+            flags = fwd_by_module.get(a.get("module", ""), [])
+            op_sharded[n] = bool(flags) and sum(flags) * 2 > len(flags)
+    return op_sharded
+
+
+_SELECTIVE_KEEP = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
+
+
+def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: dict[int, bool],
+                   placements: dict[str, str], sequence_parallel: bool) -> Segment:
+    g = _digraph(graph)
+    per_sample = 1.0 / max(graph.batch, 1)
+    experts = {p for p, op in graph.parametric_ops.items() if op.kind == "experts"}
+
+    def in_expert(module: str) -> bool:
+        return any(module == e or module.startswith(e + ".") for e in experts)
+
+    seg = Segment(name=name, fwd=PhaseOps.empty(), bwd=PhaseOps.empty())
+    for phase in ("fwd", "bwd"):
+        ids = [n for n in sorted(g.nodes) if seg_of.get(n) == name and g.nodes[n].get("phase") == phase]
+        attrs = [g.nodes[n] for n in ids]
+        flops = np.array([a.get("flops", 0.0) for a in attrs], dtype=float) * per_sample
+        pbytes = np.array([a.get("param_bytes", 0) for a in attrs], dtype=float)
+        moved = np.array([a.get("bytes_read", 0) + a.get("bytes_written", 0) for a in attrs], dtype=float)
+        act = np.maximum(moved - pbytes, 0.0) * per_sample
+        ops = PhaseOps(
+            flops=flops, act_bytes=act, param_bytes=pbytes,
+            matmul=np.array([is_matmul(a.get("op", "")) for a in attrs], dtype=bool),
+            tp_sharded=np.array([sharded.get(n, False) for n in ids], dtype=bool),
+            expert=np.array([in_expert(a.get("module", "")) for a in attrs], dtype=bool),
+            saved_bytes=np.array([a.get("saved_bytes", 0) for a in attrs], dtype=float) * per_sample,
+            keep_selective=np.array([_keep_under_selective(a, placements) for a in attrs], dtype=bool),
+        )
+        setattr(seg, phase, ops)
+        if phase == "fwd":
+            _collect_collectives(graph, seg, ids, placements, per_sample)
+            if ids:
+                seg.input_bytes = _segment_input_bytes(graph, ids) * per_sample
+    _count_params(graph, seg, name, placements)
+    return seg
+
+
+def _keep_under_selective(attrs: dict, placements: dict[str, str]) -> bool:
+    """Selective recompute saves the outputs of weight GEMMs and fused attention kernels; it recomputes
+    everything else (norms, activations, eager softmax/dropout, score matmuls) in backward."""
+    op = attrs.get("op", "")
+    return attrs.get("param_bytes", 0) > 0 or any(k in op for k in _SELECTIVE_KEEP)
+
+
+def _out_bytes(attrs: dict) -> float:
+    total = 0.0
+    for shape, dt in zip(attrs.get("out_shapes", []), attrs.get("out_dtypes", [])):
+        n = 1
+        for d in shape:
+            n *= int(d)
+        total += n * _dtype_size(dt)
+    return total
+
+
+def _dtype_size(dt: str) -> int:
+    dt = str(dt)
+    for key, size in (("float64", 8), ("int64", 8), ("long", 8), ("float32", 4), ("int32", 4),
+                      ("bfloat16", 2), ("float16", 2), ("half", 2), ("bool", 1), ("int8", 1), ("uint8", 1),
+                      ("float8", 1)):
+        if key in dt:
+            return size
+    return 4
+
+
+def _collect_collectives(graph: OpGraph, seg: Segment, ids: list[int], placements: dict[str, str],
+                         per_sample: float) -> None:
+    """One TP collective per rowwise/vocab module output; SP adds one all-gather per distinct
+    (replicated) input tensor of colwise modules; EP: one dispatch all-to-all per expert group."""
+    g = _digraph(graph)
+    idset = set(ids)
+    last_op_of_module: dict[str, int] = {}
+    for n in ids:
+        last_op_of_module[g.nodes[n].get("module", "")] = n
+    col_inputs: set[int] = set()
+    for module, n in sorted(last_op_of_module.items(), key=lambda kv: kv[1]):
+        pl = placements.get(module)
+        if pl in ("rowwise", "vocab"):
+            seg.tp_collective_bytes.append(_out_bytes(g.nodes[n]) * per_sample)
+    for n in ids:
+        a = g.nodes[n]
+        if placements.get(a.get("module", "")) == "colwise":
+            for p in g.predecessors(n):
+                if placements.get(g.nodes[p].get("module", "")) != "colwise" and (p not in idset or True):
+                    col_inputs.add(p)
+    seg.tp_allgather_bytes = [_out_bytes(g.nodes[p]) * per_sample for p in sorted(col_inputs)]
+    experts = [p for p, op in graph.parametric_ops.items() if op.kind == "experts"
+               and _segment_of_module(p, [seg.name]) is not None]
+    for e in experts:
+        ops = [n for n in ids if g.nodes[n].get("module", "").startswith(e)]
+        first = ops[0] if ops else None
+        if first is not None:
+            # routed tokens entering the expert group: the inputs of its first op
+            seg.ep_alltoall_bytes += max((_out_bytes(g.nodes[p]) for p in g.predecessors(first)), default=0.0) \
+                * per_sample
+            seg.num_experts = max(seg.num_experts, graph.parametric_ops[e].num_experts or 0)
+
+
+def _segment_input_bytes(graph: OpGraph, ids: list[int]) -> float:
+    """Bytes of activations flowing into the segment from outside it (the residual stream)."""
+    g = _digraph(graph)
+    idset = set(ids)
+    srcs = {p for n in ids for p in g.predecessors(n) if p not in idset and g.nodes[p].get("phase") == "fwd"}
+    return sum(_out_bytes(g.nodes[p]) for p in srcs)
+
+
+def _param_region(graph: OpGraph, path: str) -> str:
+    """'pre' or 'post' for a parametric op outside the blocks: the region of its first forward op."""
+    for _, a in graph.nodes(phase="fwd"):
+        if a["module"] == path or a["module"].startswith(path + "."):
+            return a["region"]
+    return "post"
+
+
+def _count_params(graph: OpGraph, seg: Segment, name: str, placements: dict[str, str]) -> None:
+    for path, op in graph.parametric_ops.items():
+        if (op.block or _param_region(graph, path)) != name:
+            continue
+        pl = placements.get(path)
+        if op.kind == "experts":
+            seg.expert_params += op.param_count
+        elif pl in SHARDING_PLACEMENTS:
+            seg.tp_params += op.param_count
+        else:
+            seg.dense_params += op.param_count
