@@ -255,12 +255,16 @@ def _skey(t: torch.Tensor) -> StorageWeakRef:
     return StorageWeakRef(t.untyped_storage())
 
 
-class _FusedSDPA(TorchFunctionMode):
-    """Routes F.scaled_dot_product_attention to the fused aten kernel a GPU would run.
+class _FusedKernels(TorchFunctionMode):
+    """Routes attention and RMSNorm to the fused kernels a GPU runs instead of the composite
+    (decomposed) paths the meta device would take, so saved-activation bytes match a GPU step.
 
-    The meta device picks the math path (materialized scores, fp32 softmax, s x s saved tensors); a
-    CUDA GPU runs flash attention for fp16/bf16 without an explicit mask (GQA native via enable_gqa)
-    and memory-efficient attention otherwise. Shapes outside those kernels fall back unchanged.
+    F.scaled_dot_product_attention: the meta device picks the math path (materialized scores, fp32
+    softmax, s x s saved tensors); a CUDA GPU runs flash attention for fp16/bf16 without an explicit
+    mask (GQA native via enable_gqa) and memory-efficient attention otherwise. Shapes outside those
+    kernels fall back unchanged.
+    F.rms_norm: CUDA runs aten._fused_rms_norm (saves the input and fp32 rstd); on meta it decomposes
+    into fp32 copies that autograd would save. Costed as autoparallel::fused_rms_norm (below).
     """
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -269,7 +273,57 @@ class _FusedSDPA(TorchFunctionMode):
             out = _fused_sdpa(*args, **kwargs)
             if out is not None:
                 return out
+        elif func is F.rms_norm:
+            return _rms_norm(*args, **kwargs)
         return func(*args, **kwargs)
+
+
+# A fused RMSNorm (forward and backward) as custom ops with meta kernels only: the trace records one
+# op each, and autograd saves exactly what the CUDA kernel saves (input, rstd, weight).
+@torch.library.custom_op("autoparallel::fused_rms_norm", mutates_args=())
+def _fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float,
+                    ndim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    raise NotImplementedError("autoparallel::fused_rms_norm exists for meta-device tracing only")
+
+
+@_fused_rms_norm.register_fake
+def _(x: torch.Tensor, weight: torch.Tensor | None, eps: float, ndim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rstd_shape = tuple(x.shape[: x.dim() - ndim]) + (1,) * ndim
+    return torch.empty_like(x), x.new_empty(rstd_shape, dtype=torch.float32)
+
+
+@torch.library.custom_op("autoparallel::fused_rms_norm_backward", mutates_args=())
+def _fused_rms_norm_backward(grad: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
+                             weight: torch.Tensor | None, ndim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    raise NotImplementedError("autoparallel::fused_rms_norm_backward exists for meta-device tracing only")
+
+
+@_fused_rms_norm_backward.register_fake
+def _(grad: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, weight: torch.Tensor | None,
+      ndim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), (torch.empty_like(weight) if weight is not None else x.new_empty(0))
+
+
+def _rms_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    x, weight, _eps, ndim = inputs
+    ctx.save_for_backward(x, output[1], weight)
+    ctx.ndim = ndim
+
+
+def _rms_backward(ctx: Any, grad: torch.Tensor, _grad_rstd: torch.Tensor) -> tuple:
+    x, rstd, weight = ctx.saved_tensors
+    gx, gw = _fused_rms_norm_backward(grad, x, rstd, weight, ctx.ndim)
+    return gx, (gw if weight is not None else None), None, None
+
+
+_fused_rms_norm.register_autograd(_rms_backward, setup_context=_rms_setup)
+
+
+def _rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
+              eps: float | None = None) -> torch.Tensor:
+    if eps is None:
+        eps = torch.finfo(input.dtype).eps
+    return _fused_rms_norm(input, weight, float(eps), len(normalized_shape))[0]
 
 
 def _fused_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -373,7 +427,7 @@ class _Tracer:
 
     # -- the step
     def run(self, args: tuple, kwargs: dict, loss_of: Callable[[Any], torch.Tensor]) -> None:
-        with torch.device("meta"), _FusedSDPA(), _Recorder(self), \
+        with torch.device("meta"), _FusedKernels(), _Recorder(self), \
                 torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
             self.phase = "fwd"
             out = self.model(*args, **kwargs)

@@ -10,6 +10,7 @@ the expected form); the loader turns it into a UserError that names the file and
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from decimal import Decimal
 
 _NUMBER = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
@@ -56,8 +57,8 @@ class UnitError(ValueError):
         super().__init__(f"{why or 'cannot read'} {value!r}; expected {expected}")
 
 
-def _parse(value: object, units: dict[str, Decimal], expected: str) -> float:
-    """Split '<number> <unit>' and scale by the unit; the result must be finite and > 0."""
+def _parse(value: object, units: dict[str, Decimal], expected: str) -> Decimal:
+    """Split '<number> <unit>' and scale by the unit, exactly; the result must be > 0."""
     if isinstance(value, bool) or not isinstance(value, str):
         raise UnitError(value, expected, "needs a unit, got")
     m = _QUANTITY.fullmatch(value)
@@ -67,70 +68,82 @@ def _parse(value: object, units: dict[str, Decimal], expected: str) -> float:
     if unit not in units:
         hint = ""
         lowered = {u.lower(): u for u in units}
-        if unit.lower() in lowered and unit not in units:
+        if unit.lower() in lowered:
             hint = f" (did you mean {lowered[unit.lower()]!r}? case matters: B = bytes, b = bits)"
         raise UnitError(value, expected + hint, f"unknown unit {unit!r} in" if unit else "no unit in")
-    result = _scaled(number, units[unit])
+    result = number * units[unit]
     if not result > 0:
         raise UnitError(value, expected, "must be positive, got")
+    return result
+
+
+def _to_float(value: object, exact: Decimal, expected: str) -> float:
+    """Round once to the nearest float; reject values beyond float range."""
+    result = float(exact)
     if result == float("inf"):
         raise UnitError(value, expected, "too large:")
     return result
 
 
+def _to_int(value: object, exact: Decimal, expected: str) -> int:
+    result = int(exact.to_integral_value())
+    if result < 1:
+        raise UnitError(value, expected, "less than one byte:")
+    return result
+
+
 def parse_flops(value: object) -> float:
     """'312 TFLOPS' -> 3.12e14 FLOP/s."""
-    return _parse(value, FLOPS_UNITS, FLOPS_FORM)
+    return _to_float(value, _parse(value, FLOPS_UNITS, FLOPS_FORM), FLOPS_FORM)
 
 
 def parse_bytes(value: object) -> int:
     """'80 GB' -> 80_000_000_000 bytes; '81920 MiB' -> 85_899_345_920 bytes."""
-    return int(round(_parse(value, BYTE_UNITS, BYTES_FORM)))
+    return _to_int(value, _parse(value, BYTE_UNITS, BYTES_FORM), BYTES_FORM)
 
 
 def parse_bandwidth(value: object) -> float:
-    """'2.039 TB/s' -> 2.039e12 bytes/s; '200 Gb/s' -> 2.5e10 bytes/s (bits / 8)."""
-    return _parse(value, BANDWIDTH_UNITS, BANDWIDTH_FORM)
+    """'2.039 TB/s' -> 2.039e12 bytes/s (the same float as the literal); '200 Gb/s' -> 2.5e10 bytes/s."""
+    return _to_float(value, _parse(value, BANDWIDTH_UNITS, BANDWIDTH_FORM), BANDWIDTH_FORM)
 
 
 def parse_time(value: object) -> float:
     """'3 us' -> 3e-6 s."""
-    return _parse(value, TIME_UNITS, TIME_FORM)
+    return _to_float(value, _parse(value, TIME_UNITS, TIME_FORM), TIME_FORM)
 
 
-def _scaled(number: Decimal, scale: Decimal) -> float:
-    """number * scale computed exactly, rounded once to the nearest float."""
-    return float(number * scale)
-
-
-def _format(value: float, units: list[tuple[str, Decimal]]) -> str:
-    """Write value in a unit whose text parses back to exactly the same float.
+def _format(value: float | int, units: list[tuple[str, Decimal]], parse: Callable[[str], float | int]) -> str:
+    """Write value in a unit whose text `parse` reads back to exactly `value`.
 
     ``units`` is ordered largest first. The shortest rendering wins: a 6-digit text in the largest
-    unit that gives one, then 12 and 17 digits; 17 significant digits always identify a float, and
-    the smallest unit is tried last at that precision, so the loop always returns.
+    unit that gives one, then 12, 17 and 40 digits; 17 significant digits identify any float and 40
+    any int below 1e40, and the smallest unit is always tried, so the loop returns.
     """
     exact = Decimal(value)
-    for digits in (6, 12, 17):
+    for digits in (6, 12, 17, 40):
         for unit, scale in units:
             if exact >= scale or unit == units[-1][0]:
                 text = f"{exact / scale:.{digits}g}"
-                if "e" not in text and _scaled(Decimal(text), scale) == value:
+                if "e" in text or "E" in text:
+                    text = f"{Decimal(text):f}"
+                if "." in text:
+                    text = text.rstrip("0").rstrip(".")
+                if parse(f"{text} {unit}") == value:
                     return f"{text} {unit}"
-    raise ValueError(f"cannot format {value!r}")  # unreachable for finite positive values
+    raise ValueError(f"cannot format {value!r}")
 
 
 def format_flops(value: float) -> str:
-    return _format(value, [(u, FLOPS_UNITS[u]) for u in ("PFLOPS", "TFLOPS", "GFLOPS", "FLOPS")])
+    return _format(value, [(u, FLOPS_UNITS[u]) for u in ("TFLOPS", "GFLOPS", "FLOPS")], parse_flops)
 
 
 def format_bytes(value: int) -> str:
-    return _format(float(value), [(u, BYTE_UNITS[u]) for u in ("TB", "GiB", "GB", "MiB", "MB", "B")])
+    return _format(value, [(u, BYTE_UNITS[u]) for u in ("TB", "GiB", "GB", "MiB", "MB", "B")], parse_bytes)
 
 
 def format_bandwidth(value: float) -> str:
-    return _format(value, [(u, BANDWIDTH_UNITS[u]) for u in ("TB/s", "GB/s", "MB/s", "B/s")])
+    return _format(value, [(u, BANDWIDTH_UNITS[u]) for u in ("TB/s", "GB/s", "MB/s", "B/s")], parse_bandwidth)
 
 
 def format_time(value: float) -> str:
-    return _format(value, [(u, TIME_UNITS[u]) for u in ("s", "ms", "us", "ns")])
+    return _format(value, [(u, TIME_UNITS[u]) for u in ("s", "ms", "us", "ns")], parse_time)

@@ -1,0 +1,123 @@
+"""Meta copies, pipeline splitting and shard-by-shard materialization.
+
+The trainer never parallelizes the user's module in place. It works on a copy whose parameters live
+on the meta device (no memory), splits that copy into pipeline stages torchtitan-style (deep-copy,
+delete the blocks other stages own, set the embeddings / final norm / head of middle stages to None),
+applies TP/EP/AC/FSDP while still on meta, and only then allocates this rank's shards (`to_empty`).
+The shards are filled either
+
+* from the user's materialized model: rank 0's full parameters are broadcast once and every rank
+  copies out exactly its slice (so all ranks start from the same weights even if they were built
+  with different seeds, and the parallel run starts bit-identical to a single-process one), or
+* for a model built on the meta device: by the user's init function, else the model's own
+  `init_weights()` (catalog models), run on the sharded modules: nothing full-size is ever allocated.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+from autoparallel.errors import UserError
+from autoparallel.trainer.structure import ModelLayout, clean_fqn, get_submodule
+
+
+def is_meta_model(model: nn.Module) -> bool:
+    return any(p.is_meta for p in model.parameters())
+
+
+def meta_copy(model: nn.Module) -> nn.Module:
+    """A deep copy whose parameters are on the meta device (ties kept); buffers are copied as they are."""
+    memo: dict[int, object] = {}
+    for p in model.parameters():
+        memo[id(p)] = nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+    return copy.deepcopy(model, memo)
+
+
+def pipeline_part(meta_model: nn.Module, layout: ModelLayout, keep: set[str], first: bool,
+                  last: bool) -> nn.Module:
+    """The model of one (virtual) pipeline stage: only the blocks in `keep`, embeddings only on the
+    first stage, final norm / head only on the last. Parameter names stay those of the full model."""
+    part = copy.deepcopy(meta_model)
+    container = get_submodule(part, layout.container or "")
+    if not isinstance(container, nn.ModuleDict) or "." in (layout.container or "."):
+        raise UserError("pipeline parallelism needs the model's blocks in a root-level nn.ModuleDict (so "
+                        "parameter names survive deleting layers), as in docs/architecture.md; use a plan "
+                        "with pp=1 for this model")
+    for key in layout.blocks:
+        if key not in keep:
+            del container[key]
+    for name in layout.pre if not first else ():
+        setattr(part, name, None)
+    for name in layout.post if not last else ():
+        setattr(part, name, None)
+    return part
+
+
+def full_source(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer of the user's model by clean FQN (tied names each appear)."""
+    out = {clean_fqn(n): p.detach() for n, p in model.named_parameters(remove_duplicate=False)}
+    out.update({clean_fqn(n): b.detach() for n, b in model.named_buffers(remove_duplicate=False)})
+    return out
+
+
+def broadcast_source(source: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """Rank 0's values on every rank: one flattened broadcast per dtype (a handful of collectives)."""
+    names = sorted(source)
+    out: dict[str, torch.Tensor] = {}
+    by_dtype: dict[torch.dtype, list[str]] = {}
+    for n in names:
+        by_dtype.setdefault(source[n].dtype, []).append(n)
+    for dtype in sorted(by_dtype, key=str):
+        group = by_dtype[dtype]
+        tensors = [source[n].to(device) for n in group]
+        flat = _flatten_dense_tensors(tensors).clone()  # clone: never write into the user's tensors
+        dist.broadcast(flat, src=0)
+        for n, t in zip(group, _unflatten_dense_tensors(flat, tensors)):
+            out[n] = t
+    return out
+
+
+@torch.no_grad()
+def _fill(target: torch.Tensor, full: torch.Tensor, name: str) -> None:
+    if isinstance(target, DTensor):
+        if tuple(full.shape) != tuple(target.shape):
+            raise UserError(f"parameter {name}: source shape {tuple(full.shape)} != {tuple(target.shape)}")
+        shape, offset = compute_local_shape_and_global_offset(full.shape, target.device_mesh, target.placements)
+        local = target.to_local()
+        if local.numel():
+            local.copy_(full[tuple(slice(o, o + s) for s, o in zip(shape, offset))])
+    else:
+        target.copy_(full)
+
+
+def materialize(part: nn.Module, device: torch.device, source: dict[str, torch.Tensor] | None,
+                init_fn: Callable[[nn.Module], None] | None) -> None:
+    """Allocate `part`'s (sharded) parameters on `device` and fill them (see the module docstring)."""
+    real_buffers = {n: b.detach().clone() for n, b in part.named_buffers() if not b.is_meta}
+    part.to_empty(device=device)
+    with torch.no_grad():
+        for n, b in part.named_buffers():
+            if n in real_buffers:
+                b.copy_(real_buffers[n])
+    if source is not None:
+        for name, t in list(part.named_parameters()) + list(part.named_buffers()):
+            key = clean_fqn(name)
+            if key in source:
+                _fill(t, source[key], key)
+            elif name not in real_buffers:
+                raise UserError(f"parameter {key} of the parallel model has no value in the source model")
+        return
+    init = init_fn if init_fn is not None else getattr(part, "init_weights", None)
+    if init is None:
+        raise UserError(f"model {type(part).__name__} is on the meta device but has no init_weights() "
+                        "method; pass init_fn=callable(module) to AutoParallelTrainer to initialize it")
+    with torch.no_grad():
+        init(part) if init_fn is not None else init()

@@ -1,0 +1,211 @@
+"""Tensor (and sequence) parallelism from the plan's per-module placements, with DTensor styles.
+
+Placement -> ParallelStyle (Megatron-LM layout, as torchtitan applies it to Llama):
+
+  colwise   ColwiseParallel: weight Shard(0); input Replicate (Shard(1) under sequence parallelism,
+            all-gathered once per attention / MLP by a pre-hook on their parent); output stays sharded
+            on the last dim when a rowwise sibling consumes it, else (the LM head) is gathered to
+            Replicate so any loss function sees whole logits.
+  rowwise   RowwiseParallel: weight Shard(1); input Shard(-1); output all-reduced (Replicate), or
+            reduce-scattered on the sequence dim (Shard(1)) under sequence parallelism.
+  vocab     RowwiseParallel on an Embedding: table Shard(0) on the vocabulary, output Replicate /
+            Shard(1). A positional table (pos_embeddings) is only a few rows: it stays replicated and
+            its output is sliced to this rank's sequence chunk under sequence parallelism.
+  sequence  SequenceParallel (norms on the residual stream) when plan.sequence_parallel; parameters
+            replicated as DTensors, so their partial gradients are all-reduced by DTensor.
+  replicate parameters replicated, computed redundantly on every tp rank. Under sequence parallelism
+            a replicated branch of a block (e.g. nn.MultiheadAttention, an MoE layer) runs on the
+            gathered sequence and its output is sliced back (PrepareModuleInput/Output).
+  expert    nothing here (see expert_parallel.py); an MoE layer is a replicated branch for tp.
+
+Norms inside a tensor-parallel attention (qk-norm over head_dim) see only this rank's heads; they
+run as SequenceParallel on the head dim (torchtitan's qwen3 recipe) so their gradients are summed.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    ParallelStyle,
+    PrepareModuleOutput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+
+from autoparallel.errors import UserError
+from autoparallel.trainer.structure import ModelLayout, get_submodule
+
+_NORMS = (nn.LayerNorm, nn.RMSNorm)
+_TP_KINDS = ("colwise", "rowwise", "vocab")
+
+
+def _parent(path: str) -> str:
+    return path.rpartition(".")[0]
+
+
+def _check_divisible(path: str, mod: nn.Module, placement: str, tp: int) -> None:
+    if placement == "colwise":
+        if not isinstance(mod, nn.Linear):
+            raise UserError(f"plan placement colwise on {path}: {type(mod).__name__} is not an nn.Linear")
+        n = mod.out_features
+        what = "out_features"
+    elif placement == "rowwise":
+        if not isinstance(mod, nn.Linear):
+            raise UserError(f"plan placement rowwise on {path}: {type(mod).__name__} is not an nn.Linear")
+        n, what = mod.in_features, "in_features"
+    else:
+        if not isinstance(mod, nn.Embedding):
+            raise UserError(f"plan placement vocab on {path}: {type(mod).__name__} is not an nn.Embedding")
+        n, what = mod.num_embeddings, "num_embeddings"
+    if n % tp:
+        raise UserError(f"plan: {path} ({placement}) has {what}={n}, not divisible by tp={tp}; pick a tp "
+                        f"that divides it")
+
+
+def _check_heads(root: nn.Module, placements: dict[str, str], tp: int) -> None:
+    """A column-sharded q/k/v must split whole heads: heads % tp == 0 (GQA: kv heads too)."""
+    for path, placement in placements.items():
+        parent = get_submodule(root, _parent(path))
+        mod = get_submodule(root, path)
+        head_dim = getattr(parent, "head_dim", None)
+        if placement != "colwise" or not isinstance(head_dim, int) or not isinstance(mod, nn.Linear):
+            continue
+        heads = mod.out_features // head_dim
+        if heads % tp:
+            raise UserError(f"plan: {path} projects to {heads} attention heads, not divisible by tp={tp}; "
+                            f"tensor parallelism splits whole heads, so pick a tp that divides the (kv) "
+                            f"head count")
+
+
+def _gather_sequence_pre_hook(tp_mesh: DeviceMesh):
+    """Forward pre-hook: all-gather the sequence-sharded first input once for all its colwise children."""
+
+    def hook(module: nn.Module, args: tuple) -> tuple:
+        if not args:
+            return args
+        x = args[0]
+        if not isinstance(x, DTensor):
+            x = DTensor.from_local(x, tp_mesh, (Shard(1),), run_check=False)
+        return (x.redistribute(tp_mesh, (Replicate(),)),) + tuple(args[1:])
+
+    return hook
+
+
+def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_mesh: DeviceMesh,
+                          sequence_parallel: bool, layout: ModelLayout) -> None:
+    """Parallelize `part` (the model or one pipeline stage of it) over `tp_mesh` per the plan."""
+    tp = tp_mesh.size()
+    placements = {p: v for p, v in full_placements.items() if get_submodule(part, p) is not None}
+    _check_heads(part, placements, tp)
+    colwise_paired: set[str] = set()
+    for path, v in placements.items():
+        if v == "rowwise":
+            colwise_paired |= {p for p, w in placements.items() if w == "colwise" and _parent(p) == _parent(path)}
+    seq_in = Shard(1) if sequence_parallel else Replicate()
+    styles: dict[str, ParallelStyle] = {}
+    gather_parents: set[str] = set()
+    for path, v in sorted(placements.items()):
+        mod = get_submodule(part, path)
+        if v in _TP_KINDS:
+            _check_divisible(path, mod, v, tp)
+        if v == "colwise":
+            if path in colwise_paired:
+                styles[path] = ColwiseParallel(input_layouts=seq_in)
+                if sequence_parallel and _parent(path):
+                    gather_parents.add(_parent(path))
+            else:
+                styles[path] = ColwiseParallel(input_layouts=seq_in, output_layouts=Replicate())
+        elif v == "rowwise":
+            styles[path] = RowwiseParallel(output_layouts=seq_in)
+        elif v == "vocab":
+            if path.endswith("pos_embeddings"):
+                if sequence_parallel:  # [S, h] table rows of this rank's sequence chunk
+                    styles[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(0))
+            else:
+                styles[path] = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq_in)
+        elif v == "sequence" and not sequence_parallel:
+            raise UserError(f"plan: {path} has placement 'sequence' but sequence_parallel is false; use "
+                            f"'replicate' or set sequence_parallel: true")
+        elif v == "sequence" or (v == "replicate" and sequence_parallel and isinstance(mod, _NORMS)
+                                 and not _inside_attention(part, path, placements)):
+            if v == "replicate":
+                raise UserError(f"plan: sequence_parallel is true but norm {path} is 'replicate'; norms on "
+                                f"the sequence-sharded residual stream must be 'sequence'")
+            if not _inside_attention(part, path, placements):
+                styles[path] = SequenceParallel()
+        elif v == "replicate" and path.endswith("pos_embeddings") and sequence_parallel:
+            styles[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(0))
+    # qk-norms inside a head-sharded attention: head-parallel norm (grads summed over tp).
+    for path, mod in part.named_modules():
+        if isinstance(mod, _NORMS) and _inside_attention(part, path, placements):
+            styles[path] = SequenceParallel(sequence_dim=2, use_local_output=True)
+    if sequence_parallel:
+        for region in _replicated_regions(part, placements, layout):
+            styles[region] = _GatherScatter()
+    for parent in gather_parents:
+        if parent not in styles:
+            get_submodule(part, parent).register_forward_pre_hook(_gather_sequence_pre_hook(tp_mesh))
+    parallelize_module(part, tp_mesh, styles)
+
+
+def _inside_attention(root: nn.Module, path: str, placements: dict[str, str]) -> bool:
+    """A norm whose siblings are column-sharded projections (qk-norm): it sees sharded heads."""
+    parent = _parent(path)
+    if not parent or path not in dict(root.named_modules()):
+        return False
+    return any(v == "colwise" and _parent(p) == parent for p, v in placements.items())
+
+
+class _GatherScatter(ParallelStyle):
+    """Run a module on the whole sequence and hand back this rank's chunk: a replicated branch inside
+    a sequence-parallel block. Every tensor positional input goes Shard(1) -> Replicate (all-gather),
+    the (first) tensor output Replicate -> Shard(1) (a local slice). The branch computes identically on
+    every tp rank, so the gradients of its inputs are declared Replicate: no extra reduction."""
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        def gather(x: object) -> object:
+            if not isinstance(x, torch.Tensor) or x.dim() < 2:
+                return x
+            if not isinstance(x, DTensor):
+                x = DTensor.from_local(x, device_mesh, (Shard(1),), run_check=False)
+            return x.redistribute(device_mesh, (Replicate(),)).to_local()
+
+        def scatter(x: object) -> object:
+            if not isinstance(x, torch.Tensor) or x.dim() < 2:
+                return x
+            dt = DTensor.from_local(x, device_mesh, (Replicate(),), run_check=False)
+            return dt.redistribute(device_mesh, (Shard(1),)).to_local()
+
+        def pre_hook(_mod: nn.Module, args: tuple) -> tuple:
+            return tuple(gather(a) for a in args)
+
+        def post_hook(_mod: nn.Module, _args: tuple, out: object) -> object:
+            if isinstance(out, tuple):  # e.g. nn.MultiheadAttention: (output, weights)
+                return (scatter(out[0]),) + out[1:]
+            return scatter(out)
+
+        module.register_forward_pre_hook(pre_hook)
+        module.register_forward_hook(post_hook)
+        return module
+
+
+def _replicated_regions(root: nn.Module, placements: dict[str, str], layout: ModelLayout) -> list[str]:
+    """Children of each block (not norms) whose parametric placements are all replicate/expert."""
+    out: list[str] = []
+    for block in layout.block_paths:
+        bmod = get_submodule(root, block)
+        if bmod is None:
+            continue
+        for name, child in bmod.named_children():
+            path = f"{block}.{name}"
+            if isinstance(child, _NORMS) or not any(True for _ in child.parameters()):
+                continue
+            inner = [v for p, v in placements.items() if p == path or p.startswith(path + ".")]
+            if inner and all(v in ("replicate", "expert") for v in inner):
+                out.append(path)
+    return out
