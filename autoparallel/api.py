@@ -18,7 +18,7 @@ from torch import nn
 from autoparallel.errors import UserError
 from autoparallel.graph import OpGraph
 from autoparallel.plan import Plan
-from autoparallel.planner import PlanResult, Planner
+from autoparallel.planner import Planner, PlanResult
 from autoparallel.units import parse_bytes
 from cost_models.estimate import CostModel, Estimate
 from hardware_profiles import Cluster, load_profile
@@ -69,22 +69,23 @@ def _budget(max_memory_per_gpu: str | int | float | None) -> float | None:
 
 
 def context(model: Any, hardware: str | Any, gpus: int, seq_len: int, gpus_per_node: int | None = None,
-            max_memory_per_gpu: Any = None, graph: OpGraph | None = None) -> PlanContext:
+            max_memory_per_gpu: Any = None, graph: OpGraph | None = None,
+            overlap_grad_sync: bool = True) -> PlanContext:
     cluster = make_cluster(hardware, gpus, gpus_per_node)
     graph = graph or trace_model(model, seq_len=seq_len)
-    cm = CostModel(graph, cluster)
+    cm = CostModel(graph, cluster, overlap_grad_sync=overlap_grad_sync)
     return PlanContext(_model_name(model), graph, cluster, cm, cm._budget(_budget(max_memory_per_gpu)))
 
 
 def plan_result(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int,
                 max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
-                top_k: int = 3, progress: bool = False, graph: OpGraph | None = None) -> tuple[PlanResult, PlanContext]:
-    ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, graph)
+                top_k: int = 3, progress: bool = False, graph: OpGraph | None = None,
+                overlap_grad_sync: bool = True) -> tuple[PlanResult, PlanContext]:
+    ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, graph, overlap_grad_sync)
     import sys
     say = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
     planner = Planner(ctx.graph, ctx.cluster, global_batch, seq_len, ctx.budget_bytes, fix,
-                      model_name=ctx.model_name, progress=say)
-    planner.cm = ctx.cost_model  # share the segment caches
+                      model_name=ctx.model_name, progress=say, cost_model=ctx.cost_model)
     return planner.solve(top_k=top_k), ctx
 
 

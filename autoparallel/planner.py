@@ -27,15 +27,15 @@ from cost_models.comm import all_gather_time, all_reduce_time, link_for, reduce_
 from cost_models.estimate import (
     ALLOCATOR_RESERVE,
     DTYPE_BYTES,
-    OPTIMIZER_BYTES_PER_PARAM,
     CostModel,
     Estimate,
     in_flight_micro_batches,
+    model_state_bytes,
 )
 from hardware_profiles import Cluster
 
 NS = 1e9          # CP-SAT works in integers: times in nanoseconds
-KIB = 1024.0      # memory in KiB
+MEM_UNIT = 1.0    # memory in bytes (int64 holds any budget)
 PIN_KEYS = ("tp", "pp", "dp", "ep", "vpp", "micro_batch", "zero", "sequence_parallel", "recompute",
             "grad_reduce_dtype")
 PIN_ALIASES = {"mb": "micro_batch", "sp": "sequence_parallel", "micro-batch": "micro_batch",
@@ -142,12 +142,12 @@ class Planner:
     def __init__(self, graph: OpGraph, cluster: Cluster, global_batch: int, seq_len: int,
                  max_memory_bytes: float | None = None, fix: dict | str | None = None,
                  model_name: str = "", dtype: str = "bf16", progress: Callable[[str], None] | None = None,
-                 placements: dict[str, str] | None = None):
+                 placements: dict[str, str] | None = None, cost_model: CostModel | None = None):
         if global_batch < 1:
             raise UserError(f"global batch {global_batch} must be >= 1")
         self.graph = graph
         self.cluster = cluster
-        self.cm = CostModel(graph, cluster, dtype)
+        self.cm = cost_model or CostModel(graph, cluster, dtype)
         self.global_batch = global_batch
         self.seq_len = seq_len
         self.budget = self.cm._budget(max_memory_bytes)
@@ -259,13 +259,12 @@ class Planner:
         best: list[Candidate] = []    # feasible, sorted by step time
         closest_miss: tuple[float, MeshConfig, Estimate | None] | None = None
         solved = 0
+        keep = max(top_k, 0) + 1
         last_say = time.perf_counter()
         proven = True
         for lb, _, cfg in bounded:
-            if len(best) >= max(top_k, 1) + 1 and lb >= best[max(top_k, 1)].estimate.step_time_s:
-                break  # no remaining config can enter the winner + runners-up list
-            if best and lb >= best[0].estimate.step_time_s and len(best) > top_k:
-                break
+            if len(best) >= keep and lb >= best[keep - 1].estimate.step_time_s:
+                break  # sorted bounds: no remaining config can enter the winner + runners-up list
             if time.perf_counter() - t0 > time_limit_s:
                 proven = False
                 break
@@ -414,12 +413,9 @@ class StageModel:
     def state_bytes_per_param(self) -> tuple[float, float]:
         """Bytes per local parameter of model states after ZeRO sharding: (dense, expert)."""
         c = self.cfg
-        pb, gb, k = DTYPE_BYTES.get(self.plan0.param_dtype, 2), DTYPE_BYTES[c.grad_reduce_dtype], \
-            OPTIMIZER_BYTES_PER_PARAM
-
-        def per(d: int) -> float:
-            return pb / (d if c.zero >= 3 else 1) + gb / (d if c.zero >= 2 else 1) + k / (d if c.zero >= 1 else 1)
-        return per(c.dp * c.ep), per(c.dp)
+        pb, gb = DTYPE_BYTES.get(self.plan0.param_dtype, 2), DTYPE_BYTES[c.grad_reduce_dtype]
+        return (sum(model_state_bytes(1.0, c.zero, c.dp * c.ep, pb, gb)),
+                sum(model_state_bytes(1.0, c.zero, c.dp, pb, gb)))
 
     def fixed_memory(self, d: int) -> float:
         """Bytes on rank d independent of the partition: buffers and the ends' model states."""
@@ -493,9 +489,9 @@ class StageModel:
         n, used = self.add_recompute(model, cnt)
         T, Tmax = self.add_stage_times(model, cnt, n)
         self.add_memory(model, cnt, n, used)
-        E, O = self.add_data_parallel(model, cnt, n)
+        E, Opt = self.add_data_parallel(model, cnt, n)
         v, m = self.cfg.vpp, self.m
-        model.Minimize(v * m * Tmax + sum(T) - Tmax + v * E + v * O)
+        model.Minimize(v * m * Tmax + sum(T) - Tmax + v * E + v * Opt)
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = 1          # deterministic
         solver.parameters.max_time_in_seconds = 20.0
@@ -504,7 +500,6 @@ class StageModel:
             return None
         stage_layers = [solver.Value(B[s + 1]) - solver.Value(B[s]) for s in range(self.S)]
         recompute: list[str] = []
-        graph = self.cm.graph
         start = 0
         for s in range(self.S):
             left = {(c, r): solver.Value(n[s, c, r]) for c in self.classes for r in self.modes}
@@ -527,7 +522,6 @@ class StageModel:
         for s in range(self.S):
             model.Add(B[s + 1] >= B[s] + 1)
         cnt = {}
-        graph = self.cm.graph
         if len(self.classes) == 1:
             c = self.classes[0]
             for s in range(self.S):
@@ -592,18 +586,18 @@ class StageModel:
                               + in_flight(d) * sum_{s on d,c,r} n[s,c,r] * act(c,r) + W_d ] <= budget,
         W_d >= working(c,r) * used[s,c,r]  (the largest rematerialized block during its backward)."""
         p = self.cfg.pp
-        cap = int(self.pl.budget / (1 + ALLOCATOR_RESERVE) / KIB)
+        cap = int(self.pl.budget / (1 + ALLOCATOR_RESERVE) / MEM_UNIT)
         for d in range(p):
             infl = in_flight_micro_batches(d, p, self.cfg.vpp, self.m)
             W = model.NewIntVar(0, cap * 4 + 1, f"W{d}")
-            expr = int(math.ceil(self.fixed_memory(d) / KIB)) + W
+            expr = int(math.ceil(self.fixed_memory(d) / MEM_UNIT)) + W
             for s in range(d, self.S, p):
                 for c in self.classes:
-                    expr += int(math.ceil(self.block_memory(c) / KIB)) * cnt[s, c]
+                    expr += int(math.ceil(self.block_memory(c) / MEM_UNIT)) * cnt[s, c]
                     for r in self.modes:
                         sc = self.cost(self.rep[c], r)
-                        expr += int(math.ceil(infl * sc.act_bytes / KIB)) * n[s, c, r]
-                        model.Add(W >= int(math.ceil(sc.working_bytes / KIB)) * used[s, c, r])
+                        expr += int(math.ceil(infl * sc.act_bytes / MEM_UNIT)) * n[s, c, r]
+                        model.Add(W >= int(math.ceil(sc.working_bytes / MEM_UNIT)) * used[s, c, r])
             model.Add(expr <= cap)
 
     def add_data_parallel(self, model: cp_model.CpModel, cnt, n):
@@ -615,7 +609,7 @@ class StageModel:
         zero_div = c.dp * c.ep if c.zero >= 1 else 1
         big = int(NS * 1e4)
         E = model.NewIntVar(0, big, "E")
-        O = model.NewIntVar(0, big, "O")
+        Opt = model.NewIntVar(0, big, "Opt")
         p = c.pp
         for d in range(p):
             sync = 0
@@ -649,9 +643,11 @@ class StageModel:
                         overlap += int(round(NS * ov)) * n[s, cls, r]
             if has_exp and has_exp_blocks:
                 const += ec
+            if not self.cm.overlap_grad_sync:
+                overlap = 0
             model.Add(E >= int(round(NS * const)) + sync - overlap)
-            model.Add(O >= opt)
-        return E, O
+            model.Add(Opt >= opt)
+        return E, Opt
 
 
 # ---------------------------------------------------------------------------------------------------------

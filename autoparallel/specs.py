@@ -277,7 +277,7 @@ def _llama_like_spec(cfg: _Cfg, name: str, model_type: str, family: str) -> Mode
     kv_heads = cfg.int("num_key_value_heads", default=heads)
     # head_dim is explicit in qwen3 (128 with hidden 2048, 32 heads) and newer llama/mistral configs.
     head_dim = cfg.int("head_dim", default=hidden // heads)
-    if "head_dim" not in cfg.raw and hidden % heads:
+    if cfg.raw.get("head_dim") is None and hidden % heads:
         raise UserError(f"{cfg.source}: hidden_size {hidden} is not divisible by num_attention_heads "
                         f"{heads}; give head_dim explicitly")
     # Qwen2/Qwen2-MoE attention hard-codes bias on q/k/v (not o); llama/qwen3 'attention_bias'

@@ -265,6 +265,8 @@ class _FusedKernels(TorchFunctionMode):
     kernels fall back unchanged.
     F.rms_norm: CUDA runs aten._fused_rms_norm (saves the input and fp32 rstd); on meta it decomposes
     into fp32 copies that autograd would save. Costed as autoparallel::fused_rms_norm (below).
+    F.dropout (training, 0 < p < 1): CUDA runs aten.native_dropout (a 1-byte bool mask is saved); off
+    CUDA it becomes empty_like(x).bernoulli_() whose mask has x's dtype (2 bytes in bf16).
     """
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -275,6 +277,10 @@ class _FusedKernels(TorchFunctionMode):
                 return out
         elif func is F.rms_norm:
             return _rms_norm(*args, **kwargs)
+        elif func is F.dropout:
+            out = _native_dropout(*args, **kwargs)
+            if out is not None:
+                return out
         return func(*args, **kwargs)
 
 
@@ -324,6 +330,13 @@ def _rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: torc
     if eps is None:
         eps = torch.finfo(input.dtype).eps
     return _fused_rms_norm(input, weight, float(eps), len(normalized_shape))[0]
+
+
+def _native_dropout(input: torch.Tensor, p: float = 0.5, training: bool = True,
+                    inplace: bool = False) -> torch.Tensor | None:
+    if inplace or not training or not 0.0 < p < 1.0 or not input.is_floating_point():
+        return None
+    return torch.ops.aten.native_dropout(input, p, True)[0]
 
 
 def _fused_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -464,7 +477,10 @@ class _Tracer:
             if not is_view:
                 info = self.param_storage.get(key)
                 if info is not None:
-                    params[info[0]] = (info[1], info[2])
+                    # The slice actually read (w1[e] of stacked expert weights), not the whole storage.
+                    n = min(t.numel(), info[1])
+                    if n > params.get(info[0], (0, 0))[0]:
+                        params[info[0]] = (n, n * t.element_size())
         flops = 0.0
         f = flop_registry.get(func._overloadpacket)
         if f is not None:

@@ -57,7 +57,8 @@ def main() -> None:
         row = rows[i]
         spec = row_spec(row, vocab, seq)
         t0 = time.perf_counter()
-        ctx = context(spec, "a100-sxm-80gb", row["gpus"], seq)
+        # Megatron-LM (2021) all-reduced gradients after the backward pass, not overlapped with it.
+        ctx = context(spec, "a100-sxm-80gb", row["gpus"], seq, overlap_grad_sync=False)
         t_trace = time.perf_counter() - t0
         plan = expert_plan(row, ctx, seq)
         est = ctx.cost_model.estimate(plan, ctx.budget_bytes)
@@ -71,7 +72,7 @@ def main() -> None:
                "trace_s": round(t_trace, 2)}
         if args.plan:
             res, _ = plan_result(spec, hardware="a100-sxm-80gb", gpus=row["gpus"], global_batch=row["global_batch"],
-                                 seq_len=seq, graph=ctx.graph)
+                                 seq_len=seq, graph=ctx.graph, overlap_grad_sync=False)
             p = res.plan
             rec["planned"] = {"dp": p.dp, "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "micro_batch": p.micro_batch,
                               "zero": p.zero, "sp": p.sequence_parallel,

@@ -93,13 +93,29 @@ class Estimate:
         }
 
 
+def model_state_bytes(params: float, zero: int, dp: int, param_bytes: int = 2, grad_bytes: int = 2,
+                      optimizer_bytes: int = OPTIMIZER_BYTES_PER_PARAM) -> tuple[float, float, float]:
+    """(parameter, gradient, optimizer) bytes per data-parallel rank (Rajbhandari et al. 2020).
+
+    ZeRO-1 shards the optimizer states over the dp ranks, ZeRO-2 also the gradients, ZeRO-3 also the
+    parameters: e.g. params=7.5e9, dp=64, 2+2+12 bytes: 120 GB -> 31.4 -> 16.6 -> 1.9 GB.
+    """
+    return (params * param_bytes / (dp if zero >= 3 else 1),
+            params * grad_bytes / (dp if zero >= 2 else 1),
+            params * optimizer_bytes / (dp if zero >= 1 else 1))
+
+
 class CostModel:
     """Cost of plans for one traced graph on one cluster. Segment analyses are cached per
     (placements, sequence parallel) and segment costs per (segment, tp, ep, sp, micro-batch, recompute),
     so the planner can query thousands of variants cheaply; `estimate(plan)` is the single definition
     of a plan's cost that planner objective and `autoparallel estimate` share."""
 
-    def __init__(self, graph: OpGraph, cluster: Cluster, dtype: str = "bf16"):
+    def __init__(self, graph: OpGraph, cluster: Cluster, dtype: str = "bf16", overlap_grad_sync: bool = True):
+        """overlap_grad_sync: the runtime overlaps the data-parallel gradient reduction with the
+        backward pass (PyTorch DDP/FSDP2, torchtitan, Megatron-LM since 2023 do; Megatron-LM of 2021
+        reduced after the backward pass)."""
+        self.overlap_grad_sync = overlap_grad_sync
         self.graph = graph
         self.cluster = cluster
         self.profile = cluster.profile
@@ -167,7 +183,7 @@ class CostModel:
         elif recompute == "selective":
             redo = ~seg.fwd.keep_selective
             recompute_s, rec_flops = float(fwd_t[redo].sum()), float(fwd_flops[redo].sum())
-            act = float(saved[~redo].sum()) + input_bytes
+            act = float(saved[~redo].sum())
             working = float(saved[redo].sum())
         else:
             recompute_s, rec_flops, act, working = 0.0, 0.0, act_all, 0.0
@@ -335,16 +351,9 @@ class CostModel:
         """Bytes per device: ZeRO-sharded model states, activations, buffers (see module docstring)."""
         pb = DTYPE_BYTES.get(plan.param_dtype, 2)
         gb = DTYPE_BYTES.get(plan.grad_reduce_dtype, 4)
-        k = OPTIMIZER_BYTES_PER_PARAM
         dense = params - expert_params
-        d_dense, d_exp = plan.dp * plan.ep, plan.dp
-
-        def states(n: float, d: int) -> tuple[float, float, float]:
-            z = plan.zero
-            return (n * pb / (d if z >= 3 else 1), n * gb / (d if z >= 2 else 1), n * k / (d if z >= 1 else 1))
-
-        pd, gd, od = states(dense, d_dense)
-        pe, ge, oe = states(expert_params, d_exp)
+        pd, gd, od = model_state_bytes(dense, plan.zero, plan.dp * plan.ep, pb, gb)
+        pe, ge, oe = model_state_bytes(expert_params, plan.zero, plan.dp, pb, gb)
         buffers = 0.0
         if plan.zero >= 3:  # gathered parameters of two blocks (current + prefetched), per device
             buffers += 2 * self.max_block_params(plan) * pb
@@ -386,7 +395,8 @@ class CostModel:
                         total += ag
             per_mb_bwd = s["bwd"]
             compute = s["time"] * plan.num_micro_batches
-            exposed = max(0.0, total - (per_mb_bwd if plan.zero < 3 else compute))
+            window = (per_mb_bwd if plan.zero < 3 else compute) if self.overlap_grad_sync else 0.0
+            exposed = max(0.0, total - window)
             local = s["params"] / (d_dense if plan.zero >= 1 else 1)
             opt = local * 32 / (self.profile.memory_bandwidth * self.profile.efficiency.memory_bound)
             worst_exposed, worst_total = max(worst_exposed, exposed), max(worst_total, total)
@@ -415,9 +425,9 @@ def _divisors_upto(n: int, limit: int) -> str:
 
 
 def estimate(graph: OpGraph, cluster: Cluster, plan: Plan, max_memory_bytes: float | None = None,
-             dtype: str = "bf16") -> Estimate:
+             dtype: str = "bf16", overlap_grad_sync: bool = True) -> Estimate:
     """Predict a plan's step time, throughput and memory (see the module docstring)."""
-    return CostModel(graph, cluster, dtype).estimate(plan, max_memory_bytes)
+    return CostModel(graph, cluster, dtype, overlap_grad_sync).estimate(plan, max_memory_bytes)
 
 
 def ceil_div(a: int, b: int) -> int:

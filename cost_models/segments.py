@@ -132,9 +132,6 @@ def _propagate_tp(graph: OpGraph, placements: dict[str, str], seg_of: dict[int, 
     return op_sharded
 
 
-_SELECTIVE_KEEP = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
-
-
 def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: dict[int, bool],
                    placements: dict[str, str], sequence_parallel: bool) -> Segment:
     g = _digraph(graph)
@@ -158,7 +155,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             tp_sharded=np.array([sharded.get(n, False) for n in ids], dtype=bool),
             expert=np.array([in_expert(a.get("module", "")) for a in attrs], dtype=bool),
             saved_bytes=np.array([a.get("saved_bytes", 0) for a in attrs], dtype=float) * per_sample,
-            keep_selective=np.array([_keep_under_selective(a, placements) for a in attrs], dtype=bool),
+            keep_selective=np.array([_keep_under_selective(a, graph.seq_len) for a in attrs], dtype=bool),
         )
         setattr(seg, phase, ops)
         if phase == "fwd":
@@ -169,11 +166,14 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
     return seg
 
 
-def _keep_under_selective(attrs: dict, placements: dict[str, str]) -> bool:
-    """Selective recompute saves the outputs of weight GEMMs and fused attention kernels; it recomputes
-    everything else (norms, activations, eager softmax/dropout, score matmuls) in backward."""
-    op = attrs.get("op", "")
-    return attrs.get("param_bytes", 0) > 0 or any(k in op for k in _SELECTIVE_KEEP)
+def _keep_under_selective(attrs: dict, seq_len: int) -> bool:
+    """Selective recompute (Korthikanti et al. 2022) recomputes the attention core: the ops whose
+    outputs grow with seq_len^2 (scores, softmax, dropout), cheap to redo and the largest activations.
+    Everything else stays saved. With fused (flash) attention nothing is quadratic: selective = none."""
+    for shape in attrs.get("out_shapes", []):
+        if seq_len > 1 and sum(1 for d in shape if int(d) == seq_len) >= 2:
+            return False
+    return True
 
 
 def _out_bytes(attrs: dict) -> float:
@@ -230,11 +230,17 @@ def _collect_collectives(graph: OpGraph, seg: Segment, ids: list[int], placement
 
 
 def _segment_input_bytes(graph: OpGraph, ids: list[int]) -> float:
-    """Bytes of activations flowing into the segment from outside it (the residual stream)."""
+    """Bytes of the segment's input activation: the largest tensor flowing in from outside (the
+    residual stream; smaller shared inputs such as rotary tables are kept once for all blocks)."""
     g = _digraph(graph)
     idset = set(ids)
     srcs = {p for n in ids for p in g.predecessors(n) if p not in idset and g.nodes[p].get("phase") == "fwd"}
-    return sum(_out_bytes(g.nodes[p]) for p in srcs)
+    return max((_first_out_bytes(g.nodes[p]) for p in srcs), default=0.0)
+
+
+def _first_out_bytes(attrs: dict) -> float:
+    """Bytes of an op's first (main) output: e.g. dropout's result without its mask."""
+    return _out_bytes({"out_shapes": attrs.get("out_shapes", [])[:1], "out_dtypes": attrs.get("out_dtypes", [])[:1]})
 
 
 def _param_region(graph: OpGraph, path: str) -> str:

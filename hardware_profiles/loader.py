@@ -19,11 +19,12 @@ import yaml
 
 from autoparallel.errors import UserError
 from hardware_profiles import units
-from hardware_profiles.profile import DTYPE_ALIASES, Efficiency, HardwareProfile
+from hardware_profiles.profile import Efficiency, HardwareProfile
 
 PROFILE_DIR = Path(__file__).resolve().parent
 CONFIDENCE_LEVELS = ("high", "medium", "low")
-COMPUTE_DTYPES = tuple(sorted(set(DTYPE_ALIASES.values())))
+# Written in this order (widest-used first); every canonical key of DTYPE_ALIASES appears once.
+COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "fp6", "fp4", "tf32", "fp32", "fp64", "int8")
 
 
 class _FieldError(Exception):

@@ -80,6 +80,11 @@ class HardwareProfile:
     path: str | None = None               # file it was loaded from; None when built in memory
     calibration: dict[str, Any] = field(default_factory=dict, compare=False)  # free-form, from calibrate
 
+    def __hash__(self) -> int:
+        # The generated hash would fail on the peak_flops dict; equal profiles agree on these fields,
+        # so profiles (and Clusters) can key caches.
+        return hash((self.name, self.model, self.memory_bytes, tuple(sorted(self.peak_flops.items()))))
+
     def resolve_dtype(self, dtype: object) -> str:
         """The peak_flops key used for `dtype` (a name like 'bf16' or a torch.dtype), after fallbacks."""
         text = str(dtype).removeprefix("torch.").lower()

@@ -330,3 +330,106 @@ def test_load_model_catalog_and_callable(tmp_path, monkeypatch):
         load_model("usermodels_ap:NUMBER")
     with pytest.raises(UserError, match=r"broken\(\) failed: RuntimeError: boom"):
         load_model("usermodels_ap:broken")
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_bf16_forward(name):
+    model = make(name).to(torch.bfloat16)
+    tokens = torch.randint(0, model.spec.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    out = model(tokens)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    ref = make(name)(tokens)
+    assert (out.float() - ref).abs().max() < 0.05 * ref.abs().max()
+
+
+def test_moe_traces_under_fake_tensors_and_export():
+    """The tracer runs models on meta/fake tensors: MoE routing must not need real counts."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    spec = load_model_spec("tiny-moe", num_layers=1)
+    with FakeTensorMode():
+        model = build_model(spec)
+        out = model(torch.zeros(2, 8, dtype=torch.long))
+        out.sum().backward()
+    assert out.shape == (2, 8, spec.vocab_size)
+    assert model.layers["0"].mlp.experts.w1.grad.shape == model.layers["0"].mlp.experts.w1.shape
+    with torch.device("meta"):
+        model = build_model(spec)
+    ep = torch.export.export(model, (torch.zeros(2, 8, dtype=torch.long, device="meta"),))
+    targets = [str(n.target) for n in ep.graph.nodes]
+    # balanced split over the experts, then 3 matmuls per expert (the only matmuls in the model)
+    assert "aten.split_with_sizes.default" in targets
+    assert targets.count("aten.matmul.default") == 3 * spec.num_experts
+
+
+HF_PARITY_CASES = [
+    ("llama", dict(attention_bias=True, mlp_bias=True)),
+    ("mistral", {}),
+    ("qwen2", {}),
+    ("qwen3", dict(head_dim=16, tie_word_embeddings=True)),
+    ("mixtral", dict(num_local_experts=4, num_experts_per_tok=2)),
+    ("qwen2_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                       shared_expert_intermediate_size=24, decoder_sparse_step=2, mlp_only_layers=[2])),
+    ("qwen3_moe", dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, head_dim=16,
+                       norm_topk_prob=True)),
+    ("gpt2", dict(n_embd=32, n_layer=2, n_head=4, n_positions=32, resid_pdrop=0.0, embd_pdrop=0.0,
+                  attn_pdrop=0.0)),
+]
+
+
+def _hf_to_ours(key: str, value: torch.Tensor, gpt2: bool) -> dict[str, torch.Tensor]:
+    """Rename a transformers state-dict entry to this project's layout."""
+    if gpt2:
+        if key.endswith((".attn.bias", ".attn.masked_bias")):
+            return {}
+        k = key.removeprefix("transformer.").replace("wte", "tok_embeddings").replace("wpe", "pos_embeddings")
+        k = k.replace("ln_f", "norm").replace("h.", "layers.", 1).replace("ln_1", "attn_norm")
+        k = k.replace("ln_2", "mlp_norm")
+        conv = value.T if k.endswith("weight") and value.ndim == 2 and "embeddings" not in k else value
+        if "c_attn" in k:  # Conv1D [in, 3 out] -> q, k, v Linear
+            parts = value.chunk(3, dim=-1)
+            return {k.replace("c_attn", f"{n}_proj"): (p.T if k.endswith("weight") else p)
+                    for n, p in zip("qkv", parts, strict=True)}
+        for old, new in (("attn.c_proj", "attn.o_proj"), ("mlp.c_fc", "mlp.up_proj"),
+                         ("mlp.c_proj", "mlp.down_proj")):
+            if old in k:
+                return {k.replace(old, new): conv}
+        return {k: value}
+    k = key.removeprefix("model.").replace("embed_tokens", "tok_embeddings").replace("self_attn", "attn")
+    k = k.replace("input_layernorm", "attn_norm").replace("post_attention_layernorm", "mlp_norm")
+    k = k.replace("mlp.gate.weight", "mlp.router.gate.weight")
+    if k.endswith("experts.gate_up_proj"):  # [E, 2f, h]: gate rows then up rows
+        f = value.shape[1] // 2
+        return {k.replace("gate_up_proj", "w1"): value[:, :f], k.replace("gate_up_proj", "w3"): value[:, f:]}
+    if k.endswith("experts.down_proj"):
+        return {k.replace("down_proj", "w2"): value}
+    return {k: value}
+
+
+@pytest.mark.parametrize("model_type,extra", HF_PARITY_CASES, ids=[c[0] for c in HF_PARITY_CASES])
+def test_logits_match_hf_transformers(model_type, extra):
+    """With transformers installed (not a dependency): same weights, same logits, same count;
+    the config goes through transformers' own JSON serialization."""
+    transformers = pytest.importorskip("transformers")
+    import json
+
+    base = {} if model_type == "gpt2" else dict(hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                                                num_attention_heads=4, num_key_value_heads=2,
+                                                rope_theta=123456.0)
+    cfg = transformers.AutoConfig.for_model(model_type, vocab_size=64, **base, **extra)
+    torch.manual_seed(0)
+    hf = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
+    for p in hf.parameters():
+        nn.init.normal_(p, std=0.3)
+    spec = load_model_spec(json.loads(cfg.to_json_string()))
+    ours = build_model(spec).eval()
+    state = {}
+    for k, v in hf.state_dict().items():
+        state.update(_hf_to_ours(k, v, model_type == "gpt2"))
+    missing, unexpected = ours.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= ({"lm_head.weight"} if spec.tie_word_embeddings else set())
+    ours.tie_weights()
+    assert sum(p.numel() for p in hf.parameters()) == parameter_count(spec)
+    tokens = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tokens), hf(tokens).logits, rtol=1e-5, atol=1e-5)

@@ -335,6 +335,22 @@ def test_cluster_validation(n, per_node, match):
         Cluster(load_profile("a100-sxm-80gb"), n, devices_per_node=per_node)
 
 
+def test_profiles_and_clusters_are_hashable_and_frozen():
+    p = load_profile("h200")
+    assert hash(p) == hash(load_profile("h200"))
+    assert len({Cluster(p, 8), Cluster(load_profile("h200"), 8), Cluster(p, 16)}) == 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.name = "x"
+
+
+def test_every_dtype_alias_has_a_schema_key():
+    from hardware_profiles.loader import COMPUTE_DTYPES
+    from hardware_profiles.profile import DTYPE_ALIASES
+
+    assert set(COMPUTE_DTYPES) == set(DTYPE_ALIASES.values())
+    assert len(COMPUTE_DTYPES) == len(set(COMPUTE_DTYPES))
+
+
 def test_efficiency_seconds_and_usable_memory_are_consistent():
     p = load_profile("h200")
     assert p.usable_memory_bytes == int(143155 * 2**20 * 0.95)

@@ -45,6 +45,13 @@ def apply_rope(x: torch.Tensor, rope: Rope) -> torch.Tensor:
     return (xf * cos + torch.cat((-x2, x1), dim=-1) * sin).type_as(x)
 
 
+def dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    """Training-mode dropout as one fused kernel with a 1-byte mask (torch.native_dropout), what GPUs
+    run; F.dropout decomposes into bernoulli + mul with a 16-bit mask off-GPU, which would mis-state
+    the activation memory the tracer measures."""
+    return torch.native_dropout(x, p, True)[0]
+
+
 class Attention(nn.Module):
     """Causal self-attention with GQA, optional q/k/v/o bias, qk-norm and rotary embeddings."""
 
@@ -76,15 +83,19 @@ class Attention(nn.Module):
         if self.attn_impl == "sdpa":
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True,
                                                  enable_gqa=q.shape[1] != k.shape[1])
-        else:  # eager, Megatron-style: materialized scores, fp32 softmax, dropout on the probabilities
+        else:  # eager, as Megatron-LM runs it: materialized scores, fused scale-mask-softmax, dropout
             rep = q.shape[1] // k.shape[1]
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
-            mask = torch.ones(S, S, dtype=torch.bool, device=x.device).triu(1)
-            probs = scores.masked_fill(mask, float("-inf")).float().softmax(dim=-1).type_as(q)
+            H = q.shape[1]
+            # One GEMM computes scale * q @ k^T + causal bias (Megatron's baddbmm + fused mask);
+            # softmax stays in the activation dtype like its fused kernel (fp32 math inside).
+            bias = torch.full((S, S), float("-inf"), dtype=q.dtype, device=x.device).triu(1)
+            scores = torch.baddbmm(bias.unsqueeze(0), q.reshape(B * H, S, -1), k.reshape(B * H, S, -1).transpose(1, 2),
+                                   alpha=1.0 / math.sqrt(self.head_dim))
+            probs = scores.softmax(dim=-1)
             if p > 0:
-                probs = F.dropout(probs, p, training=True)
-            out = probs @ v
+                probs = dropout(probs, p)
+            out = torch.bmm(probs, v.reshape(B * H, S, -1)).view(B, H, S, -1)
         return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
 
 
@@ -136,7 +147,7 @@ class Block(nn.Module):
         self.dropout = spec.dropout
 
     def _drop(self, x: torch.Tensor) -> torch.Tensor:
-        return F.dropout(x, self.dropout, training=True) if self.training and self.dropout > 0 else x
+        return dropout(x, self.dropout) if self.training and self.dropout > 0 else x
 
     def forward(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:
         x = x + self._drop(self.attn(self.attn_norm(x), rope))
@@ -178,7 +189,7 @@ class Transformer(nn.Module):
             if self.pos_embeddings is not None:
                 h = h + self.pos_embeddings(torch.arange(S, device=x.device))
             if self.training and self.spec.dropout > 0:
-                h = F.dropout(h, self.spec.dropout, training=True)
+                h = dropout(h, self.spec.dropout)
         else:
             h = x
         rope = None

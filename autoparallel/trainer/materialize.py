@@ -80,7 +80,7 @@ def broadcast_source(source: dict[str, torch.Tensor], device: torch.device) -> d
         tensors = [source[n].to(device) for n in group]
         flat = _flatten_dense_tensors(tensors).clone()  # clone: never write into the user's tensors
         dist.broadcast(flat, src=0)
-        for n, t in zip(group, _unflatten_dense_tensors(flat, tensors)):
+        for n, t in zip(group, _unflatten_dense_tensors(flat, tensors), strict=True):
             out[n] = t
     return out
 
@@ -93,7 +93,7 @@ def _fill(target: torch.Tensor, full: torch.Tensor, name: str) -> None:
         shape, offset = compute_local_shape_and_global_offset(full.shape, target.device_mesh, target.placements)
         local = target.to_local()
         if local.numel():
-            local.copy_(full[tuple(slice(o, o + s) for s, o in zip(shape, offset))])
+            local.copy_(full[tuple(slice(o, o + s) for s, o in zip(shape, offset, strict=True))])
     else:
         target.copy_(full)
 

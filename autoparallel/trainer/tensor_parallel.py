@@ -106,46 +106,55 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
     for path, v in placements.items():
         if v == "rowwise":
             colwise_paired |= {p for p, w in placements.items() if w == "colwise" and _parent(p) == _parent(path)}
-    seq_in = Shard(1) if sequence_parallel else Replicate()
+    # Branches of a block that compute something replicated (routers, experts, an nn.MultiheadAttention
+    # left unsharded) run on whole sequences; the sharded linears inside them use the non-SP layouts.
+    regions = _replicated_regions(part, placements, layout)
+
+    def seq_layout(path: str) -> Shard | Replicate:
+        inside = any(path.startswith(r + ".") for r in regions)
+        return Shard(1) if sequence_parallel and not inside else Replicate()
+
     styles: dict[str, ParallelStyle] = {}
     gather_parents: set[str] = set()
     for path, v in sorted(placements.items()):
         mod = get_submodule(part, path)
+        seq_in = seq_layout(path)
         if v in _TP_KINDS:
             _check_divisible(path, mod, v, tp)
         if v == "colwise":
             if path in colwise_paired:
                 styles[path] = ColwiseParallel(input_layouts=seq_in)
-                if sequence_parallel and _parent(path):
+                if isinstance(seq_in, Shard) and _parent(path):
                     gather_parents.add(_parent(path))
             else:
                 styles[path] = ColwiseParallel(input_layouts=seq_in, output_layouts=Replicate())
         elif v == "rowwise":
             styles[path] = RowwiseParallel(output_layouts=seq_in)
         elif v == "vocab":
-            if path.endswith("pos_embeddings"):
-                if sequence_parallel:  # [S, h] table rows of this rank's sequence chunk
+            if path.endswith("pos_embeddings"):  # a few rows only: kept replicated (see docstring)
+                if sequence_parallel:
                     styles[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(0))
             else:
                 styles[path] = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq_in)
-        elif v == "sequence" and not sequence_parallel:
-            raise UserError(f"plan: {path} has placement 'sequence' but sequence_parallel is false; use "
-                            f"'replicate' or set sequence_parallel: true")
-        elif v == "sequence" or (v == "replicate" and sequence_parallel and isinstance(mod, _NORMS)
-                                 and not _inside_attention(part, path, placements)):
-            if v == "replicate":
-                raise UserError(f"plan: sequence_parallel is true but norm {path} is 'replicate'; norms on "
-                                f"the sequence-sharded residual stream must be 'sequence'")
+        elif v == "sequence":
+            if not sequence_parallel:
+                raise UserError(f"plan: {path} has placement 'sequence' but sequence_parallel is false; use "
+                                f"'replicate' or set sequence_parallel: true")
             if not _inside_attention(part, path, placements):
                 styles[path] = SequenceParallel()
-        elif v == "replicate" and path.endswith("pos_embeddings") and sequence_parallel:
+        elif v == "replicate" and sequence_parallel and path.endswith("pos_embeddings"):
+            # [S, h] positional rows -> this rank's sequence chunk (a slice, no communication)
             styles[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(0))
+        elif (v == "replicate" and sequence_parallel and isinstance(mod, _NORMS) and isinstance(seq_in, Shard)
+              and not _inside_attention(part, path, placements)):
+            raise UserError(f"plan: sequence_parallel is true but norm {path} is 'replicate'; norms on the "
+                            f"sequence-sharded residual stream must be 'sequence'")
     # qk-norms inside a head-sharded attention: head-parallel norm (grads summed over tp).
     for path, mod in part.named_modules():
         if isinstance(mod, _NORMS) and _inside_attention(part, path, placements):
             styles[path] = SequenceParallel(sequence_dim=2, use_local_output=True)
     if sequence_parallel:
-        for region in _replicated_regions(part, placements, layout):
+        for region in regions:
             styles[region] = _GatherScatter()
     for parent in gather_parents:
         if parent not in styles:
@@ -195,17 +204,19 @@ class _GatherScatter(ParallelStyle):
 
 
 def _replicated_regions(root: nn.Module, placements: dict[str, str], layout: ModelLayout) -> list[str]:
-    """Children of each block (not norms) whose parametric placements are all replicate/expert."""
+    """Children of each block (not norms) holding a replicated or expert parametric module that is
+    not a norm: under sequence parallelism they run on the gathered sequence."""
     out: list[str] = []
+    modules = dict(root.named_modules())
     for block in layout.block_paths:
         bmod = get_submodule(root, block)
         if bmod is None:
             continue
         for name, child in bmod.named_children():
             path = f"{block}.{name}"
-            if isinstance(child, _NORMS) or not any(True for _ in child.parameters()):
+            if isinstance(child, _NORMS):
                 continue
-            inner = [v for p, v in placements.items() if p == path or p.startswith(path + ".")]
-            if inner and all(v in ("replicate", "expert") for v in inner):
+            if any(v in ("replicate", "expert") and (p == path or p.startswith(path + "."))
+                   and not isinstance(modules.get(p), _NORMS) for p, v in placements.items()):
                 out.append(path)
     return out

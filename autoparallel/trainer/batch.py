@@ -1,0 +1,87 @@
+"""The global batch every rank is handed, and this rank's slice of it.
+
+`step(batch)` takes the GLOBAL batch on every rank (the same tensors everywhere, e.g. from a seeded
+loader) in one of three forms:
+
+  tokens [B, S+1] (integer tensor)        next-token prediction: inputs tokens[:, :-1], labels tokens[:, 1:]
+  (inputs [B, S, ...], labels [B, S, ...]) a tuple or list
+  {"input_ids": ..., "labels": ...}       a mapping ("inputs" is accepted for "input_ids")
+
+The rows are split over the dp*ep data-parallel ranks, dp-major: the rank at mesh coordinates (dp=d,
+ep=e) takes rows [(d*ep + e) * B/(dp*ep), (d*ep + e + 1) * B/(dp*ep)). Its slice is cut into
+micro-batches of plan.micro_batch rows (gradient accumulation, or the pipeline schedule's micro-batches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from autoparallel.errors import UserError
+
+
+@dataclass(frozen=True)
+class Batch:
+    inputs: torch.Tensor
+    labels: torch.Tensor
+
+    @property
+    def rows(self) -> int:
+        return self.inputs.shape[0]
+
+    @property
+    def seq_len(self) -> int:
+        return self.inputs.shape[1] if self.inputs.dim() > 1 else 1
+
+    def slice(self, start: int, stop: int) -> Batch:
+        return Batch(self.inputs[start:stop], self.labels[start:stop])
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(self.inputs.to(device, non_blocking=True), self.labels.to(device, non_blocking=True))
+
+
+def parse_batch(batch: Any) -> Batch:
+    if isinstance(batch, torch.Tensor):
+        if batch.dim() != 2 or batch.is_floating_point():
+            raise UserError(f"batch: a single tensor must be integer tokens [batch, seq+1], got shape "
+                            f"{tuple(batch.shape)} dtype {batch.dtype}; pass (inputs, labels) otherwise")
+        if batch.shape[1] < 2:
+            raise UserError("batch: tokens [batch, seq+1] need at least 2 columns (inputs and shifted labels)")
+        return Batch(batch[:, :-1], batch[:, 1:])
+    if isinstance(batch, Mapping):
+        inputs = batch.get("input_ids", batch.get("inputs"))
+        labels = batch.get("labels")
+        if inputs is None or labels is None:
+            raise UserError(f"batch: a mapping needs 'input_ids' and 'labels', got keys {sorted(batch)}")
+        batch = (inputs, labels)
+    if isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch):
+        inputs, labels = batch
+        if inputs.dim() == 0 or labels.dim() == 0 or inputs.shape[0] != labels.shape[0]:
+            raise UserError(f"batch: inputs {tuple(inputs.shape)} and labels {tuple(labels.shape)} must share "
+                            f"the leading batch dimension")
+        return Batch(inputs, labels)
+    raise UserError(f"batch: expected tokens [batch, seq+1], (inputs, labels) or a dict with input_ids/labels, "
+                    f"got {type(batch).__name__}")
+
+
+def check_against_plan(batch: Batch, global_batch: int, dp_ep: int, micro_batch: int, pipelined: bool,
+                       seq_len: int, tp_seq_divisor: int) -> int:
+    """Validate the batch against the plan; return the number of micro-batches per rank."""
+    rows = batch.rows
+    unit = dp_ep * micro_batch
+    if rows % unit:
+        raise UserError(f"batch of {rows} rows is not divisible by dp*ep*micro_batch = {unit} as planned; "
+                        f"pass a multiple of {unit} rows (the plan expects {global_batch})")
+    if pipelined and rows != global_batch:
+        raise UserError(f"batch of {rows} rows: a pipelined plan runs exactly its global batch of {global_batch} "
+                        f"rows per step")
+    if pipelined and batch.seq_len != seq_len:
+        raise UserError(f"batch sequence length {batch.seq_len}: a pipelined plan runs exactly its seq_len "
+                        f"{seq_len}")
+    if tp_seq_divisor > 1 and batch.seq_len % tp_seq_divisor:
+        raise UserError(f"batch sequence length {batch.seq_len} is not divisible by tp={tp_seq_divisor}, which "
+                        f"sequence parallelism needs; pad or crop the sequences")
+    return rows // unit

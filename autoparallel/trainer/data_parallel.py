@@ -1,0 +1,76 @@
+"""Data parallelism with FSDP2, ZeRO stages mapped onto its options, and mixed precision.
+
+ZeRO stage -> what runs (every FSDP unit is one block; the root unit holds embeddings, final norm and
+head; an expert group is its own unit on the "dp" mesh when experts are ep-sharded):
+
+  zero 0  `replicate` (FSDP2-based DDP): parameters, gradients and optimizer state replicated;
+          gradients all-reduced once per step (after the last micro-batch).
+  zero 1  `fully_shard(reshard_after_forward=False)`; gradients of all micro-batches accumulate
+          unsharded and are reduce-scattered once, after the last micro-batch. FSDP2 cannot shard
+          only the optimizer state: parameters are sharded too between steps (all-gathered once per
+          micro-batch forward, kept for backward), so this is ZeRO-1's gradient traffic and memory
+          for gradients and optimizer state, plus a parameter all-gather per micro-batch that
+          DeepSpeed's ZeRO-1 does once per step (with the full parameters kept resident).
+  zero 2  `fully_shard(reshard_after_forward=False)` with a reduce-scatter after every micro-batch,
+          so only sharded gradients accumulate (ZeRO-2's gradient memory).
+  zero 3  `fully_shard(reshard_after_forward=True)`: parameters re-gathered for backward (ZeRO-3).
+
+Under pipeline parallelism the pipelining runtime decides when gradients are reduced (once, after
+the last micro-batch backward), so zero 1 and 2 behave alike there.
+
+Mixed precision: MixedPrecisionPolicy(param_dtype=plan.param_dtype, reduce_dtype=plan.grad_reduce_dtype);
+fp32 for either means no cast. The sharded master parameters and optimizer state stay fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed._composable.replicate_with_fsdp import replicate
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from autoparallel.errors import UserError
+from autoparallel.trainer.structure import ModelLayout, get_submodule
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+          "fp16": torch.float16, "float16": torch.float16}
+
+
+def to_dtype(name: str, what: str) -> torch.dtype:
+    try:
+        return DTYPES[str(name).lower()]
+    except KeyError:
+        raise UserError(f"plan: {what}={name!r} is not one of fp32, bf16, fp16") from None
+
+
+def mixed_precision_policy(param_dtype: str, reduce_dtype: str) -> MixedPrecisionPolicy:
+    p = to_dtype(param_dtype, "param_dtype")
+    r = to_dtype(reduce_dtype, "grad_reduce_dtype")
+    return MixedPrecisionPolicy(param_dtype=None if p == torch.float32 else p,
+                                reduce_dtype=None if r == torch.float32 and p == torch.float32 else r)
+
+
+def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_mesh: DeviceMesh,
+                        expert_mesh: DeviceMesh | None, expert_paths: list[str], expert_divide: int,
+                        mp: MixedPrecisionPolicy) -> FSDPModule:
+    """Wrap expert groups, then every block, then the root of `part` (bottom-up, as FSDP2 wants)."""
+
+    def wrap(mod: nn.Module, mesh: DeviceMesh) -> FSDPModule:
+        if zero == 0:
+            return replicate(mod, mesh=mesh, mp_policy=mp)
+        return fully_shard(mod, mesh=mesh, reshard_after_forward=zero == 3, mp_policy=mp)
+
+    for path in expert_paths:
+        mod = get_submodule(part, path)
+        if mod is None:
+            continue
+        wrapped = wrap(mod, expert_mesh if expert_mesh is not None else dense_mesh)
+        if expert_mesh is not None:
+            # Expert gradients hold the contributions of all ep peers' tokens: divide by dp*ep, not dp.
+            wrapped.set_gradient_divide_factor(float(expert_divide))
+    for block in layout.block_paths:
+        mod = get_submodule(part, block)
+        if mod is not None:
+            wrap(mod, dense_mesh)
+    return wrap(part, dense_mesh)

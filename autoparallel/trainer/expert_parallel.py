@@ -1,0 +1,93 @@
+"""Expert parallelism: expert weights split over the "ep" mesh dim, tokens moved by all-to-all.
+
+torchtitan's ExpertParallel, applied to a GroupedExperts-style module (docs/architecture.md):
+`forward(routed_input [T*k, h] sorted by expert, num_tokens_per_expert [E]) -> [T*k, h]` with stacked
+weights `w1 [E, f, h]`, `w2 [E, h, f]`, `w3 [E, f, h]`.
+
+* Weights become DTensors Shard(0) on the ep mesh: rank r holds experts [r*E/ep, (r+1)*E/ep).
+* Dispatch: an all-to-all of the per-expert counts tells every rank how many tokens it receives from
+  each peer for each of its local experts; an all-to-all of the tokens (autograd-aware: its backward is
+  the reverse all-to-all) moves them; a permutation regroups them by local expert.
+* The module's own forward then runs on the local weight shards with the local counts.
+* Combine: inverse permutation, reverse all-to-all; the router's combine step is unchanged.
+
+Gradients: every rank's experts receive contributions from the tokens of all ep peers, so the expert
+gradient reduction divides by dp*ep (not dp): see data_parallel.py.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed._functional_collectives import all_to_all_single_autograd
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+
+from autoparallel.errors import UserError
+
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    return p.to_local() if isinstance(p, DTensor) else p
+
+
+def _expert_forward(module: nn.Module, routed_input: torch.Tensor, num_tokens_per_expert: torch.Tensor,
+                    ep_mesh: DeviceMesh, orig_forward: types.MethodType) -> torch.Tensor:
+    group = ep_mesh.get_group()
+    ep = ep_mesh.size()
+    counts = num_tokens_per_expert.to(torch.int64)
+    num_local = counts.numel() // ep
+    with torch.no_grad():
+        recv_counts = torch.empty_like(counts)
+        dist.all_to_all_single(recv_counts, counts, group=group)
+        input_splits = counts.view(ep, num_local).sum(1).tolist()          # tokens sent to each peer
+        by_src = recv_counts.view(ep, num_local)                            # [src rank, local expert]
+        output_splits = by_src.sum(1).tolist()                              # tokens received per peer
+        starts = (by_src.flatten().cumsum(0) - by_src.flatten()).view(ep, num_local).tolist()
+        sizes = by_src.tolist()
+        # received order is (src, expert); the experts need (expert, src)
+        perm = torch.cat([torch.arange(starts[r][e], starts[r][e] + sizes[r][e], device=routed_input.device)
+                          for e in range(num_local) for r in range(ep)] or
+                         [torch.zeros(0, dtype=torch.long, device=routed_input.device)])
+        local_counts = by_src.sum(0)
+    received = all_to_all_single_autograd(routed_input, output_splits, input_splits, group)
+    # Run the module's own forward on the local expert shards (weights swapped in for the call).
+    saved = {n: p for n, p in module._parameters.items() if p is not None}
+    try:
+        for n, p in saved.items():
+            module._parameters[n] = _local(p)
+        out = orig_forward(received[perm], local_counts)
+    finally:
+        module._parameters.update(saved)
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(perm.numel(), device=perm.device)
+    return all_to_all_single_autograd(out[inverse], input_splits, output_splits, group)
+
+
+def apply_expert_parallel(module: nn.Module, path: str, ep_mesh: DeviceMesh) -> None:
+    """Shard `module`'s stacked expert weights over ep_mesh (dim 0) and wrap its forward with
+    all-to-all dispatch / combine."""
+    ep = ep_mesh.size()
+    params = dict(module.named_parameters(recurse=False))
+    if not params:
+        raise UserError(f"plan placement expert on {path}: {type(module).__name__} holds no stacked expert "
+                        f"weights; expert groups must be GroupedExperts-style (w1/w2/w3 [E, ...])")
+    num_experts = {p.shape[0] for p in params.values()}
+    if len(num_experts) != 1:
+        raise UserError(f"plan placement expert on {path}: its weights disagree on the expert count "
+                        f"(dim 0 sizes {sorted(num_experts)})")
+    (n_exp,) = num_experts
+    if n_exp % ep:
+        raise UserError(f"plan: {path} has {n_exp} experts, not divisible by ep={ep}; pick an ep that "
+                        f"divides the expert count")
+    for name, p in params.items():
+        module.register_parameter(name, nn.Parameter(distribute_tensor(p, ep_mesh, [Shard(0)]),
+                                                     requires_grad=p.requires_grad))
+    orig_forward = module.forward
+
+    def forward(self: nn.Module, routed_input: torch.Tensor, num_tokens_per_expert: torch.Tensor) -> torch.Tensor:
+        return _expert_forward(self, routed_input, num_tokens_per_expert, ep_mesh, orig_forward)
+
+    module.forward = types.MethodType(forward, module)

@@ -1,0 +1,73 @@
+"""Rebuild the user's optimizer on the parallel parameters.
+
+The optimizer handed to the trainer was built on the unsharded model. The trainer creates one optimizer
+of the same class per model part (the whole model, or each local pipeline stage, as torchtitan does),
+with the same defaults and, parameter by parameter (matched by name), the same param-group
+hyperparameters. Optimizer *state* of the given instance is not carried over (it is normally empty);
+resume from a checkpoint instead. A factory `callable(params) -> Optimizer` is called per part with
+that part's parameters.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from autoparallel.errors import UserError
+from autoparallel.trainer.structure import clean_fqn
+
+OptimizerFactory = Callable[[list[tuple[str, nn.Parameter]]], torch.optim.Optimizer]
+
+
+def make_optimizer_factory(optimizer: Any, model: nn.Module) -> OptimizerFactory:
+    if optimizer is None:
+        return lambda named: torch.optim.AdamW([p for _, p in named], lr=3e-4)
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return _rebuild_factory(optimizer, model)
+    if callable(optimizer):
+        def call(named: list[tuple[str, nn.Parameter]]) -> torch.optim.Optimizer:
+            opt = optimizer([p for _, p in named])
+            if not isinstance(opt, torch.optim.Optimizer):
+                raise UserError(f"optimizer factory returned {type(opt).__name__}, not a torch.optim.Optimizer")
+            return opt
+        return call
+    raise UserError(f"optimizer: expected a torch.optim.Optimizer or a callable(params) -> Optimizer, got "
+                    f"{type(optimizer).__name__}")
+
+
+def _rebuild_factory(optimizer: torch.optim.Optimizer, model: nn.Module) -> OptimizerFactory:
+    names_of: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names_of.setdefault(id(p), []).append(clean_fqn(name))
+    group_of: dict[str, int] = {}
+    hyper: list[dict[str, Any]] = []
+    for gi, group in enumerate(optimizer.param_groups):
+        hyper.append({k: v for k, v in group.items() if k != "params"})
+        for p in group["params"]:
+            if id(p) not in names_of:
+                raise UserError(f"optimizer: a parameter of shape {tuple(p.shape)} in param group {gi} is not a "
+                                f"parameter of the model; build the optimizer on model.parameters()")
+            for n in names_of[id(p)]:
+                group_of[n] = gi
+    cls = type(optimizer)
+    # Pass only the defaults the constructor accepts (AdamW keeps Adam's decoupled_weight_decay in
+    # .defaults but does not take it); the param groups carry every hyperparameter anyway.
+    accepted = inspect.signature(cls.__init__).parameters
+    defaults = {k: v for k, v in optimizer.defaults.items() if k in accepted}
+
+    def build(named: list[tuple[str, nn.Parameter]]) -> torch.optim.Optimizer:
+        groups: dict[int, list[nn.Parameter]] = {}
+        for name, p in named:
+            gi = group_of.get(clean_fqn(name))
+            if gi is not None:
+                groups.setdefault(gi, []).append(p)
+        param_groups = [{"params": ps, **hyper[gi]} for gi, ps in sorted(groups.items())]
+        if not param_groups:  # a stage whose parameters the user chose not to optimize
+            param_groups = [{"params": [], **hyper[0]}]
+        return cls(param_groups, **defaults)
+
+    return build

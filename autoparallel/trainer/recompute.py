@@ -1,0 +1,53 @@
+"""Activation checkpointing per block, as planned (plan.recompute[i] for block i).
+
+  none       keep every activation.
+  full       torch.utils.checkpoint (non-reentrant) of the whole block: only its input is saved,
+             the block's forward is re-run in backward.
+  selective  per-op selective activation checkpointing (torchtitan's "op" SAC): the outputs of the
+             compute-heavy ops (matmuls, fused attention) and of reduce-scatters are saved, everything
+             cheap (norms, activations, elementwise ops, rotary) is recomputed in backward.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+from autoparallel.trainer.structure import ModelLayout, get_submodule
+
+
+def _save_ops() -> set:
+    aten = torch.ops.aten
+    names = ["mm", "addmm", "bmm", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+             "_scaled_dot_product_flash_attention_for_cpu", "_grouped_mm"]
+    ops = {getattr(aten, n).default for n in names if hasattr(aten, n)}
+    functional = getattr(torch.ops, "_c10d_functional", None)
+    if functional is not None and hasattr(functional, "reduce_scatter_tensor"):
+        ops.add(functional.reduce_scatter_tensor.default)
+    return ops
+
+
+def _policy(save: set, ctx: object, op: object, *args: object, **kwargs: object) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def apply_recompute(part: nn.Module, layout: ModelLayout, modes: tuple[str, ...]) -> None:
+    container = get_submodule(part, layout.container or "")
+    if container is None or not modes:
+        return
+    save = _save_ops()
+    for key, mode in zip(layout.blocks, modes, strict=True):
+        block = get_submodule(container, key)
+        if block is None or mode == "none":
+            continue
+        if mode == "full":
+            wrapped = checkpoint_wrapper(block)
+        else:
+            wrapped = checkpoint_wrapper(block, context_fn=partial(create_selective_checkpoint_contexts,
+                                                                   partial(_policy, save)))
+        container.register_module(key, wrapped)

@@ -1,0 +1,439 @@
+"""AutoParallelTrainer: execute a Plan with PyTorch's own parallelism (see docs/trainer.md).
+
+Build order for each model part (the whole model, or each local pipeline stage), torchtitan's:
+meta copy -> pipeline split -> tensor/sequence parallel -> expert parallel -> activation
+checkpointing -> torch.compile per block -> FSDP2 / replicate -> allocate and fill this rank's shards
+-> one optimizer per part.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+from autoparallel.errors import UserError
+from autoparallel.plan import Plan
+from autoparallel.trainer import checkpoint as ckpt
+from autoparallel.trainer.batch import Batch, check_against_plan, parse_batch
+from autoparallel.trainer.data_parallel import apply_data_parallel, mixed_precision_policy, to_dtype
+from autoparallel.trainer.expert_parallel import apply_expert_parallel
+from autoparallel.trainer.hardware import resolve_hardware
+from autoparallel.trainer.materialize import (
+    broadcast_source,
+    full_source,
+    is_meta_model,
+    materialize,
+    meta_copy,
+    pipeline_part,
+)
+from autoparallel.trainer.optim import make_optimizer_factory
+from autoparallel.trainer.pipeline import (
+    add_sequence_boundary_hooks,
+    build_schedule,
+    local_virtual_stages,
+    virtual_stage_blocks,
+)
+from autoparallel.trainer.recompute import apply_recompute
+from autoparallel.trainer.runtime import DistEnv, Meshes, build_meshes, init_distributed
+from autoparallel.trainer.structure import (
+    check_has_parameters,
+    clean_fqn,
+    find_layout,
+    get_submodule,
+    model_fingerprint,
+    set_param,
+    tie_groups,
+)
+from autoparallel.trainer.tensor_parallel import apply_tensor_parallel
+from autoparallel.units import parse_bytes
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+_EXPERT_CLASSES = ("GroupedExperts",)
+
+
+def cross_entropy_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross entropy over all positions, computed in fp32."""
+    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten())
+
+
+class AutoParallelTrainer:
+    """Plan (or take) a parallel layout for `model` and train it with one `step(batch)` per global batch.
+
+    model               nn.Module, materialized or on the meta device
+    optimizer           an Optimizer built on model.parameters() (rebuilt with the same class and
+                        hyperparameters on the parallel parameters), a factory callable(params), or None
+                        for AdamW(lr=3e-4)
+    max_memory_per_gpu  planner budget, e.g. "80GB"
+    global_batch_size, seq_len   planner inputs; inferred from the first batch when omitted
+    hardware            "auto" (detect the local accelerator), a profile name or a YAML path
+    device_ids          local device index per local rank (default: the local rank)
+    plan                a Plan or a plan file from `autoparallel plan --output`; None: plan here
+    fix                 planner pins, e.g. {"tp": 2, "pp": 2}
+    loss_fn             callable(output, labels) -> mean loss; default next-token cross entropy
+    moe                 {"expert_modules": [paths]}: expert groups of a user model whose class is not
+                        GroupedExperts (placement "expert" in a plan marks them too)
+    mixed_precision     param dtype the planner is asked for ("bf16", "fp16", "fp32"); an explicit plan
+                        carries its own param_dtype / grad_reduce_dtype, which win
+    compile             torch.compile each block (True, or a dict of torch.compile kwargs)
+    init_fn             callable(module) initializing a meta-device model's part (default: the
+                        model's init_weights())
+    """
+
+    def __init__(self, model: nn.Module, optimizer: Any = None, *, max_memory_per_gpu: str | int = "80GB",
+                 global_batch_size: int | None = None, seq_len: int | None = None, hardware: str | None = "auto",
+                 device_ids: list[int] | None = None, plan: Plan | str | Path | None = None,
+                 fix: dict | None = None, loss_fn: LossFn | None = None, moe: dict | None = None,
+                 mixed_precision: str = "bf16", compile: bool | dict = False,
+                 init_fn: Callable[[nn.Module], None] | None = None) -> None:
+        check_has_parameters(model)
+        self._max_memory = parse_bytes(max_memory_per_gpu, "max_memory_per_gpu")
+        to_dtype(mixed_precision, "mixed_precision")
+        self._model = model
+        self._layout = find_layout(model)
+        self._fingerprint = model_fingerprint(model)
+        self._ties = tie_groups(model)
+        self._optimizer_factory = make_optimizer_factory(optimizer, model)
+        self._loss_fn: LossFn = loss_fn or cross_entropy_loss
+        self._moe = dict(moe or {})
+        self._hardware = hardware
+        self._fix = dict(fix or {})
+        self._mixed_precision = mixed_precision
+        self._compile = compile
+        self._init_fn = init_fn
+        self._env: DistEnv = init_distributed(device_ids)
+        self._plan: Plan | None = None
+        self._meshes: Meshes | None = None
+        self._parts: list[tuple[int, nn.Module]] = []
+        self._optimizers: list[torch.optim.Optimizer] = []
+        self._schedule: Any = None
+        self._tie_sync: list[tuple[str, Any]] = []
+        self._steps = 0
+        if plan is not None:
+            self._setup(plan if isinstance(plan, Plan) else Plan.load(plan))
+        elif global_batch_size is not None and seq_len is not None:
+            self._setup(self._make_plan(global_batch_size, seq_len))
+        else:
+            self._pending = (global_batch_size, seq_len)
+
+    # ---- public API --------------------------------------------------------------------------
+    @property
+    def plan(self) -> Plan:
+        if self._plan is None:
+            raise UserError("the plan is made at the first step() because global_batch_size / seq_len were not "
+                            "given; pass them to AutoParallelTrainer(...) to see it before training")
+        return self._plan
+
+    @property
+    def model_parts(self) -> list[nn.Module]:
+        """The parallelized modules on this rank: the model, or this rank's pipeline stages."""
+        return [m for _, m in self._parts]
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return list(self._optimizers)
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps taken (restored by load_checkpoint)."""
+        return self._steps
+
+    @property
+    def rank(self) -> int:
+        return self._env.rank
+
+    @property
+    def device(self) -> torch.device:
+        return self._env.device
+
+    def step(self, batch: Any) -> float:
+        """One optimizer step on the global batch; returns the global mean loss (equal on all ranks)."""
+        b = parse_batch(batch)
+        if self._plan is None:
+            gb, seq = self._pending
+            self._setup(self._make_plan(gb or b.rows, seq or b.seq_len))
+        plan = self.plan
+        dp_ep = plan.dp * plan.ep
+        n_micro = check_against_plan(b, plan.global_batch, dp_ep, plan.micro_batch, plan.pp > 1, plan.seq_len,
+                                     plan.tp if plan.sequence_parallel else 1)
+        rows = b.rows // dp_ep
+        start = (self._meshes.data_rank if self._meshes is not None else 0) * rows
+        local = b.slice(start, start + rows).to(self.device)
+        if plan.pp > 1:
+            local_loss = self._pipeline_step(local)
+        else:
+            local_loss = self._accumulation_step(local, n_micro)
+        for name, group in self._tie_sync:
+            self._sync_tied_grad(name, group)
+        for opt in self._optimizers:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        self._steps += 1
+        return self._global_loss(local_loss)
+
+    def save_checkpoint(self, path: str | Path) -> None:
+        """Model, optimizer state and step count with torch.distributed.checkpoint (collective)."""
+        ckpt.save(path, self.model_parts, self._optimizers, self._ties, self._steps, self._fingerprint)
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Load a checkpoint written under any plan for this model (collective)."""
+        self._steps = ckpt.load(path, self.model_parts, self._optimizers, self._ties, self._fingerprint)
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Full (unsharded) CPU copies of this rank's parameters by FQN (collective over the mesh).
+        Under pipeline parallelism each rank returns its own stages' parameters."""
+        out: dict[str, torch.Tensor] = {}
+        for part in self.model_parts:
+            for name, p in part.named_parameters(remove_duplicate=False):
+                t = p.full_tensor() if isinstance(p, DTensor) else p
+                out[clean_fqn(name)] = t.detach().cpu().clone()
+        return out
+
+    # ---- planning ----------------------------------------------------------------------------
+    def _make_plan(self, global_batch: int, seq_len: int) -> Plan:
+        env = self._env
+        profile = resolve_hardware(self._hardware, env.device)
+        if profile is None:
+            return self._fallback_plan(global_batch, seq_len)
+        from autoparallel.planner import plan_model
+
+        return plan_model(self._model, hardware=profile, gpus=env.world_size, gpus_per_node=env.local_world_size,
+                          global_batch=global_batch, seq_len=seq_len, max_memory_per_gpu=self._max_memory,
+                          fix=self._fix or None)
+
+    def _fallback_plan(self, global_batch: int, seq_len: int) -> Plan:
+        """No hardware profile (a CPU host with hardware="auto"): plain data parallelism in fp32."""
+        env = self._env
+        unsupported = sorted(k for k in self._fix if k not in ("dp", "zero", "micro_batch"))
+        if unsupported:
+            raise UserError(f"fix={self._fix}: without a hardware profile (CPU host, hardware='auto') the trainer "
+                            f"runs plain data parallelism and cannot honour {unsupported[0]!r}; pass hardware=<a "
+                            f"profile name> or an explicit plan")
+        world = env.world_size
+        if global_batch % world:
+            raise UserError(f"batch of {global_batch} rows is not divisible by the {world} data-parallel "
+                            f"processes; pass a multiple of {world}")
+        micro = int(self._fix.get("micro_batch", global_batch // world))
+        if env.rank == 0:
+            warnings.warn("hardware='auto' found no accelerator profile for this CPU host: running plain "
+                          f"data parallelism over {world} process(es) in fp32", stacklevel=3)
+        return Plan(model=type(self._model).__name__, hardware="cpu", gpus=world, gpus_per_node=env.local_world_size,
+                    global_batch=global_batch, seq_len=seq_len, dp=world, micro_batch=micro,
+                    zero=int(self._fix.get("zero", 0)), recompute=("none",) * len(self._layout.blocks),
+                    param_dtype="fp32", grad_reduce_dtype="fp32", model_fingerprint=self._fingerprint)
+
+    # ---- building ----------------------------------------------------------------------------
+    def _validate(self, plan: Plan) -> None:
+        env, layout = self._env, self._layout
+        plan.validate(len(layout.blocks) if layout.container is not None else None)
+        if plan.gpus != env.world_size:
+            raise UserError(f"plan is for {plan.gpus} processes (pp*dp*ep*tp = {plan.pp}*{plan.dp}*{plan.ep}*"
+                            f"{plan.tp}) but {env.world_size} are running; launch with `torchrun --nproc-per-node "
+                            f"{plan.gpus}` or re-plan for {env.world_size}")
+        if plan.model_fingerprint and plan.model_fingerprint != self._fingerprint:
+            raise UserError(f"plan was made for another model (fingerprint {plan.model_fingerprint} != "
+                            f"{self._fingerprint} of {type(self._model).__name__}'s parameter names and shapes); "
+                            f"re-plan with `autoparallel plan` for this model")
+        if (plan.recompute or plan.pp > 1) and layout.container is None:
+            raise UserError(f"plan asks for {'pipeline stages' if plan.pp > 1 else 'per-block recompute'} but "
+                            f"{type(self._model).__name__} has no repeated-block container (ModuleDict/ModuleList)")
+        known = {n for n, _ in self._model.named_modules()}
+        unknown = sorted(p for p in plan.placements if p not in known)
+        if unknown:
+            raise UserError(f"plan placement for {unknown[0]!r}: the model has no such module; the plan was made "
+                            f"for another model")
+
+    def _expert_paths(self, plan: Plan) -> list[str]:
+        paths = {p for p, v in plan.placements.items() if v == "expert"}
+        paths |= set(self._moe.get("expert_modules", ()))
+        paths |= {n for n, m in self._model.named_modules() if type(m).__name__ in _EXPERT_CLASSES}
+        return sorted(paths)
+
+    def _setup(self, plan: Plan) -> None:
+        self._validate(plan)
+        env, layout = self._env, self._layout
+        if env.distributed:
+            self._meshes = build_meshes(env, plan)
+        meshes = self._meshes
+        source = None if is_meta_model(self._model) else full_source(self._model)
+        if source is not None and env.distributed and env.world_size > 1:
+            source = broadcast_source(source, env.device)
+        meta = meta_copy(self._model)
+        if plan.pp > 1:
+            blocks = virtual_stage_blocks(plan, layout)
+            n_stages = plan.pp * plan.vpp
+            pp_rank = meshes.coordinate("pp")
+            parts = [(v, pipeline_part(meta, layout, set(blocks[v]), v == 0, v == n_stages - 1))
+                     for v in local_virtual_stages(plan, pp_rank)]
+        else:
+            parts = [(0, meta)]
+        experts = self._expert_paths(plan)
+        mp = mixed_precision_policy(plan.param_dtype, plan.grad_reduce_dtype)
+        for v, part in parts:
+            if plan.tp > 1:
+                apply_tensor_parallel(part, plan.placements, meshes.tp, plan.sequence_parallel, layout)
+                self._retie(part)
+            if plan.ep > 1:
+                for path in experts:
+                    mod = get_submodule(part, path)
+                    if mod is not None:
+                        apply_expert_parallel(mod, path, meshes.ep)
+            if plan.pp > 1 and plan.tp > 1 and plan.sequence_parallel:
+                add_sequence_boundary_hooks(part, layout, meshes.tp, v == 0, v == plan.pp * plan.vpp - 1)
+            apply_recompute(part, layout, plan.recompute)
+            if self._compile:
+                self._compile_blocks(part)
+            if env.distributed:
+                apply_data_parallel(part, layout, plan.zero, meshes.dense_dp, meshes.expert_dp if plan.ep > 1 else None,
+                                    experts, plan.dp * plan.ep, mp)
+            materialize(part, env.device, source, self._init_fn)
+            part.train()
+        self._parts = parts
+        self._plan = plan
+        self._setup_tie_sync(plan)
+        self._optimizers = [self._optimizer_factory([(clean_fqn(n), p) for n, p in part.named_parameters()])
+                            for _, part in parts]
+        if plan.pp > 1:
+            self._schedule = build_schedule(parts, plan, meshes.pp, env.device, self._loss_fn)
+        self._autocast = (torch.autocast(env.device.type, dtype=to_dtype(plan.param_dtype, "param_dtype"))
+                          if not env.distributed and to_dtype(plan.param_dtype, "param_dtype") != torch.float32
+                          else None)
+
+    def _retie(self, part: nn.Module) -> None:
+        """Tensor parallelism replaced each module's parameters: point tied names at one DTensor again."""
+        names = {clean_fqn(n): p for n, p in part.named_parameters(remove_duplicate=False)}
+        for group in self._ties:
+            present = [n for n in group if n in names]
+            if len(present) < 2:
+                continue
+            keep = names[present[0]]
+            for n in present[1:]:
+                other = names[n]
+                if isinstance(keep, DTensor) != isinstance(other, DTensor) or (
+                        isinstance(keep, DTensor) and keep.placements != other.placements):
+                    raise UserError(f"plan: tied parameters {present[0]} and {n} get different tensor-parallel "
+                                    f"layouts; give their modules matching placements (vocab with colwise)")
+                set_param(part, n, keep)
+
+    def _compile_blocks(self, part: nn.Module) -> None:
+        kwargs = self._compile if isinstance(self._compile, dict) else {}
+        container = get_submodule(part, self._layout.container or "")
+        if container is None:
+            part.compile(**kwargs)
+            return
+        for key in self._layout.blocks:
+            block = get_submodule(container, key)
+            if block is not None:
+                block.compile(**kwargs)
+
+    def _setup_tie_sync(self, plan: Plan) -> None:
+        """Tied parameters split over pipeline stages (embedding on the first, head on the last) are two
+        copies: their gradients are summed between the holders each step (Megatron's embedding group)
+        and the copies start equal."""
+        self._tie_sync = []
+        if plan.pp == 1:
+            return
+        layout, meshes = self._layout, self._meshes
+        blocks = virtual_stage_blocks(plan, layout)
+        n_stages = plan.pp * plan.vpp
+
+        def holder(fqn: str) -> int:
+            top = fqn.split(".")[0]
+            if top in layout.pre:
+                return 0
+            if top in layout.post:
+                return (n_stages - 1) % plan.pp
+            key = fqn.split(".")[1] if top == layout.container else None
+            for v, keys in enumerate(blocks):
+                if key in keys:
+                    return v % plan.pp
+            return 0
+
+        mesh = meshes.world.mesh  # [pp, dp, ep, tp] global ranks
+        for group in self._ties:
+            holders = sorted({holder(n) for n in group})
+            if len(holders) < 2:
+                continue
+            mine = None
+            for d in range(plan.dp):
+                for e in range(plan.ep):
+                    for t in range(plan.tp):
+                        ranks = [int(mesh[h, d, e, t]) for h in holders]
+                        pg = dist.new_group(ranks)
+                        if self._env.rank in ranks:
+                            mine = pg
+            local = {clean_fqn(n) for part in self.model_parts for n, _ in part.named_parameters(remove_duplicate=False)}
+            name = next((n for n in group if n in local), None)
+            if name is not None:
+                self._tie_sync.append((name, mine))
+                self._broadcast_tied(name, mine, int(mesh[(holders[0],) + tuple(meshes.world.get_coordinate()[1:])]))
+
+    def _param(self, fqn: str) -> torch.Tensor:
+        for part in self.model_parts:
+            for n, p in part.named_parameters(remove_duplicate=False):
+                if clean_fqn(n) == fqn:
+                    return p
+        raise KeyError(fqn)
+
+    def _broadcast_tied(self, name: str, group: Any, src: int) -> None:
+        p = self._param(name)
+        with torch.no_grad():
+            local = p.to_local() if isinstance(p, DTensor) else p
+            dist.broadcast(local, src=src, group=group)
+
+    def _sync_tied_grad(self, name: str, group: Any) -> None:
+        g = self._param(name).grad
+        if g is None:
+            raise UserError(f"tied parameter {name} got no gradient on this pipeline stage")
+        dist.all_reduce(g.to_local() if isinstance(g, DTensor) else g, group=group)
+
+    # ---- stepping ----------------------------------------------------------------------------
+    def _accumulation_step(self, local: Batch, n_micro: int) -> torch.Tensor:
+        (_, model), = self._parts
+        mb = local.rows // n_micro
+        fsdp = hasattr(model, "set_requires_gradient_sync")
+        total = torch.zeros((), device=self.device)
+        for i in range(n_micro):
+            if fsdp:
+                # zero 0/1: accumulate locally, reduce once; zero 2/3: reduce-scatter every micro-batch
+                model.set_requires_gradient_sync(i == n_micro - 1 or self.plan.zero >= 2)
+            chunk = local.slice(i * mb, (i + 1) * mb)
+            with self._autocast or nullcontext():
+                loss = self._loss_fn(model(chunk.inputs), chunk.labels)
+            (loss / n_micro).backward()
+            total += loss.detach().float()
+        return total / n_micro
+
+    def _pipeline_step(self, local: Batch) -> torch.Tensor:
+        stages = [v for v, _ in self._parts]
+        n_stages = self.plan.pp * self.plan.vpp
+        first, last = 0 in stages, n_stages - 1 in stages
+        losses: list[torch.Tensor] = []
+        if first:
+            self._schedule.step(local.inputs, target=local.labels if last else None, losses=losses)
+        elif last:
+            self._schedule.step(target=local.labels, losses=losses)
+        else:
+            self._schedule.step()
+        if last:
+            return torch.stack([x.detach().float() for x in losses]).mean()
+        return torch.zeros((), device=self.device)
+
+    def _global_loss(self, local_loss: torch.Tensor) -> float:
+        """Mean over dp*ep slices; counted once per slice (last pipeline stage, tp rank 0)."""
+        if self._meshes is None:
+            return float(local_loss)
+        plan, meshes = self.plan, self._meshes
+        counts = meshes.coordinate("pp") == plan.pp - 1 and meshes.coordinate("tp") == 0
+        value = (local_loss.detach().float() / (plan.dp * plan.ep)) if counts else torch.zeros((), device=self.device)
+        value = value.to(self.device).reshape(1).clone()
+        dist.all_reduce(value)
+        return float(value)

@@ -1,0 +1,321 @@
+"""Tracer: per-op costs against published formulas, graph structure, fallbacks, no weight copies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autoparallel.errors import UserError
+from autoparallel.graph import OpGraph
+from autoparallel.specs import load_model_spec, parameter_count
+from autoparallel.tracer import find_blocks, trace
+
+
+def _fwd(g: OpGraph, op: str) -> list[dict]:
+    return [a for _, a in g.nodes(phase="fwd") if a["op"] == op]
+
+
+# ------------------------------------------------------------------ FLOPs
+def test_linear_flops_are_2mnk_and_weight_grad_only_in_backward():
+    M, K, N = 6, 32, 48
+    lin = nn.Linear(K, N)
+    g = trace(lin, example_inputs=torch.randn(M, K), dtype=torch.float32)
+    (addmm,) = _fwd(g, "aten.addmm.default")
+    assert addmm["flops"] == 2 * M * N * K
+    assert addmm["module"] == ""            # the root module is the Linear itself
+    assert addmm["param_count"] == K * N + N
+    assert addmm["bytes_written"] == M * N * 4
+    assert g.forward_flops == 2 * M * N * K
+    # The input does not require grad: backward computes only the weight gradient (one mm).
+    bwd_mm = [a for _, a in g.nodes(phase="bwd") if a["op"] == "aten.mm.default"]
+    assert [a["flops"] for a in bwd_mm] == [2 * M * N * K]
+    assert all(a["fwd_node"] is not None for a in bwd_mm)
+
+
+@pytest.fixture(scope="module")
+def gpt3_175b() -> OpGraph:
+    return trace("gpt3-175b", batch=1, seq_len=2048)
+
+
+def test_gpt3_175b_forward_flops_match_megatron_formula(gpt3_175b):
+    spec = load_model_spec("gpt3-175b")
+    B, s, L, h, V = 1, 2048, spec.num_layers, spec.hidden_size, spec.vocab_size
+    formula = 24 * B * s * L * h * h * (1 + s / (6 * h)) + 2 * B * s * h * V
+    assert gpt3_175b.forward_flops == pytest.approx(formula, rel=0.01)
+    assert gpt3_175b.parameters == parameter_count(spec)
+    assert len(gpt3_175b.blocks) == 96 and set(gpt3_175b.block_class.values()) == {0}
+
+
+def test_gpt_backward_is_about_twice_forward(gpt3_175b):
+    ratio = gpt3_175b.backward_flops / gpt3_175b.forward_flops
+    assert 1.95 < ratio < 2.1
+
+
+# ------------------------------------------------------------------ activation memory
+def _gpt_small(attn_impl: str, layers: int = 2):
+    h, a = 1024, 16
+    spec = load_model_spec("gpt3-175b", num_layers=layers, hidden_size=h, num_heads=a, num_kv_heads=a,
+                           head_dim=h // a, intermediate_size=4 * h, vocab_size=1000,
+                           attn_impl=attn_impl, dropout=0.1, moe_layers=(False,) * layers)
+    return spec, h, a
+
+
+@pytest.mark.parametrize("attn_impl", ["eager", "sdpa"])
+def test_gpt_block_activation_bytes_match_korthikanti(attn_impl):
+    spec, h, a = _gpt_small(attn_impl)
+    s, b = 512, 2
+    g = trace(spec, batch=b, seq_len=s)  # bf16
+    # Korthikanti et al.: s*b*h*(34 + 5*a*s/h) bytes per layer with 16-bit activations and dropout;
+    # fused (flash) attention keeps no s x s tensors, which drops the 5as/h term.
+    expected = s * b * h * (34 + (5 * a * s / h if attn_impl == "eager" else 0))
+    per_block = g.activation_bytes_per_block
+    assert set(per_block) == {"layers.0", "layers.1"}
+    for v in per_block.values():
+        assert v == pytest.approx(expected, rel=0.05)
+
+
+def test_sdpa_saved_bytes_are_linear_in_seq_len():
+    # flash attention saves O(s) statistics, so doubling s doubles a llama block's bytes (up to the
+    # kernel's constant-size RNG state); the math path would add 4x the s x s scores
+    a1 = trace("tiny-llama", seq_len=64).activation_bytes_per_block["layers.1"]
+    a2 = trace("tiny-llama", seq_len=128).activation_bytes_per_block["layers.1"]
+    assert abs(a2 - 2 * a1) <= 64
+
+
+def test_saved_tensor_deduplicated_by_storage_and_attributed_to_producer():
+    M, K, N = 4, 8, 16
+    model = nn.Sequential(nn.Linear(K, N), nn.ReLU(), nn.Linear(N, K))
+    g = trace(model, example_inputs=torch.randn(M, K), dtype=torch.float32)
+    (relu,) = _fwd(g, "aten.relu.default")
+    # relu's output is saved twice (by relu's own backward and as the second mm's input): counted once
+    assert relu["saved_bytes"] == M * N * 4
+    assert relu["module"] == "1"
+    (first, second) = _fwd(g, "aten.addmm.default")
+    relu_id = next(n for n, a in g.nodes(phase="fwd") if a["op"] == "aten.relu.default")
+    first_id = next(n for n, a in g.nodes(phase="fwd") if a is first)
+    assert g.g.has_edge(first_id, relu_id)
+    assert nx_has_path(g, relu_id, next(n for n, a in g.nodes(phase="fwd") if a is second))
+
+
+def nx_has_path(g: OpGraph, a: int, b: int) -> bool:
+    import networkx as nx
+
+    return nx.has_path(g.g, a, b)
+
+
+# ------------------------------------------------------------------ structure
+@pytest.fixture(scope="module")
+def llama() -> OpGraph:
+    return trace("tiny-llama", batch=2, seq_len=32)
+
+
+def test_blocks_and_identical_classes(llama):
+    assert llama.blocks == ["layers.0", "layers.1", "layers.2", "layers.3"]
+    assert llama.block_class == dict.fromkeys(llama.blocks, 0)
+    assert llama.parameters == parameter_count(load_model_spec("tiny-llama"))
+    regions = {a["region"] for _, a in llama.nodes()}
+    assert regions == {"pre", "block", "post"}
+    pre_mods = {a["module"] for _, a in llama.nodes(phase="fwd", region="pre")}
+    assert "tok_embeddings" in pre_mods
+    post_mods = {a["module"] for _, a in llama.nodes(phase="fwd", region="post")}
+    assert {"norm", "lm_head"} <= post_mods
+
+
+def test_parametric_ops_and_edges(llama):
+    ops = llama.parametric_ops
+    q = ops["layers.1.attn.q_proj"]
+    assert (q.kind, q.in_features, q.out_features, q.block) == ("linear", 64, 64, "layers.1")
+    assert ops["layers.1.attn.k_proj"].shapes == {"weight": (32, 64)}
+    assert ops["layers.1.attn_norm"].kind == "norm"
+    assert ops["tok_embeddings"].kind == "embedding" and ops["tok_embeddings"].block is None
+    edges = set(llama.param_op_edges)
+    p = "layers.1."
+    for x in ("q_proj", "k_proj", "v_proj"):
+        assert (p + "attn_norm", p + "attn." + x) in edges
+        assert (p + "attn." + x, p + "attn.o_proj") in edges
+    for x in ("gate_proj", "up_proj"):
+        assert (p + "mlp_norm", p + "mlp." + x) in edges
+        assert (p + "mlp." + x, p + "mlp.down_proj") in edges
+    assert (p + "attn.o_proj", p + "mlp_norm") in edges            # residual stream
+    assert ("layers.0.mlp.down_proj", p + "attn_norm") in edges     # previous block's output
+    assert ("tok_embeddings", "layers.0.attn_norm") in edges
+    assert ("layers.3.mlp.down_proj", "norm") in edges and ("norm", "lm_head") in edges
+    assert (p + "attn.q_proj", p + "mlp.down_proj") not in edges    # o_proj / norm lie between
+    assert not any(a.startswith("layers.0.") and b.startswith("layers.2.") for a, b in edges)
+
+
+def test_backward_ops_are_attributed_to_their_forward_module(llama):
+    nodes = dict(llama.g.nodes(data=True))
+    bwd = list(llama.nodes(phase="bwd"))
+    assert bwd
+    for _, a in bwd:
+        if a["fwd_node"] is not None:
+            assert nodes[a["fwd_node"]]["phase"] == "fwd"
+            assert a["module"] == nodes[a["fwd_node"]]["module"]
+    # every Linear gets its grad-input and grad-weight matmuls in backward
+    for path, op in llama.parametric_ops.items():
+        if op.kind == "linear":
+            mms = [a for _, a in bwd if a["module"] == path and a["op"] == "aten.mm.default"]
+            assert len(mms) == 2, path
+    assert any(a["module"] == "tok_embeddings" and "embedding_dense_backward" in a["op"] for _, a in bwd)
+    # a bwd op of block i is placed in block i
+    for _, a in bwd:
+        if a["module"].startswith("layers.2."):
+            assert a["block"] == "layers.2"
+    # forward saved tensors feed backward ops
+    assert any(nodes[u]["phase"] == "fwd" and nodes[v]["phase"] == "bwd" for u, v in llama.g.edges)
+
+
+def test_moe_expert_groups_and_mixed_block_classes():
+    spec = load_model_spec("tiny-moe", moe_layers=(False, True, False, True))
+    g = trace(spec, seq_len=16)
+    assert g.block_class == {"layers.0": 0, "layers.1": 1, "layers.2": 0, "layers.3": 1}
+    assert set(g.expert_groups) == {"layers.1.mlp.experts", "layers.3.mlp.experts"}
+    eg = g.expert_groups["layers.1.mlp.experts"]
+    assert (eg.num_experts, eg.top_k, eg.router, eg.block) == (4, 2, "layers.1.mlp.router.gate", "layers.1")
+    assert eg.shared_experts == ("layers.1.mlp.shared_expert",)
+    ex = g.parametric_ops["layers.1.mlp.experts"]
+    assert ex.kind == "experts" and ex.num_experts == 4 and ex.shapes["w1"] == (4, 32, 64)
+    assert ("layers.1.mlp_norm", "layers.1.mlp.experts") in g.param_op_edges
+    # per-expert matmuls read one expert's slice of the stacked weights, not the whole tensor
+    expert_mm = [a for _, a in g.nodes(phase="fwd") if a["module"] == "layers.1.mlp.experts"
+                 and a["op"] == "aten.mm.default"]
+    assert sum(a["param_count"] for a in expert_mm) == ex.param_count
+    assert g.parameters == parameter_count(spec)
+
+
+def test_tied_embeddings_counted_once():
+    g = trace("tiny-gpt", seq_len=16)
+    spec = load_model_spec("tiny-gpt")
+    assert spec.tie_word_embeddings
+    assert g.parameters == parameter_count(spec)
+    assert g.parametric_ops["lm_head"].tied == {"weight": "tok_embeddings"}
+    assert g.parametric_ops["lm_head"].param_count == 0
+
+
+def test_find_blocks_prefers_outer_list():
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.experts = nn.ModuleList(nn.Linear(4, 4) for _ in range(8))
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList(Block() for _ in range(3))
+
+    assert find_blocks(Net()) == ["blocks.0", "blocks.1", "blocks.2"]
+
+
+# ------------------------------------------------------------------ fallbacks, inputs, safety
+class _DataDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.a(x)
+        if x.sum() > 0:  # needs a value: impossible on the meta device
+            x = F.relu(x)
+        return self.b(x)
+
+
+def test_data_dependent_model_gives_module_level_graph_with_warning():
+    with pytest.warns(UserWarning, match="module level"):
+        g = trace(_DataDependent(), example_inputs=torch.randn(4, 16), dtype=torch.float32)
+    assert g.module_level and g.warnings
+    fwd = {a["module"]: a for _, a in g.nodes(phase="fwd")}
+    assert {"a", "b"} <= set(fwd)
+    assert fwd["a"]["op"] == "Linear" and fwd["a"]["flops"] == 2 * 4 * 16 * 16   # measured
+    assert fwd["b"]["flops"] == 0 and fwd["b"]["param_count"] == 16 * 16 + 16   # never reached
+    assert g.parameters == 2 * (16 * 16 + 16)
+    assert g.backward_flops == 2 * g.forward_flops
+    assert g.summary()["module_level"] is True
+
+
+def test_item_call_falls_back_too():
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 8)
+
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            return self.emb(t) * t.max().item()
+
+    with pytest.warns(UserWarning):
+        g = trace(M(), seq_len=4)
+    # the embedding ran, then the root's own code (max) before .item() failed
+    assert g.module_level and [a["module"] for _, a in g.nodes(phase="fwd")] == ["emb", ""]
+
+
+def test_bad_input_is_user_error():
+    with pytest.raises(UserError, match="batch"):
+        trace("tiny-llama", batch=0)
+    with pytest.raises(UserError, match="example_inputs"):
+        trace(nn.Sequential(nn.Linear(4, 4)))
+    with pytest.raises(UserError):
+        trace("no-such-model-xyz")
+
+
+def test_user_model_is_not_modified_and_weights_not_copied(monkeypatch):
+    model = nn.Sequential(nn.Embedding(64, 32), nn.Linear(32, 64))
+    model.eval()
+    ptrs = [p.data_ptr() for p in model.parameters()]
+
+    def no_real_copy(self, memo):
+        raise AssertionError(f"a real tensor of shape {tuple(self.shape)} was deep-copied")
+
+    monkeypatch.setattr(torch.Tensor, "__deepcopy__", no_real_copy)
+    monkeypatch.setattr(nn.Parameter, "__deepcopy__", no_real_copy)
+    g = trace(model, batch=2, seq_len=8)
+    monkeypatch.undo()
+    assert g.parameters == 64 * 32 + 32 * 64 + 64
+    assert [p.data_ptr() for p in model.parameters()] == ptrs
+    assert all(p.device.type == "cpu" and p.grad is None for p in model.parameters())
+    assert not model.training
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    # the default LM loss ran: cross entropy of the logits against the tokens
+    assert any("nll_loss" in a["op"] for _, a in g.nodes(phase="fwd"))
+
+
+def test_tracing_a_large_real_model_does_not_grow_memory_by_its_weights():
+    # 4 x 4096 x 4096 fp32 = 256 MiB of touched weights; a copy would raise peak RSS by as much.
+    code = textwrap.dedent("""
+        import json, resource, torch
+        from torch import nn
+        from autoparallel.tracer import trace
+        model = nn.Sequential(*[nn.utils.skip_init(nn.Linear, 4096, 4096, bias=False) for _ in range(4)])
+        for p in model.parameters():
+            p.data.fill_(0.5)
+        trace(model, example_inputs=torch.randn(1, 4096), dtype=torch.float32)  # warm-up: imports
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        trace(model, example_inputs=torch.randn(8, 4096), dtype=torch.float32)
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(json.dumps({"delta_kib": after - before}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    delta_mib = json.loads(out.stdout.strip().splitlines()[-1])["delta_kib"] / 1024
+    assert delta_mib < 64
+
+
+def test_summary_and_table(llama):
+    s = llama.summary()
+    for key in ("parameters", "forward_flops", "backward_flops", "num_blocks", "activation_bytes_per_block"):
+        assert key in s
+    assert s["num_blocks"] == 4 and s["parameters"] == llama.parameters
+    assert s["activation_bytes_per_block"] == max(llama.activation_bytes_per_block.values()) > 0
+    json.dumps(s)
+    costs = llama.region_costs()
+    assert list(costs) == ["pre", *llama.blocks, "post"]
+    assert sum(c.fwd_flops for c in costs.values()) == pytest.approx(llama.forward_flops)
+    table = llama.format_table()
+    assert "parameters" in table and "4 x layers.*" in table and "aten.mm.default" in table

@@ -1,0 +1,249 @@
+"""Shared pieces of the trainer tests: tiny models, explicit plans, a single-process reference and a
+multi-process runner (one torch.multiprocessing spawn per world size running many configurations).
+
+Workers run on CPU with gloo, fp32, one thread each. Results travel back as files in a temp dir:
+per configuration `<name>.json` (per-step losses, or an error line) and `<name>.rank<r>.pt` (the full
+parameters this rank holds after training, gathered from its shards).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autoparallel.plan import Plan
+
+STEPS = 5
+LR = 1e-2  # large enough that 5 AdamW steps move every parameter visibly
+SEQ = 16
+GLOBAL_BATCH = 8
+
+
+# ---- models -----------------------------------------------------------------------------------
+def build(name: str, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    if name == "mha":
+        return MHAModel()
+    from autoparallel.models import build_model, load_model_spec
+
+    model = build_model(load_model_spec(name))
+    if hasattr(model, "init_weights"):
+        model.init_weights(seed=seed)
+    return model
+
+
+class MHABlock(nn.Module):
+    def __init__(self, h: int, heads: int, f: int) -> None:
+        super().__init__()
+        self.attn_norm = nn.LayerNorm(h)
+        self.attn = nn.MultiheadAttention(h, heads, batch_first=True)
+        self.mlp_norm = nn.LayerNorm(h)
+        self.mlp = nn.Sequential()
+        self.mlp.add_module("fc1", nn.Linear(h, f))
+        self.mlp.add_module("act", nn.GELU())
+        self.mlp.add_module("fc2", nn.Linear(f, h))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        S = x.shape[1]
+        mask = torch.ones(S, S, dtype=torch.bool, device=x.device).triu(1)
+        y = self.attn_norm(x)
+        x = x + self.attn(y, y, y, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class MHAModel(nn.Module):
+    """A user model built on nn.MultiheadAttention (packed in_proj_weight q/k/v)."""
+
+    def __init__(self, vocab: int = 64, h: int = 32, heads: int = 4, f: int = 64, layers: int = 2) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, h)
+        self.blocks = nn.ModuleList(MHABlock(h, heads, f) for _ in range(layers))
+        self.norm = nn.LayerNorm(h)
+        self.head = nn.Linear(h, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.norm(x))
+
+
+def vocab_of(name: str) -> int:
+    return 64 if name == "mha" else 256
+
+
+def batches(name: str, steps: int = STEPS, rows: int = GLOBAL_BATCH, seq: int = SEQ) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1234)
+    return [torch.randint(0, vocab_of(name), (rows, seq + 1), generator=g) for _ in range(steps)]
+
+
+# ---- plans ------------------------------------------------------------------------------------
+def placements(model: nn.Module, sequence_parallel: bool) -> dict[str, str]:
+    """The Megatron layout for the project's module names (docs/architecture.md) or the MHA model."""
+    out: dict[str, str] = {}
+    norm = "sequence" if sequence_parallel else "replicate"
+    for path, mod in model.named_modules():
+        leaf = path.rsplit(".", 1)[-1]
+        if isinstance(mod, (nn.LayerNorm, nn.RMSNorm)):
+            out[path] = norm
+        elif leaf in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "lm_head", "fc1", "head"):
+            out[path] = "colwise"
+        elif leaf in ("o_proj", "down_proj", "fc2"):
+            out[path] = "rowwise"
+        elif leaf in ("tok_embeddings", "embed"):
+            out[path] = "vocab"
+        elif leaf in ("pos_embeddings", "gate", "shared_expert_gate"):
+            out[path] = "replicate"
+        elif leaf == "experts":
+            out[path] = "expert"
+        elif leaf == "attn" and isinstance(mod, nn.MultiheadAttention):
+            out[path] = "replicate"
+    return out
+
+
+def num_blocks(model: nn.Module) -> int:
+    return len(model.layers) if hasattr(model, "layers") else len(model.blocks)
+
+
+def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: int = 1, vpp: int = 1,
+              micro_batch: int = 1, zero: int = 0, sp: bool = False, recompute: str = "none",
+              stage_layers: tuple[int, ...] = (), global_batch: int = GLOBAL_BATCH) -> Plan:
+    from autoparallel.trainer.structure import model_fingerprint
+
+    n = num_blocks(model)
+    if pp > 1 and not stage_layers:
+        k = pp * vpp
+        stage_layers = tuple(n // k + (1 if i < n % k else 0) for i in range(k))
+    return Plan(model=type(model).__name__, hardware="cpu", gpus=dp * tp * pp * ep, gpus_per_node=8,
+                global_batch=global_batch, seq_len=SEQ, dp=dp, tp=tp, pp=pp, ep=ep, vpp=vpp,
+                micro_batch=micro_batch, zero=zero, sequence_parallel=sp, recompute=(recompute,) * n,
+                stage_layers=stage_layers, grad_reduce_dtype="fp32", param_dtype="fp32",
+                placements=placements(model, sp) if tp > 1 or ep > 1 else {},
+                model_fingerprint=model_fingerprint(model))
+
+
+# ---- reference --------------------------------------------------------------------------------
+def reference(name: str, steps: int = STEPS) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """Plain single-process training: full batch, one AdamW step per batch."""
+    torch.set_num_threads(1)
+    model = build(name)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    losses = []
+    for tokens in batches(name, steps):
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, -2).float(), tokens[:, 1:].flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
+
+
+# ---- multi-process runner ---------------------------------------------------------------------
+@dataclass
+class Config:
+    """One trainer run inside the spawned group; `plan` holds make_plan keyword arguments (picklable)."""
+
+    name: str
+    model: str
+    plan: dict[str, Any]
+    steps: int = STEPS
+    resume: dict[str, Any] = field(default_factory=dict)   # {"stop": k, "plan": {...}}: kill and resume
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _train(cfg: Config, out: Path, rank: int) -> dict[str, Any]:
+    from autoparallel.trainer import AutoParallelTrainer
+
+    model = build(cfg.model)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    data = batches(cfg.model, cfg.steps)
+    trainer = AutoParallelTrainer(model, opt, plan=make_plan(model, **cfg.plan))
+    losses: list[float] = []
+    stop = cfg.resume.get("stop")
+    for i, tokens in enumerate(data):
+        if stop is not None and i == stop:
+            path = out / f"{cfg.name}.ckpt"
+            trainer.save_checkpoint(path)
+            # a fresh model (another seed: the checkpoint must overwrite every value) and trainer,
+            # possibly under another plan
+            model = build(cfg.model, seed=99)
+            opt = torch.optim.AdamW(model.parameters(), lr=LR)
+            trainer = AutoParallelTrainer(model, opt, plan=make_plan(model, **cfg.resume.get("plan", cfg.plan)))
+            trainer.load_checkpoint(path)
+            assert trainer.steps == stop, (trainer.steps, stop)
+        losses.append(trainer.step(tokens))
+    params = trainer.full_state_dict()
+    torch.save(params, out / f"{cfg.name}.rank{rank}.pt")
+    return {"losses": losses}
+
+
+def worker(rank: int, world: int, port: int, out: str, configs: list[Config]) -> None:
+    import datetime
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    outdir = Path(out)
+    for cfg in configs:
+        t0 = time.time()
+        try:
+            result = _train(cfg, outdir, rank)
+        except Exception as e:  # recorded per configuration so one failure does not hide the others
+            result = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+        result["seconds"] = time.time() - t0
+        (outdir / f"{cfg.name}.rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def run_spawned(world: int, configs: list[Config], out: Path, timeout: float = 600.0) -> None:
+    import torch.multiprocessing as mp
+
+    ctx = mp.start_processes(worker, args=(world, free_port(), str(out), configs), nprocs=world, join=False,
+                             start_method="spawn")
+    deadline = time.time() + timeout
+    while not ctx.join(timeout=max(1.0, deadline - time.time())):
+        if time.time() > deadline:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+            raise TimeoutError(f"spawned trainer group of {world} did not finish in {timeout:.0f}s")
+
+
+def result(out: Path, name: str) -> dict[str, Any]:
+    errors = sorted(out.glob(f"{name}.rank*.json"))
+    for f in errors:
+        data = json.loads(f.read_text())
+        if "error" in data:
+            return data
+    return json.loads((out / f"{name}.rank0.json").read_text())
+
+
+def gathered_params(out: Path, name: str) -> dict[str, torch.Tensor]:
+    merged: dict[str, torch.Tensor] = {}
+    for f in sorted(out.glob(f"{name}.rank*.pt")):
+        merged.update(torch.load(f))
+    return merged
+
+
+def with_plan(plan: Plan, **kw: Any) -> Plan:
+    return replace(plan, **kw)
