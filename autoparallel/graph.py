@@ -110,9 +110,6 @@ class OpGraph:
     expert_groups: dict[str, ExpertGroup] = field(default_factory=dict)
     module_level: bool = False
     warnings: list[str] = field(default_factory=list)
-    # Blocks whose nodes were copied from an identical traced block rather than traced themselves
-    # (block path -> the traced block it replicates); empty when every block was traced.
-    replicated_blocks: dict[str, str] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ node access
     def nodes(self, phase: str | None = None, region: str | None = None,

@@ -18,24 +18,26 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
 from autoparallel.errors import UserError
 from autoparallel.graph import OpGraph
 from autoparallel.plan import RECOMPUTE_MODES, Plan
-from cost_models.comm import all_gather_time, all_reduce_time, link_for, reduce_scatter_time
+from cost_models.comm import link_for
 from cost_models.estimate import (
     ALLOCATOR_RESERVE,
     DTYPE_BYTES,
     CostModel,
     Estimate,
+    dp_sync_time,
     in_flight_micro_batches,
     model_state_bytes,
 )
 from hardware_profiles import Cluster
 
-NS = 1e9          # CP-SAT works in integers: times in nanoseconds
-MEM_UNIT = 1.0    # memory in bytes (int64 holds any budget)
+RESOLUTION = 1e7  # CP-SAT works in integers: times and bytes in units of 1e-7 of their scale
 PIN_KEYS = ("tp", "pp", "dp", "ep", "vpp", "micro_batch", "zero", "sequence_parallel", "recompute",
             "grad_reduce_dtype")
 PIN_ALIASES = {"mb": "micro_batch", "sp": "sequence_parallel", "micro-batch": "micro_batch",
@@ -155,6 +157,7 @@ class Planner:
         self.model_name = model_name or graph.model_name
         self.progress = progress
         self.placements = placements
+        self._placement_cache: dict[bool, dict[str, str]] = {}
         self._check_pins()
 
     # ---- the space ----------------------------------------------------------------------------------------
@@ -213,13 +216,34 @@ class Planner:
                             for zero in range(4):
                                 if f.get("zero", zero) != zero or (zero > 0 and dp * ep == 1):
                                     continue
+                                if "zero" not in f and self._zero_dominated(zero, dp * ep, m):
+                                    continue
                                 for sp in ((False, True) if tp > 1 else (False,)):
                                     if f.get("sequence_parallel", sp) != sp:
                                         continue
-                                    for gd in ("fp32", "bf16"):
-                                        if f.get("grad_reduce_dtype", gd) != gd:
-                                            continue
-                                        yield MeshConfig(tp, pp, dp, ep, vpp, mb, zero, sp, gd)
+                                    if "sequence_parallel" not in f and tp > 1 and not sp and self._sp_dominates():
+                                        continue
+                                    # fp32 gradient reduction unless pinned: bf16 is always cheaper under
+                                    # the cost model but costs accuracy, a trade only the user can make
+                                    gd = f.get("grad_reduce_dtype", "fp32")
+                                    yield MeshConfig(tp, pp, dp, ep, vpp, mb, zero, sp, gd)
+
+    @staticmethod
+    def _zero_dominated(zero: int, d: int, m: int) -> bool:
+        """Stages no plan needs (exact under the cost model): ZeRO-0 when d > 1 (ZeRO-1 moves the same
+        bytes, reduce-scatter + all-gather = all-reduce, and holds less); ZeRO-1 when m == 1 (ZeRO-2
+        then communicates the same once per step and holds less)."""
+        return d > 1 and (zero == 0 or (zero == 1 and m == 1))
+
+    def _sp_dominates(self) -> bool:
+        """Sequence parallelism moves the same bytes as plain TP when each segment has as many
+        colwise inputs as rowwise outputs (reduce-scatter + all-gather = all-reduce) and runs norms on
+        1/tp of the sequence: then TP without SP never wins."""
+        if not hasattr(self, "_sp_dom"):
+            pl = self._placements(MeshConfig(2, 1, 1, 1, 1, 1, 0, True, "fp32"))
+            segs = self.cm.segments(pl, True)
+            self._sp_dom = all(sorted(s.tp_allgather_bytes) == sorted(s.tp_collective_bytes) for s in segs.values())
+        return self._sp_dom
 
     def base_plan(self, cfg: MeshConfig) -> Plan:
         return Plan(model=self.model_name, hardware=self.cluster.profile.name, gpus=self.cluster.num_devices,
@@ -232,18 +256,21 @@ class Planner:
     def _placements(self, cfg: MeshConfig) -> dict[str, str]:
         if self.placements is not None:
             return self.placements
-        from autoparallel.placements import megatron_placements
-        return megatron_placements(self.graph, cfg.sequence_parallel and cfg.tp > 1)
+        sp = cfg.sequence_parallel and cfg.tp > 1
+        if sp not in self._placement_cache:
+            from autoparallel.placements import megatron_placements
+            self._placement_cache[sp] = megatron_placements(self.graph, sp)
+        return self._placement_cache[sp]
 
     # ---- bounds -------------------------------------------------------------------------------------------
     def lower_bound(self, cfg: MeshConfig) -> float:
         """t >= (m - 1/v) * sum_T / p + sum_T / v with sum_T at no recompute (T_max >= sum_T / p and
-        the T_max coefficient m - 1/v >= 0); data-parallel exposure >= 0."""
+        the T_max coefficient m - 1/v >= 0), plus the data-parallel and optimizer bound."""
         sm = self._stage_model(cfg)
         total = sm.pre_post_time() + sum(sm.block_time(c, "none") * k for c, k in sm.class_counts.items())
         total += sm.p2p_per_virtual_stage * cfg.pp * cfg.vpp
         m, v, p = sm.m, cfg.vpp, cfg.pp
-        return (m - 1 / v) * total / p + total / v
+        return (m - 1 / v) * total / p + total / v + sm.sync_bound()
 
     def _stage_model(self, cfg: MeshConfig) -> StageModel:
         return StageModel(self, cfg)
@@ -257,9 +284,10 @@ class Planner:
         self._say(f"planning {self.model_name}: {len(configs)} mesh configurations on {self.cluster}")
         bounded = sorted(((self.lower_bound(c), i, c) for i, c in enumerate(configs)), key=lambda x: x[:2])
         best: list[Candidate] = []    # feasible, sorted by step time
-        closest_miss: tuple[float, MeshConfig, Estimate | None] | None = None
+        misses: list[MeshConfig] = []   # configurations that did not fit, for the explanation
         solved = 0
         keep = max(top_k, 0) + 1
+        pruned_lb: list[float] = []
         last_say = time.perf_counter()
         proven = True
         for lb, _, cfg in bounded:
@@ -271,26 +299,28 @@ class Planner:
             solved += 1
             sm = self._stage_model(cfg)
             if not sm.memory_may_fit():
-                miss = sm.min_memory_estimate()
-                if closest_miss is None or miss[0] < closest_miss[0]:
-                    closest_miss = (miss[0], cfg, miss[1])
+                misses.append(cfg)
                 continue
+            if len(sm.classes) == 1 and best:
+                lb2 = sm.relaxed_bound()
+                if lb2 >= best[0].estimate.step_time_s:
+                    pruned_lb.append(lb2)
+                    continue
             plan = sm.solve()
             if plan is None:
-                miss = sm.min_memory_estimate()
-                if closest_miss is None or miss[0] < closest_miss[0]:
-                    closest_miss = (miss[0], cfg, miss[1])
+                misses.append(cfg)
                 continue
             est = self.cm.estimate(plan, self.budget)
             best.append(Candidate(plan, est))
-            best.sort(key=lambda c: (c.estimate.step_time_s, c.plan.to_json()))
+            best.sort(key=lambda c: (c.estimate.step_time_s, MeshConfig_of(c.plan), c.plan.stage_layers,
+                                     c.plan.recompute))
             if time.perf_counter() - last_say > 1.0:
                 self._say(f"  {solved} configurations solved, best {best[0].estimate.step_time_s:.4f} s/step")
                 last_say = time.perf_counter()
         wall = time.perf_counter() - t0
         if not best:
             return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved),
-                              explanation=self._explain_infeasible(closest_miss))
+                              explanation=self._explain_infeasible(self._closest_miss(misses)))
         winner = best[0]
         remaining = [lb for lb, _, c in bounded[solved:]]
         bound = min([winner.estimate.step_time_s] + remaining) if remaining else winner.estimate.step_time_s
@@ -322,6 +352,15 @@ class Planner:
                 f"with the pins {self.fix or '{}'}; use a global batch that is a multiple of the data-parallel "
                 f"degree, or other pins")
 
+    def _closest_miss(self, misses: list[MeshConfig]) -> tuple[float, MeshConfig, Estimate | None] | None:
+        """The configuration with the smallest footprint under full recompute."""
+        best = None
+        for cfg in misses:
+            need, est = self._stage_model(cfg).min_memory_estimate()
+            if best is None or need < best[0]:
+                best = (need, cfg, est)
+        return best
+
     def _explain_infeasible(self, miss: tuple[float, MeshConfig, Estimate | None] | None) -> str:
         if miss is None:
             return "no configuration could be evaluated"
@@ -347,6 +386,16 @@ class Planner:
     def _say(self, msg: str) -> None:
         if self.progress:
             self.progress(msg)
+
+
+def _lower_hull(ks: np.ndarray, ts: np.ndarray) -> list[tuple[float, float]]:
+    """Lower convex hull of the points (k, t), k increasing (Andrew's monotone chain)."""
+    hull: list[tuple[float, float]] = []
+    for k, t in zip(ks.tolist(), ts.tolist()):
+        while len(hull) >= 2 and (hull[-1][1] - hull[-2][1]) * (k - hull[-2][0]) >= (t - hull[-2][1]) * (hull[-1][0] - hull[-2][0]):
+            hull.pop()
+        hull.append((k, t))
+    return hull
 
 
 def MeshConfig_of(plan: Plan) -> tuple:
@@ -381,15 +430,25 @@ class StageModel:
         self.rep = {c: graph.blocks[bc.index(c)] for c in self.classes}
         self.sp = cfg.sequence_parallel and cfg.tp > 1
         self.placements = self.plan0.placements
-        self.cm.segments(self.placements, self.sp)
-        self.key = (tuple(sorted(self.placements.items())), self.sp)
+        self.segs = self.cm.segments(self.placements, self.sp)
+        self.key = self.cm.segments_key(self.placements, self.sp)
         self.span = self.plan0.mesh_span()
         self.modes = [self.pl.fix["recompute"]] if "recompute" in self.pl.fix else list(RECOMPUTE_MODES)
         self.p2p_per_virtual_stage = 0.0
+        self.mem_unit = planner.budget / RESOLUTION   # bytes per integer unit
         if cfg.pp > 1:
             from cost_models.comm import send_recv_time
             self.p2p_per_virtual_stage = 2 * send_recv_time(self.cm._boundary_bytes(self.plan0),
                                                             link_for(self.cm.profile, self.span["pp"]))
+
+    @property
+    def ns(self) -> float:
+        """Integer time units per second: the whole step's work spans about RESOLUTION units."""
+        if not hasattr(self, "_ns"):
+            total = self.pre_post_time() + self.p2p_per_virtual_stage * self.S + sum(
+                max(self.block_time(c, r) for r in self.modes) * k for c, k in self.class_counts.items())
+            self._ns = RESOLUTION / max(total, 1e-12)
+        return self._ns
 
     # ---- coefficients --------------------------------------------------------------------------------------
     def cost(self, name: str, rc: str):
@@ -405,7 +464,7 @@ class StageModel:
 
     def params_of(self, name: str) -> tuple[float, float]:
         """(all params, expert params) held by one device for a segment."""
-        s = self.cm.segments(self.placements, self.sp)[name]
+        s = self.segs[name]
         c = self.cfg
         e = s.expert_params / (c.ep * c.tp)
         return s.dense_params + s.tp_params / c.tp + e, e
@@ -441,30 +500,26 @@ class StageModel:
         return (p - e) * dense_b + e * exp_b
 
     def dp_time_linear(self) -> tuple[float, float, float, float]:
-        """Gradient-sync time as slope*params + const for dense and expert params [s per param, s]."""
+        """Gradient-sync time as slope*params + const for dense and expert params [s per param, s]
+        (dp_sync_time is affine in the parameter count)."""
         c = self.cfg
         gb = DTYPE_BYTES[c.grad_reduce_dtype]
         pb = DTYPE_BYTES.get(self.plan0.param_dtype, 2)
         dense_span = "inter" if "inter" in (self.span["dp"], self.span["ep"]) else "intra"
 
-        def t(n: float, d: int, span: str) -> float:
-            if d <= 1 or n <= 0:
-                return 0.0
-            link = link_for(self.cm.profile, span)
-            if c.zero == 0:
-                return all_reduce_time(n * gb, d, link)
-            out = reduce_scatter_time(n * gb, d, link)
-            out += all_gather_time(n * pb, d, link) if c.zero < 3 else 2 * all_gather_time(n * pb, d, link) * self.m
-            return out
-
         def lin(d: int, span: str) -> tuple[float, float]:
-            n = 1e9
-            a, b = t(n, d, span), t(2 * n, d, span)
-            slope = (b - a) / n
+            link, n = link_for(self.cm.profile, span), 1e9
+            a = dp_sync_time(n, d, link, c.zero, self.m, gb, pb)
+            slope = (dp_sync_time(2 * n, d, link, c.zero, self.m, gb, pb) - a) / n
             return slope, a - slope * n
         ds, dc = lin(c.dp * c.ep, dense_span)
         es, ec = lin(c.dp, self.span["dp"])
         return ds, dc, es, ec
+
+    def cover(self, sc) -> float:
+        """Backward work a segment offers to hide gradient sync behind (see CostModel)."""
+        c = self.cfg
+        return {0: sc.bwd_s, 1: sc.bwd_s, 2: sc.bwd_s * self.m}.get(c.zero, (sc.fwd_s + sc.bwd_s) * self.m)
 
     # ---- feasibility shortcuts ------------------------------------------------------------------------------
     def min_memory_estimate(self) -> tuple[float, Estimate | None]:
@@ -483,8 +538,289 @@ class StageModel:
 
     # ---- the model -----------------------------------------------------------------------------------------
     def solve(self) -> Plan | None:
+        """Uniform blocks (one class): the per-rank model `solve_uniform`; mixed classes: `solve_general`."""
+        return self.solve_uniform() if len(self.classes) == 1 else self.solve_general()
+
+    def _solver(self) -> cp_model.CpSolver:
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1          # deterministic: same inputs, same plan
+        solver.parameters.max_time_in_seconds = 20.0
+        return solver
+
+    # ---- uniform blocks: one choice per pipeline rank -----------------------------------------------------
+    def all_device_options(self) -> list[dict[int, tuple[float, tuple[int, int, int]]]]:
+        """For every rank d and block count k it may hold: the fastest recompute mix (none, selective,
+        full counts) whose memory fits, and its time per micro-batch [s]. Exact: with k and the number
+        of full-recompute blocks fixed, time is linear in the number of none-blocks and memory
+        k*states + in_flight_d*(sum_r n_r*act_r) + max_r(working_r * [n_r > 0]) is linear too, so the
+        optimum sits at an end of the feasible interval, computed in closed form (arrays over ranks d,
+        counts k and full-recompute counts nf)."""
+        c = self.classes[0]
+        rep = self.rep[c]
+        modes = ("none", "selective", "full")
+        ok = {r: r in self.modes for r in modes}
+        t = {r: self.block_time(c, r) for r in modes}
+        costs = {r: self.cost(rep, r) for r in modes}
+        v, L, p = self.cfg.vpp, self.cm.num_blocks, self.cfg.pp
+        ks = np.arange(v, L - v * (p - 1) + 1)
+        if ks.size == 0:
+            return [{} for _ in range(p)]
+        infl = np.array([in_flight_micro_batches(d, p, v, self.m) for d in range(p)])[:, None, None]
+        cap = np.array([self.pl.budget / (1 + ALLOCATOR_RESERVE) - self.fixed_memory(d) for d in range(p)])[:, None, None]
+        act = {r: infl * costs[r].act_bytes for r in modes}
+        work = {r: costs[r].working_bytes for r in modes}
+        K, NF = np.meshgrid(ks, np.arange(0, ks[-1] + 1 if ok["full"] else 1), indexing="ij")
+        K, NF = K[None], NF[None]
+        valid = NF <= K
+        rest = K - NF
+        base = cap - K * self.block_memory(c) - NF * act["full"]   # for none/selective + working set
+        w_full = np.where(NF > 0, work["full"], 0.0)
+        shape = np.broadcast_shapes(base.shape, K.shape)
+        best_t = np.full(shape, np.inf)
+        best_na = np.zeros(shape, dtype=np.int64)
+        best_ns = np.zeros(shape, dtype=np.int64)
+
+        def consider(na: np.ndarray, ns: np.ndarray, allowed: np.ndarray) -> None:
+            used = na * act["none"] + ns * act["selective"] + np.maximum(w_full, np.where(ns > 0, work["selective"], 0.0))
+            time_ = na * t["none"] + ns * t["selective"] + NF * t["full"]
+            better = allowed & valid & (used <= base) & (time_ < best_t)
+            best_t[better] = np.broadcast_to(time_, shape)[better]
+            best_na[better] = np.broadcast_to(na, shape)[better]
+            best_ns[better] = np.broadcast_to(ns, shape)[better]
+
+        # no selective block: the rest recompute nothing
+        consider(rest, np.zeros_like(rest), np.full(rest.shape, ok["none"]) | (rest == 0))
+        if ok["selective"]:  # >= 1 selective block: na in [lo, hi] from one linear memory inequality
+            r2 = base - np.maximum(w_full, work["selective"]) - rest * act["selective"]
+            alpha = act["none"] - act["selective"]          # per rank (in-flight scaled)
+            hi0 = rest - 1 if ok["none"] else np.zeros_like(rest)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                pos = np.where(alpha > 0, np.minimum(hi0, np.floor(r2 / alpha)), hi0)
+                hi = np.where((alpha > 0) & (r2 < 0), -1, np.where(alpha > 0, pos, hi0))
+                lo = np.where(alpha < 0, np.maximum(0, np.ceil(r2 / alpha)), 0)
+                hi = np.where((alpha == 0) & (r2 < 0), -1, hi)
+            hi = np.nan_to_num(hi, nan=-1).astype(np.int64)
+            lo = np.nan_to_num(lo, nan=0).astype(np.int64)
+            fine = (rest > 0) & (lo <= hi)
+            for na in (lo, hi):
+                na = np.clip(na, 0, np.maximum(rest - 1, 0))
+                consider(na, rest - na, fine)
+        j = np.argmin(best_t, axis=2)
+        tb = np.take_along_axis(best_t, j[..., None], axis=2)[..., 0]
+        nab = np.take_along_axis(best_na, j[..., None], axis=2)[..., 0]
+        nsb = np.take_along_axis(best_ns, j[..., None], axis=2)[..., 0]
+        out: list[dict[int, tuple[float, tuple[int, int, int]]]] = []
+        for d in range(p):
+            fin = np.isfinite(tb[d])
+            out.append({int(k): (float(tb[d, i]), (int(nab[d, i]), int(nsb[d, i]), int(k - nab[d, i] - nsb[d, i])))
+                        for i, k in enumerate(ks) if fin[i]})
+        return out
+
+    def options(self) -> list[dict[int, tuple[float, tuple[int, int, int]]]]:
+        if not hasattr(self, "_options"):
+            self._options = self.all_device_options()
+        return self._options
+
+    def min_max_time(self) -> tuple[float, list[int] | None]:
+        """The smallest bottleneck time tau such that every rank d can hold k_d blocks with
+        t*(d, k_d) + ends_d <= tau and sum k_d = L (bisection over the candidate times; t* grows with
+        k and feasibility is downward closed), and a greedy assignment achieving it."""
+        opts, L = self.options(), self.cm.num_blocks
+        ends = [self._device_constants(d)[0] for d in range(self.cfg.pp)]
+        table = [sorted((k, t + e) for k, (t, _) in o.items()) for o, e in zip(opts, ends)]
+        cands = sorted({t for tab in table for _, t in tab})
+
+        def take(tau: float) -> list[int] | None:
+            ks = []
+            for tab in table:
+                fit = [k for k, t in tab if t <= tau]
+                if not fit:
+                    return None
+                ks.append(max(fit))
+            return ks if sum(ks) >= L else None
+        lo, hi = 0, len(cands) - 1
+        if not cands or take(cands[hi]) is None:
+            return math.inf, None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if take(cands[mid]) is None:
+                lo = mid + 1
+            else:
+                hi = mid
+        tau, cap = cands[lo], take(cands[lo])
+        ks = [tab[0][0] for tab in table]
+        need = L - sum(ks)
+        times = [dict(tab) for tab in table]
+        while need > 0:  # add blocks where the marginal time is smallest, within the caps
+            d = min((d for d in range(len(ks)) if ks[d] < cap[d] and ks[d] + 1 in times[d]),
+                    key=lambda d: (times[d][ks[d] + 1] - times[d][ks[d]], d), default=None)
+            if d is None:
+                return tau, None
+            ks[d] += 1
+            need -= 1
+        return tau, ks
+
+    def relaxed_sum(self) -> float:
+        """Lower bound on sum_d T_d: the convex-minorant greedy of `relaxed_bound`."""
+        return self._relaxed()[0]
+
+    def relaxed_bound(self) -> float:
+        """A lower bound on this configuration's step time that respects memory (uniform blocks):
+        min sum_d t*(d, k_d) s.t. sum_d k_d = L over the convex minorants of each rank's fastest-
+        fitting time t*(d, k) (greedy on sorted marginal costs is exact for convex costs), then
+        t >= (m - 1/v) * max(sum_T / p, max_d T_d(min)) + sum_T / v.  inf when nothing fits."""
+        total, floor_max = self._relaxed()
+        if math.isinf(total):
+            return math.inf
+        tau = self.min_max_time()[0]
+        v, m, p = self.cfg.vpp, self.m, self.cfg.pp
+        return (m - 1 / v) * max(total / p, floor_max, tau) + total / v + self.sync_bound()
+
+    def sync_bound(self) -> float:
+        """Lower bound on E + Opt: a maximum over ranks is at least their mean, and both terms are
+        affine in the blocks a rank holds, whose mean is L/pp."""
+        if len(self.classes) != 1:
+            return 0.0
+        p, L = self.cfg.pp, self.cm.num_blocks
+        sync_k, opt_k, cover_k = self._dp_coefficients(self.rep[self.classes[0]])
+        if not self.cm.overlap_grad_sync:
+            cover_k = 0.0
+        consts = [self._device_constants(d) for d in range(p)]
+        e = sum(c[1] - (c[3] if self.cm.overlap_grad_sync else 0.0) for c in consts) / p + (sync_k - cover_k) * L / p
+        o = sum(c[2] for c in consts) / p + opt_k * L / p
+        return max(e, 0.0) + o
+
+    def _relaxed(self) -> tuple[float, float]:
+        """(convex-minorant lower bound on sum_d T_d, largest single-rank minimum time)."""
+        if hasattr(self, "_relaxed_cache"):
+            return self._relaxed_cache
+        opts = self.options()
+        self._relaxed_cache = (math.inf, math.inf)
+        if any(not o for o in opts):
+            return self._relaxed_cache
+        L = self.cm.num_blocks
+        base = 0.0
+        need = L
+        slopes: list[np.ndarray] = []
+        floor_max = 0.0
+        for d, o in enumerate(opts):
+            ks = np.array(sorted(o))
+            ts = np.array([o[k][0] for k in ks])
+            ends = self._device_constants(d)[0]
+            base += ts[0] + ends
+            floor_max = max(floor_max, ts[0] + ends)
+            need -= int(ks[0])
+            hull = _lower_hull(ks, ts)
+            for (k0, t0), (k1, t1) in zip(hull, hull[1:]):
+                slopes.append(np.full(int(k1 - k0), (t1 - t0) / (k1 - k0)))
+        if need < 0:
+            return self._relaxed_cache
+        allslopes = np.sort(np.concatenate(slopes)) if slopes else np.zeros(0)
+        if allslopes.size < need:
+            return self._relaxed_cache
+        self._relaxed_cache = (base + float(allslopes[:need].sum()), floor_max)
+        return self._relaxed_cache
+
+    def solve_uniform(self) -> Plan | None:
+        """x[d,k] = 1 when rank d holds k blocks (each with its fastest fitting recompute mix):
+            sum_k x[d,k] = 1,  sum_{d,k} k x[d,k] = L,  k >= vpp (every virtual stage >= 1 block)
+            T_d = sum_k t(d,k) x[d,k] + ends_d + vpp * p2p;  Tmax >= T_d
+            E >= sync_d - overlap_d,  Opt >= optimizer_d        (see add_data_parallel)
+            minimize m*Tmax + (sum_d T_d - Tmax)/vpp + E + Opt        (= the step time, seconds)."""
+        cfg, p, L = self.cfg, self.cfg.pp, self.cm.num_blocks
+        options = self.options()
+        if any(not o for o in options):
+            return None
+        # OR-Tools' MIP backend (CBC): continuous times in seconds, binary x; single-threaded and
+        # deterministic. The LP relaxation of this assignment model is tight, so it solves in ms.
+        solver = pywraplp.Solver.CreateSolver("CBC")
+        solver.SetNumThreads(1)
+        solver.SetTimeLimit(20_000)
+        x = {(d, k): solver.BoolVar(f"x{d}_{k}") for d in range(p) for k in options[d]}
+        for d in range(p):
+            solver.Add(sum(x[d, k] for k in options[d]) == 1)
+        solver.Add(sum(k * var for (d, k), var in x.items()) == L)
+        sync_k, opt_k, cover_k = self._dp_coefficients(self.rep[self.classes[0]])
+        overlap = self.cm.overlap_grad_sync
+        inf = solver.infinity()
+        T = [solver.NumVar(0, inf, f"T{d}") for d in range(p)]
+        Tmax, E, Opt = solver.NumVar(0, inf, "Tmax"), solver.NumVar(0, inf, "E"), solver.NumVar(0, inf, "Opt")
+        for d in range(p):
+            ends, sync0, opt0, cover0 = self._device_constants(d)
+            solver.Add(T[d] == ends + sum(options[d][k][0] * x[d, k] for k in options[d]))
+            solver.Add(Tmax >= T[d])
+            solver.Add(E >= sync0 - (cover0 if overlap else 0.0) + sum(
+                (sync_k - (cover_k if overlap else 0.0)) * k * x[d, k] for k in options[d]))
+            solver.Add(Opt >= opt0 + sum(opt_k * k * x[d, k] for k in options[d]))
+        # Valid cuts that close most of the LP gap: the exact min-max stage time (bisection) and the
+        # convex-minorant bound on the summed stage time; the greedy assignment at that min-max warm-starts.
+        tau, hint = self.min_max_time()
+        solver.Add(Tmax >= tau * (1 - 1e-9))
+        solver.Add(sum(T) >= self.relaxed_sum() * (1 - 1e-9))
+        if hint is not None:
+            solver.SetHint([x[d, k] for d in range(p) for k in options[d]],
+                           [1.0 if hint[d] == k else 0.0 for d in range(p) for k in options[d]])
+        v, m = cfg.vpp, self.m
+        solver.Minimize(m * Tmax + (sum(T) - Tmax) * (1.0 / v) + E + Opt)
+        status = solver.Solve()
+        if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+            return None
+        self.proven = status == pywraplp.Solver.OPTIMAL
+        counts = [next(k for k in options[d] if x[d, k].solution_value() > 0.5) for d in range(p)]
+        stage_layers = [0] * self.S
+        mix_of_stage: list[list[str]] = [[] for _ in range(self.S)]
+        for d, k in enumerate(counts):
+            chunks = [k // v + (1 if j < k % v else 0) for j in range(v)]
+            na, ns_, nf = options[d][k][1]
+            modes = ["full"] * nf + ["selective"] * ns_ + ["none"] * na
+            for j, size in enumerate(chunks):
+                stage_layers[j * p + d] = size
+                mix_of_stage[j * p + d] = modes[:size]
+                modes = modes[size:]
+        recompute = tuple(r for st in mix_of_stage for r in st)
+        return replace(self.plan0, stage_layers=tuple(stage_layers), recompute=recompute)
+
+    def _dp_coefficients(self, rep: str) -> tuple[float, float, float]:
+        """Per block on a rank: (gradient-sync seconds, optimizer seconds, backward cover seconds)."""
+        c = self.cfg
+        ds, _, es, _ = self.dp_time_linear()
+        pa, pe = self.params_of(rep)
+        bw = self.cm.profile.memory_bandwidth * self.cm.profile.efficiency.memory_bound
+        zero_div = c.dp * c.ep if c.zero >= 1 else 1
+        sync = ds * (pa - pe) + (es * pe if c.dp > 1 else 0.0)
+        return sync, pa * 32 / bw / zero_div, self.cover(self.cost(rep, "none"))
+
+    def _device_constants(self, d: int) -> tuple[float, float, float, float]:
+        if not hasattr(self, "_consts"):
+            self._consts = [self._compute_device_constants(r) for r in range(self.cfg.pp)]
+        return self._consts[d]
+
+    def _compute_device_constants(self, d: int) -> tuple[float, float, float, float]:
+        """Rank d's partition-independent terms: (time of its ends + p2p, gradient-sync constant and
+        its ends' sync, optimizer time of its ends, backward cover of its ends)."""
+        c, p = self.cfg, self.cfg.pp
+        ds, dc, es, ec = self.dp_time_linear()
+        bw = self.cm.profile.memory_bandwidth * self.cm.profile.efficiency.memory_bound
+        zero_div = c.dp * c.ep if c.zero >= 1 else 1
+        time_ = self.p2p_per_virtual_stage * c.vpp
+        sync = dc if c.dp * c.ep > 1 else 0.0
+        if c.dp > 1 and self.params_of(self.rep[self.classes[0]])[1] > 0:
+            sync += ec
+        opt = cover = 0.0
+        for s, name in ((0, "pre"), (self.S - 1, "post")):
+            if s % p != d:
+                continue
+            sc = self.cost(name, "none")
+            time_ += sc.total_s
+            pa, pe = self.params_of(name)
+            sync += ds * (pa - pe) + es * pe
+            opt += pa * 32 / bw / zero_div
+            cover += self.cover(sc)
+        return time_, sync, opt, cover
+
+    # ---- general: mixed block classes, contiguous boundaries ----------------------------------------------
+    def solve_general(self) -> Plan | None:
         model = cp_model.CpModel()
-        self.model = model
         B, cnt = self.add_partition(model)
         n, used = self.add_recompute(model, cnt)
         T, Tmax = self.add_stage_times(model, cnt, n)
@@ -492,12 +828,11 @@ class StageModel:
         E, Opt = self.add_data_parallel(model, cnt, n)
         v, m = self.cfg.vpp, self.m
         model.Minimize(v * m * Tmax + sum(T) - Tmax + v * E + v * Opt)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1          # deterministic
-        solver.parameters.max_time_in_seconds = 20.0
+        solver = self._solver()
         status = solver.Solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return None
+        self.proven = status == cp_model.OPTIMAL
         stage_layers = [solver.Value(B[s + 1]) - solver.Value(B[s]) for s in range(self.S)]
         recompute: list[str] = []
         start = 0
@@ -559,19 +894,19 @@ class StageModel:
         """T_d = sum_{s on d} [ sum_{c,r} n[s,c,r] * t(c,r) + pre/post + p2p ] (ns per micro-batch);
         Tmax >= T_d for every pipeline rank d (the bottleneck stage)."""
         p = self.cfg.pp
-        horizon = int(NS * (self.pre_post_time() + self.p2p_per_virtual_stage * self.S + sum(
+        horizon = int(self.ns * (self.pre_post_time() + self.p2p_per_virtual_stage * self.S + sum(
             max(self.block_time(c, r) for r in self.modes) * k for c, k in self.class_counts.items()))) + 1
         T = []
         for d in range(p):
             expr = 0
             for s in range(d, self.S, p):
-                expr += sum(int(round(NS * self.block_time(c, r))) * n[s, c, r] for c in self.classes
+                expr += sum(int(round(self.ns * self.block_time(c, r))) * n[s, c, r] for c in self.classes
                             for r in self.modes)
-                expr += int(round(NS * self.p2p_per_virtual_stage))
+                expr += int(round(self.ns * self.p2p_per_virtual_stage))
                 if s == 0:
-                    expr += int(round(NS * self.cost("pre", "none").total_s))
+                    expr += int(round(self.ns * self.cost("pre", "none").total_s))
                 if s == self.S - 1:
-                    expr += int(round(NS * self.cost("post", "none").total_s))
+                    expr += int(round(self.ns * self.cost("post", "none").total_s))
             t = model.NewIntVar(0, horizon, f"T{d}")
             model.Add(t == expr)
             T.append(t)
@@ -586,18 +921,18 @@ class StageModel:
                               + in_flight(d) * sum_{s on d,c,r} n[s,c,r] * act(c,r) + W_d ] <= budget,
         W_d >= working(c,r) * used[s,c,r]  (the largest rematerialized block during its backward)."""
         p = self.cfg.pp
-        cap = int(self.pl.budget / (1 + ALLOCATOR_RESERVE) / MEM_UNIT)
+        cap = int(self.pl.budget / (1 + ALLOCATOR_RESERVE) / self.mem_unit)
         for d in range(p):
             infl = in_flight_micro_batches(d, p, self.cfg.vpp, self.m)
             W = model.NewIntVar(0, cap * 4 + 1, f"W{d}")
-            expr = int(math.ceil(self.fixed_memory(d) / MEM_UNIT)) + W
+            expr = int(math.ceil(self.fixed_memory(d) / self.mem_unit)) + W
             for s in range(d, self.S, p):
                 for c in self.classes:
-                    expr += int(math.ceil(self.block_memory(c) / MEM_UNIT)) * cnt[s, c]
+                    expr += int(math.ceil(self.block_memory(c) / self.mem_unit)) * cnt[s, c]
                     for r in self.modes:
                         sc = self.cost(self.rep[c], r)
-                        expr += int(math.ceil(infl * sc.act_bytes / MEM_UNIT)) * n[s, c, r]
-                        model.Add(W >= int(math.ceil(sc.working_bytes / MEM_UNIT)) * used[s, c, r])
+                        expr += int(math.ceil(infl * sc.act_bytes / self.mem_unit)) * n[s, c, r]
+                        model.Add(W >= int(math.ceil(sc.working_bytes / self.mem_unit)) * used[s, c, r])
             model.Add(expr <= cap)
 
     def add_data_parallel(self, model: cp_model.CpModel, cnt, n):
@@ -607,7 +942,7 @@ class StageModel:
         ds, dc, es, ec = self.dp_time_linear()
         bw = self.cm.profile.memory_bandwidth * self.cm.profile.efficiency.memory_bound
         zero_div = c.dp * c.ep if c.zero >= 1 else 1
-        big = int(NS * 1e4)
+        big = int(RESOLUTION * 1e4)
         E = model.NewIntVar(0, big, "E")
         Opt = model.NewIntVar(0, big, "Opt")
         p = c.pp
@@ -623,29 +958,25 @@ class StageModel:
                 pa, pe = self.params_of(name)
                 const += ds * (pa - pe) + es * pe
                 opt_const = pa * 32 / bw / zero_div
-                opt += int(round(NS * opt_const))
-                overlap_t = self.cost(name, "none")
-                if c.zero < 3:
-                    overlap += int(round(NS * overlap_t.bwd_s))
-                else:
-                    overlap += int(round(NS * overlap_t.total_s * self.m))
+                opt += int(round(self.ns * opt_const))
+                overlap += int(round(self.ns * self.cover(self.cost(name, "none"))))
             has_exp_blocks = False
             for s in range(d, self.S, p):
                 for cls in self.classes:
                     pa, pe = self.params_of(self.rep[cls])
                     has_exp_blocks |= pe > 0
                     coef = ds * (pa - pe) + (es * pe if has_exp else 0.0)
-                    sync += int(round(NS * coef)) * cnt[s, cls]
-                    opt += int(round(NS * pa * 32 / bw / zero_div)) * cnt[s, cls]
+                    sync += int(round(self.ns * coef)) * cnt[s, cls]
+                    opt += int(round(self.ns * pa * 32 / bw / zero_div)) * cnt[s, cls]
                     for r in self.modes:
                         sc = self.cost(self.rep[cls], r)
-                        ov = sc.bwd_s + sc.recompute_s if c.zero < 3 else sc.total_s * self.m
-                        overlap += int(round(NS * ov)) * n[s, cls, r]
+                        ov = self.cover(sc)
+                        overlap += int(round(self.ns * ov)) * n[s, cls, r]
             if has_exp and has_exp_blocks:
                 const += ec
             if not self.cm.overlap_grad_sync:
                 overlap = 0
-            model.Add(E >= int(round(NS * const)) + sync - overlap)
+            model.Add(E >= int(round(self.ns * const)) + sync - overlap)
             model.Add(Opt >= opt)
         return E, Opt
 

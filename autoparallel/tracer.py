@@ -461,7 +461,7 @@ class _Tracer:
         nid = len(self.nodes)
         ins = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         outs = [a for a in tree_leaves(out) if isinstance(a, torch.Tensor)]
-        is_view = func.is_view
+        is_view = getattr(func, "is_view", False)
         preds: set[int] = set()
         params: dict[int, tuple[int, int]] = {}
         for t in ins:
@@ -482,7 +482,7 @@ class _Tracer:
                     if n > params.get(info[0], (0, 0))[0]:
                         params[info[0]] = (n, n * t.element_size())
         flops = 0.0
-        f = flop_registry.get(func._overloadpacket)
+        f = flop_registry.get(getattr(func, "_overloadpacket", func))
         if f is not None:
             try:
                 flops = float(f(*args, **kwargs, out_val=out))
@@ -533,7 +533,8 @@ class _Tracer:
             self.pending_saved = 0
         for p in preds:
             self.edges.append((p, nid))
-        mutable = func._schema.is_mutable
+        schema = getattr(func, "_schema", None)
+        mutable = schema is not None and schema.is_mutable
         for t in outs:
             self.producer[t] = nid
             if not is_view:
@@ -615,6 +616,8 @@ def _assign_regions(nodes: list[dict[str, Any]], blocks: list[str]) -> None:
                     a["block"], a["region"] = f["block"], f["region"]
         in_block = [i for i in idx if nodes[i]["block"] is not None]
         first, last = (in_block[0], in_block[-1]) if in_block else (math.inf, -math.inf)
+        if not in_block:  # a model without repeated blocks is all "pre"
+            before = "pre"
         current = None
         for i in idx:
             a = nodes[i]

@@ -121,6 +121,7 @@ class CostModel:
         self.profile = cluster.profile
         self.dtype = dtype
         self._segments: dict[tuple, dict[str, Segment]] = {}
+        self._seg_keys: dict[tuple, tuple] = {}
         self.block_class = block_classes(graph)          # class id per block, in block order
         self.heads, self.kv_heads = attention_heads(graph)
         self.num_experts = num_experts(graph)
@@ -137,10 +138,19 @@ class CostModel:
         return self.graph.blocks[self.block_class.index(cls)]
 
     def segments(self, placements: dict[str, str], sp: bool) -> dict[str, Segment]:
+        return self._segments[self.segments_key(placements, sp)]
+
+    def segments_key(self, placements: dict[str, str], sp: bool) -> tuple:
+        """Cache key of a (placements, sequence-parallel) analysis; builds the analysis on first use.
+        Placement dicts are keyed by identity first: sorting a 1000-entry dict per query is slow."""
+        ident = (id(placements), sp)
+        if ident in self._seg_keys and self._seg_keys[ident][0] is placements:
+            return self._seg_keys[ident][1]
         key = (tuple(sorted(placements.items())), sp)
         if key not in self._segments:
             self._segments[key] = split_segments(self.graph, placements, sp)
-        return self._segments[key]
+        self._seg_keys[ident] = (placements, key)
+        return key
 
     # ---- one segment ---------------------------------------------------------------------------------
     def _segment_cost(self, placements_key: tuple, name: str, tp: int, ep: int, sp: bool, micro_batch: int,
@@ -289,15 +299,14 @@ class CostModel:
     def stage_costs(self, plan: Plan) -> list[dict]:
         placements = self.placements_for(plan)
         sp = plan.sequence_parallel and plan.tp > 1
-        self.segments(placements, sp)
-        key = (tuple(sorted(placements.items())), sp)
+        key = self.segments_key(placements, sp)
         span = plan.mesh_span()
         p, v, m = plan.pp, plan.vpp, plan.num_micro_batches
         segs = self.segments(placements, sp)
         stages = []
         for d in range(p):
             acc = dict(time=0.0, compute=0.0, tp_comm=0.0, ep_comm=0.0, recompute=0.0, p2p=0.0,
-                       flops_model=0.0, flops_hw=0.0, bwd=0.0)
+                       flops_model=0.0, flops_hw=0.0, bwd=0.0, fwd_bwd=0.0)
             act = working = 0.0
             dense = tp_params = expert = 0.0
             for vs, seg_list in enumerate(self.virtual_stage_segments(plan)):
@@ -307,7 +316,8 @@ class CostModel:
                     c = self.segment_cost(key, name, plan.tp, plan.ep, sp, plan.micro_batch, rc,
                                           span["tp"], span["ep"])
                     acc["time"] += c.total_s
-                    acc["bwd"] += c.bwd_s + c.recompute_s
+                    acc["bwd"] += c.bwd_s
+                    acc["fwd_bwd"] += c.fwd_s + c.bwd_s
                     acc["tp_comm"] += c.tp_comm_s
                     acc["ep_comm"] += c.ep_comm_s
                     acc["recompute"] += c.recompute_s
@@ -367,41 +377,51 @@ class CostModel:
     def _data_parallel_time(self, plan: Plan, stages: list[dict]) -> tuple[float, float, float]:
         """(exposed DP comm, total DP comm, optimizer step) per step, slowest stage [s].
 
-        Gradients (g bytes/param) are all-reduced (ZeRO 0/1) or reduce-scattered (2/3; ZeRO-1/2 then
-        all-gather the updated bf16 params) over dp*ep ranks (experts: dp), overlapped with the last
-        micro-batch's backward. ZeRO-3 all-gathers parameters each micro-batch, fwd and bwd, hidden
-        behind compute where it is shorter. Adam reads/writes ~32 bytes per local parameter.
+        Dense parameters sync over dp*ep ranks, expert parameters over dp ranks (`dp_sync_time`). The
+        sync hides behind backward work (exposed = max(0, t_sync - t_cover)): the last micro-batch's
+        backward for ZeRO-0/1, every micro-batch's backward for ZeRO-2, all forward and backward work
+        for ZeRO-3; recompute is not counted as cover, so more recompute never buys less exposure.
+        Adam reads/writes ~32 bytes per local parameter.
         """
         span = plan.mesh_span()
         d_dense, d_exp = plan.dp * plan.ep, plan.dp
         gb = DTYPE_BYTES.get(plan.grad_reduce_dtype, 4)
         pb = DTYPE_BYTES.get(plan.param_dtype, 2)
+        m = plan.num_micro_batches
         dense_span = "inter" if "inter" in (span["dp"], span["ep"]) else "intra"
         worst_exposed = worst_total = worst_opt = 0.0
         for s in stages:
             dense, exp = s["params"] - s["expert_params"], s["expert_params"]
-            total = 0.0
-            for n, d, sp_ in ((dense, d_dense, dense_span), (exp, d_exp, span["dp"])):
-                if d <= 1 or n <= 0:
-                    continue
-                link = link_for(self.profile, sp_)
-                if plan.zero == 0:
-                    total += all_reduce_time(n * gb, d, link)
-                else:
-                    total += reduce_scatter_time(n * gb, d, link)
-                    total += all_gather_time(n * pb, d, link) if plan.zero < 3 else 0.0
-                    if plan.zero >= 3:
-                        ag = 2 * all_gather_time(n * pb, d, link) * plan.num_micro_batches
-                        total += ag
-            per_mb_bwd = s["bwd"]
-            compute = s["time"] * plan.num_micro_batches
-            window = (per_mb_bwd if plan.zero < 3 else compute) if self.overlap_grad_sync else 0.0
+            total = dp_sync_time(dense, d_dense, link_for(self.profile, dense_span), plan.zero, m, gb, pb) + \
+                dp_sync_time(exp, d_exp, link_for(self.profile, span["dp"]), plan.zero, m, gb, pb)
+            window = {0: s["bwd"], 1: s["bwd"], 2: s["bwd"] * m}.get(plan.zero, s["fwd_bwd"] * m)
+            window = window if self.overlap_grad_sync else 0.0
             exposed = max(0.0, total - window)
             local = s["params"] / (d_dense if plan.zero >= 1 else 1)
             opt = local * 32 / (self.profile.memory_bandwidth * self.profile.efficiency.memory_bound)
             worst_exposed, worst_total = max(worst_exposed, exposed), max(worst_total, total)
             worst_opt = max(worst_opt, opt)
         return worst_exposed, worst_total, worst_opt
+
+
+def dp_sync_time(params: float, d: int, link, zero: int, m: int, grad_bytes: int, param_bytes: int) -> float:
+    """Data-parallel communication per step for `params` local parameters over d ranks [s].
+
+    ZeRO-0: all-reduce the gradients once.  ZeRO-1: reduce-scatter them once, all-gather the updated
+    parameters.  ZeRO-2: reduce-scatter every micro-batch (gradients stay sharded while accumulating),
+    all-gather once.  ZeRO-3: per micro-batch all-gather parameters for forward and for backward and
+    reduce-scatter gradients (FSDP).
+    """
+    if d <= 1 or params <= 0:
+        return 0.0
+    g, p = params * grad_bytes, params * param_bytes
+    if zero == 0:
+        return all_reduce_time(g, d, link)
+    if zero == 1:
+        return reduce_scatter_time(g, d, link) + all_gather_time(p, d, link)
+    if zero == 2:
+        return m * reduce_scatter_time(g, d, link) + all_gather_time(p, d, link)
+    return m * (reduce_scatter_time(g, d, link) + 2 * all_gather_time(p, d, link))
 
 
 def in_flight_micro_batches(d: int, p: int, v: int, m: int) -> float:

@@ -24,7 +24,8 @@ from torch import nn
 from autoparallel.plan import Plan
 
 STEPS = 5
-LR = 1e-2  # large enough that 5 AdamW steps move every parameter visibly
+LR = 1e-3  # AdamW; small enough that summation-order noise stays far below 1e-5 in 5 steps
+EPS = 1e-6  # see test_trainer.py: keeps Adam from amplifying ~1e-10 gradient noise into O(lr) updates
 SEQ = 16
 GLOBAL_BATCH = 8
 
@@ -132,12 +133,19 @@ def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: in
                 model_fingerprint=model_fingerprint(model))
 
 
+def user_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """A user loss_fn (same value as the default): the trainer must hand it whole, gathered logits."""
+    assert type(logits) is torch.Tensor, type(logits)
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -logp.gather(-1, labels.unsqueeze(-1)).mean()
+
+
 # ---- reference --------------------------------------------------------------------------------
 def reference(name: str, steps: int = STEPS) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Plain single-process training: full batch, one AdamW step per batch."""
     torch.set_num_threads(1)
     model = build(name)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS)
     losses = []
     for tokens in batches(name, steps):
         logits = model(tokens[:, :-1])
@@ -159,6 +167,8 @@ class Config:
     plan: dict[str, Any]
     steps: int = STEPS
     resume: dict[str, Any] = field(default_factory=dict)   # {"stop": k, "plan": {...}}: kill and resume
+    rows: int = GLOBAL_BATCH                                # batch rows fed to step() (misuse tests)
+    user_loss: bool = False                                 # pass user_loss as loss_fn (gathered logits)
 
 
 def free_port() -> int:
@@ -171,9 +181,10 @@ def _train(cfg: Config, out: Path, rank: int) -> dict[str, Any]:
     from autoparallel.trainer import AutoParallelTrainer
 
     model = build(cfg.model)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR)
-    data = batches(cfg.model, cfg.steps)
-    trainer = AutoParallelTrainer(model, opt, plan=make_plan(model, **cfg.plan))
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS)
+    data = batches(cfg.model, cfg.steps, rows=cfg.rows)
+    loss_fn = user_loss if cfg.user_loss else None
+    trainer = AutoParallelTrainer(model, opt, plan=make_plan(model, **cfg.plan), loss_fn=loss_fn)
     losses: list[float] = []
     stop = cfg.resume.get("stop")
     for i, tokens in enumerate(data):
@@ -183,8 +194,9 @@ def _train(cfg: Config, out: Path, rank: int) -> dict[str, Any]:
             # a fresh model (another seed: the checkpoint must overwrite every value) and trainer,
             # possibly under another plan
             model = build(cfg.model, seed=99)
-            opt = torch.optim.AdamW(model.parameters(), lr=LR)
-            trainer = AutoParallelTrainer(model, opt, plan=make_plan(model, **cfg.resume.get("plan", cfg.plan)))
+            opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS)
+            trainer = AutoParallelTrainer(model, opt, plan=make_plan(model, **cfg.resume.get("plan", cfg.plan)),
+                                          loss_fn=loss_fn)
             trainer.load_checkpoint(path)
             assert trainer.steps == stop, (trainer.steps, stop)
         losses.append(trainer.step(tokens))
@@ -208,7 +220,8 @@ def worker(rank: int, world: int, port: int, out: str, configs: list[Config]) ->
         try:
             result = _train(cfg, outdir, rank)
         except Exception as e:  # recorded per configuration so one failure does not hide the others
-            result = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+            result = {"error": f"{type(e).__name__}: {e}", "error_type": type(e).__name__,
+                      "traceback": traceback.format_exc()}
         result["seconds"] = time.time() - t0
         (outdir / f"{cfg.name}.rank{rank}.json").write_text(json.dumps(result))
         dist.barrier()
@@ -236,6 +249,10 @@ def result(out: Path, name: str) -> dict[str, Any]:
         if "error" in data:
             return data
     return json.loads((out / f"{name}.rank0.json").read_text())
+
+
+def result_of_rank(out: Path, name: str, rank: int) -> dict[str, Any]:
+    return json.loads((out / f"{name}.rank{rank}.json").read_text())
 
 
 def gathered_params(out: Path, name: str) -> dict[str, torch.Tensor]:

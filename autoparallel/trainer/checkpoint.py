@@ -15,12 +15,18 @@ so a plan that splits the tie across pipeline stages finds it under the name it 
 
 from __future__ import annotations
 
+import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from autoparallel.errors import UserError
@@ -55,10 +61,36 @@ def _template(parts: list[nn.Module], opts: list[torch.optim.Optimizer], ties: l
     return sd, per_part
 
 
+def _no_dist() -> bool:
+    return not (dist.is_available() and dist.is_initialized())
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """DCP warns that it runs single-process whenever no process group exists: that is local mode."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
+
+
+def _dcp_load(sd: dict[str, Any], path: str | Path) -> None:
+    try:
+        with _quiet():
+            dcp.load(sd, checkpoint_id=str(path), no_dist=_no_dist())
+    except (Exception, CheckpointException) as e:  # DCP wraps per-rank failures in a BaseException
+        text = str(e)
+        missing = re.search(r"Missing key in checkpoint state_dict: ([^\s]+?)\.?(\s|$)", text)
+        what = (f"it has no {missing.group(1)}" if missing
+                else (text.strip().splitlines() or [type(e).__name__])[0])
+        raise UserError(f"checkpoint {path}: cannot load ({what}); was it written by save_checkpoint() for "
+                        f"this model?") from None
+
+
 def save(path: str | Path, parts: list[nn.Module], opts: list[torch.optim.Optimizer], ties: list[list[str]],
          step: int, fp: str) -> None:
     sd, _ = _template(parts, opts, ties, step, fp)
-    dcp.save(sd, checkpoint_id=str(path))
+    with _quiet():
+        dcp.save(sd, checkpoint_id=str(path), no_dist=_no_dist())
 
 
 def load(path: str | Path, parts: list[nn.Module], opts: list[torch.optim.Optimizer], ties: list[list[str]],
@@ -66,16 +98,13 @@ def load(path: str | Path, parts: list[nn.Module], opts: list[torch.optim.Optimi
     """Load in place; returns the step count stored in the checkpoint."""
     if not Path(path).exists():
         raise UserError(f"checkpoint {path}: no such directory; pass a path written by save_checkpoint()")
+    head: dict[str, Any] = {"trainer": {"fingerprint": ""}}
+    _dcp_load(head, path)  # check the model before reading any tensor
+    if head["trainer"]["fingerprint"] != fp:
+        raise UserError(f"checkpoint {path} was saved from another model (parameter fingerprint "
+                        f"{head['trainer']['fingerprint']} != {fp}); load it into the model that wrote it")
     sd, per_part = _template(parts, opts, ties, 0, fp)
-    try:
-        dcp.load(sd, checkpoint_id=str(path))
-    except Exception as e:  # DCP raises CheckpointException / RuntimeError with long multi-rank traces
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"checkpoint {path}: cannot load ({first}); was it written by save_checkpoint() for "
-                        f"this model?") from None
-    if sd["trainer"]["fingerprint"] != fp:
-        raise UserError(f"checkpoint {path} was saved from a different model (parameter fingerprint "
-                        f"{sd['trainer']['fingerprint']} != {fp})")
+    _dcp_load(sd, path)
     for part, opt, (msd, osd) in zip(parts, opts, per_part, strict=True):
         model_sd = {k: sd["model"][k] for k in msd}
         optim_sd = {"state": {k: sd["optim"][k] for k in osd["state"]}, "param_groups": osd["param_groups"]}

@@ -52,7 +52,7 @@ def mixed_precision_policy(param_dtype: str, reduce_dtype: str) -> MixedPrecisio
 
 
 def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_mesh: DeviceMesh,
-                        expert_mesh: DeviceMesh | None, expert_paths: list[str], expert_divide: int,
+                        expert_mesh: DeviceMesh | None, expert_paths: list[str],
                         mp: MixedPrecisionPolicy) -> FSDPModule:
     """Wrap expert groups, then every block, then the root of `part` (bottom-up, as FSDP2 wants)."""
 
@@ -65,10 +65,10 @@ def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_m
         mod = get_submodule(part, path)
         if mod is None:
             continue
-        wrapped = wrap(mod, expert_mesh if expert_mesh is not None else dense_mesh)
-        if expert_mesh is not None:
-            # Expert gradients hold the contributions of all ep peers' tokens: divide by dp*ep, not dp.
-            wrapped.set_gradient_divide_factor(float(expert_divide))
+        # Averaged over dp only; the trainer divides expert gradients by ep (see expert_parallel.py).
+        # (FSDP2's set_gradient_divide_factor would do it in the collective, but gloo lacks PREMUL_SUM
+        # and its sum-only fallback divides twice under replicate in torch 2.13.)
+        wrap(mod, expert_mesh if expert_mesh is not None else dense_mesh)
     for block in layout.block_paths:
         mod = get_submodule(part, block)
         if mod is not None:

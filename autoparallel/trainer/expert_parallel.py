@@ -11,8 +11,9 @@ weights `w1 [E, f, h]`, `w2 [E, h, f]`, `w3 [E, f, h]`.
 * The module's own forward then runs on the local weight shards with the local counts.
 * Combine: inverse permutation, reverse all-to-all; the router's combine step is unchanged.
 
-Gradients: every rank's experts receive contributions from the tokens of all ep peers, so the expert
-gradient reduction divides by dp*ep (not dp): see data_parallel.py.
+Gradients: every rank's experts receive contributions from the tokens of all ep peers, so after the
+data-parallel mean over dp the expert gradients are still ep times the mean over all dp*ep slices;
+`scale_expert_grads` divides them by ep before the optimizer step.
 """
 
 from __future__ import annotations
@@ -91,3 +92,12 @@ def apply_expert_parallel(module: nn.Module, path: str, ep_mesh: DeviceMesh) -> 
         return _expert_forward(self, routed_input, num_tokens_per_expert, ep_mesh, orig_forward)
 
     module.forward = types.MethodType(forward, module)
+
+
+def scale_expert_grads(modules: list[nn.Module], ep: int) -> None:
+    """Divide the gradients of ep-sharded expert weights by ep (see the module docstring)."""
+    with torch.no_grad():
+        for mod in modules:
+            for p in mod.parameters():
+                if p.grad is not None:
+                    p.grad.div_(ep)

@@ -68,20 +68,32 @@ def full_source(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def broadcast_source(source: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    """Rank 0's values on every rank: one flattened broadcast per dtype (a handful of collectives)."""
-    names = sorted(source)
-    out: dict[str, torch.Tensor] = {}
+def broadcast_source(source: dict[str, torch.Tensor], device: torch.device,
+                     bucket_bytes: int = 256 * 2**20) -> dict[str, torch.Tensor]:
+    """Rank 0's values on every rank, kept on the CPU: flattened broadcasts of at most `bucket_bytes`
+    per dtype (a handful of collectives for small models, bounded device memory for large ones)."""
     by_dtype: dict[torch.dtype, list[str]] = {}
-    for n in names:
+    for n in sorted(source):
         by_dtype.setdefault(source[n].dtype, []).append(n)
+    buckets: list[list[str]] = []
     for dtype in sorted(by_dtype, key=str):
-        group = by_dtype[dtype]
-        tensors = [source[n].to(device) for n in group]
+        current: list[str] = []
+        size = 0
+        for n in by_dtype[dtype]:
+            nbytes = source[n].numel() * source[n].element_size()
+            if current and size + nbytes > bucket_bytes:
+                buckets.append(current)
+                current, size = [], 0
+            current.append(n)
+            size += nbytes
+        buckets.append(current)
+    out: dict[str, torch.Tensor] = {}
+    for names in buckets:
+        tensors = [source[n].to(device) for n in names]
         flat = _flatten_dense_tensors(tensors).clone()  # clone: never write into the user's tensors
         dist.broadcast(flat, src=0)
-        for n, t in zip(group, _unflatten_dense_tensors(flat, tensors), strict=True):
-            out[n] = t
+        for n, t in zip(names, _unflatten_dense_tensors(flat, tensors), strict=True):
+            out[n] = t.cpu()
     return out
 
 
@@ -95,7 +107,7 @@ def _fill(target: torch.Tensor, full: torch.Tensor, name: str) -> None:
         if local.numel():
             local.copy_(full[tuple(slice(o, o + s) for s, o in zip(shape, offset, strict=True))])
     else:
-        target.copy_(full)
+        target.copy_(full)  # copy_ moves host values to the device
 
 
 def materialize(part: nn.Module, device: torch.device, source: dict[str, torch.Tensor] | None,

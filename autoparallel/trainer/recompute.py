@@ -36,11 +36,31 @@ def _policy(save: set, ctx: object, op: object, *args: object, **kwargs: object)
     return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def apply_recompute(part: nn.Module, layout: ModelLayout, modes: tuple[str, ...]) -> None:
+def _selective(module: nn.Module, save: set) -> nn.Module:
+    return checkpoint_wrapper(module, context_fn=partial(create_selective_checkpoint_contexts, partial(_policy, save)))
+
+
+def _wrap_selective_around(module: nn.Module, units: set[int], save: set) -> nn.Module:
+    """Selective checkpointing of `module`, but never with an FSDP unit (an expert group) inside a
+    region: torch 2.13's per-op replay counts FSDP's own hook ops, which run a different number of
+    times during recomputation (pytorch#196862). Such a module is split into its children; each
+    unit is wrapped on its own, so FSDP's hooks sit outside the checkpointed region."""
+    if id(module) in units or not any(id(m) in units for m in module.modules()):
+        return _selective(module, save)
+    for name, child in list(module.named_children()):
+        if any(True for _ in child.parameters()):
+            module.register_module(name, _wrap_selective_around(child, units, save))
+    return module
+
+
+def apply_recompute(part: nn.Module, layout: ModelLayout, modes: tuple[str, ...],
+                    units: list[nn.Module] = ()) -> None:
+    """Wrap each block per its mode. `units` are submodules that become FSDP units of their own."""
     container = get_submodule(part, layout.container or "")
     if container is None or not modes:
         return
     save = _save_ops()
+    unit_ids = {id(m) for m in units}
     for key, mode in zip(layout.blocks, modes, strict=True):
         block = get_submodule(container, key)
         if block is None or mode == "none":
@@ -48,6 +68,5 @@ def apply_recompute(part: nn.Module, layout: ModelLayout, modes: tuple[str, ...]
         if mode == "full":
             wrapped = checkpoint_wrapper(block)
         else:
-            wrapped = checkpoint_wrapper(block, context_fn=partial(create_selective_checkpoint_contexts,
-                                                                   partial(_policy, save)))
+            wrapped = _wrap_selective_around(block, unit_ids, save)
         container.register_module(key, wrapped)

@@ -4,8 +4,10 @@ Placement -> ParallelStyle (Megatron-LM layout, as torchtitan applies it to Llam
 
   colwise   ColwiseParallel: weight Shard(0); input Replicate (Shard(1) under sequence parallelism,
             all-gathered once per attention / MLP by a pre-hook on their parent); output stays sharded
-            on the last dim when a rowwise sibling consumes it, else (the LM head) is gathered to
-            Replicate so any loss function sees whole logits.
+            on the last dim when a rowwise sibling consumes it. The LM head's logits stay
+            vocab-sharded for the default cross-entropy, computed with loss_parallel() (Megatron's
+            parallel cross entropy); with a user loss_fn they are gathered (Replicate) so any loss
+            function sees whole logits.
   rowwise   RowwiseParallel: weight Shard(1); input Shard(-1); output all-reduced (Replicate), or
             reduce-scattered on the sequence dim (Shard(1)) under sequence parallelism.
   vocab     RowwiseParallel on an Embedding: table Shard(0) on the vocabulary, output Replicate /
@@ -96,10 +98,21 @@ def _gather_sequence_pre_hook(tp_mesh: DeviceMesh):
     return hook
 
 
+def lm_head_path(placements: dict[str, str], layout: ModelLayout) -> str | None:
+    """The model's output projection when it is column-sharded: the last root child after the blocks."""
+    if layout.post and placements.get(layout.post[-1]) == "colwise":
+        return layout.post[-1]
+    return None
+
+
 def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_mesh: DeviceMesh,
-                          sequence_parallel: bool, layout: ModelLayout) -> None:
-    """Parallelize `part` (the model or one pipeline stage of it) over `tp_mesh` per the plan."""
+                          sequence_parallel: bool, layout: ModelLayout, loss_parallel: bool = False) -> None:
+    """Parallelize `part` (the model or one pipeline stage of it) over `tp_mesh` per the plan.
+
+    loss_parallel: the LM head keeps its logits vocab-sharded (a DTensor Shard(-1)) for
+    torch.distributed.tensor.parallel.loss_parallel(); otherwise they are gathered (Replicate)."""
     tp = tp_mesh.size()
+    head = lm_head_path(full_placements, layout) if loss_parallel else None
     placements = {p: v for p, v in full_placements.items() if get_submodule(part, p) is not None}
     _check_heads(part, placements, tp)
     colwise_paired: set[str] = set()
@@ -119,13 +132,15 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
     for path, v in sorted(placements.items()):
         mod = get_submodule(part, path)
         seq_in = seq_layout(path)
-        if v in _TP_KINDS:
+        if v in _TP_KINDS and not path.endswith("pos_embeddings"):
             _check_divisible(path, mod, v, tp)
         if v == "colwise":
             if path in colwise_paired:
                 styles[path] = ColwiseParallel(input_layouts=seq_in)
                 if isinstance(seq_in, Shard) and _parent(path):
                     gather_parents.add(_parent(path))
+            elif path == head:
+                styles[path] = ColwiseParallel(input_layouts=seq_in, output_layouts=Shard(-1), use_local_output=False)
             else:
                 styles[path] = ColwiseParallel(input_layouts=seq_in, output_layouts=Replicate())
         elif v == "rowwise":

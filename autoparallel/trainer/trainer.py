@@ -8,6 +8,7 @@ checkpointing -> torch.compile per block -> FSDP2 / replicate -> allocate and fi
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -19,13 +20,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
 
 from autoparallel.errors import UserError
 from autoparallel.plan import Plan
 from autoparallel.trainer import checkpoint as ckpt
 from autoparallel.trainer.batch import Batch, check_against_plan, parse_batch
 from autoparallel.trainer.data_parallel import apply_data_parallel, mixed_precision_policy, to_dtype
-from autoparallel.trainer.expert_parallel import apply_expert_parallel
+from autoparallel.trainer.expert_parallel import apply_expert_parallel, scale_expert_grads
 from autoparallel.trainer.hardware import resolve_hardware
 from autoparallel.trainer.materialize import (
     broadcast_source,
@@ -53,7 +55,7 @@ from autoparallel.trainer.structure import (
     set_param,
     tie_groups,
 )
-from autoparallel.trainer.tensor_parallel import apply_tensor_parallel
+from autoparallel.trainer.tensor_parallel import apply_tensor_parallel, lm_head_path
 from autoparallel.units import parse_bytes
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -61,8 +63,15 @@ _EXPERT_CLASSES = ("GroupedExperts",)
 
 
 def cross_entropy_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross entropy over all positions, computed in fp32."""
+    """Mean next-token cross entropy over all positions, computed in fp32 (vocab-sharded DTensor logits
+    work too, under loss_parallel())."""
     return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten())
+
+
+def _value(loss: torch.Tensor) -> torch.Tensor:
+    """A loss as a plain detached fp32 scalar (a loss_parallel loss is a replicated DTensor)."""
+    loss = loss.detach()
+    return (loss.full_tensor() if isinstance(loss, DTensor) else loss).float()
 
 
 class AutoParallelTrainer:
@@ -103,6 +112,7 @@ class AutoParallelTrainer:
         self._ties = tie_groups(model)
         self._optimizer_factory = make_optimizer_factory(optimizer, model)
         self._loss_fn: LossFn = loss_fn or cross_entropy_loss
+        self._default_loss = loss_fn is None
         self._moe = dict(moe or {})
         self._hardware = hardware
         self._fix = dict(fix or {})
@@ -116,13 +126,14 @@ class AutoParallelTrainer:
         self._optimizers: list[torch.optim.Optimizer] = []
         self._schedule: Any = None
         self._tie_sync: list[tuple[str, Any]] = []
+        self._loss_parallel = False
+        self._expert_modules: list[nn.Module] = []
         self._steps = 0
+        self._pending = (global_batch_size, seq_len)  # planner inputs when the plan waits for a batch
         if plan is not None:
             self._setup(plan if isinstance(plan, Plan) else Plan.load(plan))
         elif global_batch_size is not None and seq_len is not None:
             self._setup(self._make_plan(global_batch_size, seq_len))
-        else:
-            self._pending = (global_batch_size, seq_len)
 
     # ---- public API --------------------------------------------------------------------------
     @property
@@ -167,12 +178,14 @@ class AutoParallelTrainer:
         rows = b.rows // dp_ep
         start = (self._meshes.data_rank if self._meshes is not None else 0) * rows
         local = b.slice(start, start + rows).to(self.device)
-        if plan.pp > 1:
-            local_loss = self._pipeline_step(local)
-        else:
-            local_loss = self._accumulation_step(local, n_micro)
+        with loss_parallel() if self._loss_parallel else nullcontext():
+            if plan.pp > 1:
+                local_loss = self._pipeline_step(local)
+            else:
+                local_loss = self._accumulation_step(local, n_micro)
         for name, group in self._tie_sync:
             self._sync_tied_grad(name, group)
+        scale_expert_grads(self._expert_modules, self.plan.ep)
         for opt in self._optimizers:
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -203,11 +216,15 @@ class AutoParallelTrainer:
         profile = resolve_hardware(self._hardware, env.device)
         if profile is None:
             return self._fallback_plan(global_batch, seq_len)
-        from autoparallel.planner import plan_model
+        from autoparallel.api import plan_model
 
-        return plan_model(self._model, hardware=profile, gpus=env.world_size, gpus_per_node=env.local_world_size,
+        plan = plan_model(self._model, hardware=profile, gpus=env.world_size, gpus_per_node=env.local_world_size,
                           global_batch=global_batch, seq_len=seq_len, max_memory_per_gpu=self._max_memory,
                           fix=self._fix or None)
+        # The planner has no dtype pin: the requested mixed precision replaces its param_dtype.
+        wanted = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[
+            to_dtype(self._mixed_precision, "mixed_precision")]
+        return plan if plan.param_dtype == wanted else dataclasses.replace(plan, param_dtype=wanted)
 
     def _fallback_plan(self, global_batch: int, seq_len: int) -> Plan:
         """No hardware profile (a CPU host with hardware="auto"): plain data parallelism in fp32."""
@@ -224,7 +241,7 @@ class AutoParallelTrainer:
         micro = int(self._fix.get("micro_batch", global_batch // world))
         if env.rank == 0:
             warnings.warn("hardware='auto' found no accelerator profile for this CPU host: running plain "
-                          f"data parallelism over {world} process(es) in fp32", stacklevel=3)
+                          f"data parallelism over {world} process(es) in fp32", stacklevel=4)
         return Plan(model=type(self._model).__name__, hardware="cpu", gpus=world, gpus_per_node=env.local_world_size,
                     global_batch=global_batch, seq_len=seq_len, dp=world, micro_batch=micro,
                     zero=int(self._fix.get("zero", 0)), recompute=("none",) * len(self._layout.blocks),
@@ -234,10 +251,6 @@ class AutoParallelTrainer:
     def _validate(self, plan: Plan) -> None:
         env, layout = self._env, self._layout
         plan.validate(len(layout.blocks) if layout.container is not None else None)
-        if plan.gpus != env.world_size:
-            raise UserError(f"plan is for {plan.gpus} processes (pp*dp*ep*tp = {plan.pp}*{plan.dp}*{plan.ep}*"
-                            f"{plan.tp}) but {env.world_size} are running; launch with `torchrun --nproc-per-node "
-                            f"{plan.gpus}` or re-plan for {env.world_size}")
         if plan.model_fingerprint and plan.model_fingerprint != self._fingerprint:
             raise UserError(f"plan was made for another model (fingerprint {plan.model_fingerprint} != "
                             f"{self._fingerprint} of {type(self._model).__name__}'s parameter names and shapes); "
@@ -250,6 +263,13 @@ class AutoParallelTrainer:
         if unknown:
             raise UserError(f"plan placement for {unknown[0]!r}: the model has no such module; the plan was made "
                             f"for another model")
+        if plan.tp > 1 and not any(v in ("colwise", "rowwise", "vocab") for v in plan.placements.values()):
+            raise UserError(f"plan: tp={plan.tp} but no module is placed colwise, rowwise or vocab, so nothing "
+                            f"would be split over the tp ranks; add placements or use tp=1")
+        if plan.gpus != env.world_size:
+            raise UserError(f"plan is for {plan.gpus} processes (pp*dp*ep*tp = {plan.pp}*{plan.dp}*{plan.ep}*"
+                            f"{plan.tp}) but {env.world_size} are running; launch with `torchrun --nproc-per-node "
+                            f"{plan.gpus}` or re-plan for {env.world_size}")
 
     def _expert_paths(self, plan: Plan) -> list[str]:
         paths = {p for p, v in plan.placements.items() if v == "expert"}
@@ -277,9 +297,13 @@ class AutoParallelTrainer:
             parts = [(0, meta)]
         experts = self._expert_paths(plan)
         mp = mixed_precision_policy(plan.param_dtype, plan.grad_reduce_dtype)
+        # Vocab-sharded logits + parallel cross entropy when the default loss runs on a sharded head.
+        self._loss_parallel = (plan.tp > 1 and self._default_loss
+                               and lm_head_path(plan.placements, layout) is not None)
         for v, part in parts:
             if plan.tp > 1:
-                apply_tensor_parallel(part, plan.placements, meshes.tp, plan.sequence_parallel, layout)
+                apply_tensor_parallel(part, plan.placements, meshes.tp, plan.sequence_parallel, layout,
+                                      loss_parallel=self._loss_parallel)
                 self._retie(part)
             if plan.ep > 1:
                 for path in experts:
@@ -288,16 +312,20 @@ class AutoParallelTrainer:
                         apply_expert_parallel(mod, path, meshes.ep)
             if plan.pp > 1 and plan.tp > 1 and plan.sequence_parallel:
                 add_sequence_boundary_hooks(part, layout, meshes.tp, v == 0, v == plan.pp * plan.vpp - 1)
-            apply_recompute(part, layout, plan.recompute)
+            apply_recompute(part, layout, plan.recompute,
+                            [m for m in (get_submodule(part, p) for p in experts) if m is not None])
             if self._compile:
                 self._compile_blocks(part)
             if env.distributed:
                 apply_data_parallel(part, layout, plan.zero, meshes.dense_dp, meshes.expert_dp if plan.ep > 1 else None,
-                                    experts, plan.dp * plan.ep, mp)
+                                    experts, mp)
             materialize(part, env.device, source, self._init_fn)
+            self._retie(part)  # to_empty allocates one tensor per name: tied names must share again
             part.train()
         self._parts = parts
         self._plan = plan
+        self._expert_modules = [m for _, part in parts for m in (get_submodule(part, p) for p in experts)
+                                if m is not None] if plan.ep > 1 else []
         self._setup_tie_sync(plan)
         self._optimizers = [self._optimizer_factory([(clean_fqn(n), p) for n, p in part.named_parameters()])
                             for _, part in parts]
@@ -409,7 +437,7 @@ class AutoParallelTrainer:
             with self._autocast or nullcontext():
                 loss = self._loss_fn(model(chunk.inputs), chunk.labels)
             (loss / n_micro).backward()
-            total += loss.detach().float()
+            total += _value(loss)
         return total / n_micro
 
     def _pipeline_step(self, local: Batch) -> torch.Tensor:
@@ -424,7 +452,7 @@ class AutoParallelTrainer:
         else:
             self._schedule.step()
         if last:
-            return torch.stack([x.detach().float() for x in losses]).mean()
+            return torch.stack([_value(x) for x in losses]).mean()
         return torch.zeros((), device=self.device)
 
     def _global_loss(self, local_loss: torch.Tensor) -> float:

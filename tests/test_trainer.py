@@ -1,0 +1,272 @@
+"""AutoParallelTrainer in one process (no process group): equivalence with a plain training loop,
+recompute modes, meta-device materialization, optimizer rebuilding, checkpoints and misuse errors.
+
+The multi-process equivalence suite (gloo, 2 and 4 processes) is in test_trainer_dist.py.
+
+About the optimizer: the tests use AdamW with eps=1e-6 (trainer_helpers.EPS). With the default 1e-8,
+a gradient that is analytically zero but numerically ~1e-10 (e.g. the attention key bias: adding a
+constant to every key of a query does not change its softmax) is normalized by Adam into an update of
+size ~lr whose sign is summation-order noise; any re-ordering of the same sums (micro-batching,
+sharded reductions) then changes those parameters by O(lr). eps=1e-6 damps such noise while leaving
+real gradients' updates untouched, so the comparisons can be strict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import trainer_helpers as H
+from torch import nn
+
+from autoparallel.errors import UserError
+from autoparallel.plan import Plan
+from autoparallel.trainer import AutoParallelTrainer
+from autoparallel.trainer.batch import parse_batch
+from autoparallel.trainer.hardware import match_profile
+
+MODELS = ["tiny-gpt", "tiny-llama", "tiny-moe", "mha"]
+
+
+@pytest.fixture(scope="module")
+def references() -> dict[str, tuple[list[float], dict[str, torch.Tensor]]]:
+    return {m: H.reference(m) for m in MODELS}
+
+
+def train(name: str, plan_kw: dict | None = None, steps: int = H.STEPS, **trainer_kw) -> tuple[list[float],
+                                                                                            AutoParallelTrainer]:
+    torch.set_num_threads(1)
+    model = H.build(name)
+    plan = H.make_plan(model, **(plan_kw or {}))
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS), plan=plan,
+                                  **trainer_kw)
+    return [trainer.step(b) for b in H.batches(name, steps)], trainer
+
+
+def assert_equivalent(losses: list[float], params: dict[str, torch.Tensor],
+                      ref: tuple[list[float], dict[str, torch.Tensor]]) -> None:
+    ref_losses, ref_params = ref
+    assert len(losses) == len(ref_losses)
+    for step, (a, b) in enumerate(zip(losses, ref_losses, strict=True)):
+        assert abs(a - b) <= 1e-5 * abs(b), f"step {step}: loss {a} != reference {b}"
+    assert set(params) == set(ref_params)
+    for name, ref_p in ref_params.items():
+        diff = (params[name] - ref_p).abs().max().item()
+        assert diff <= 1e-5, f"{name}: max |param - reference| = {diff:.2e}"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_single_process_matches_plain_loop(name, references):
+    losses, trainer = train(name, {"micro_batch": 2})  # 4 micro-batches of gradient accumulation
+    assert_equivalent(losses, trainer.full_state_dict(), references[name])
+    initial = H.build(name)
+    moved = max((p - trainer.full_state_dict()[n]).abs().max().item() for n, p in initial.named_parameters())
+    assert moved > 1e-3  # 5 steps of lr 1e-3 really changed the weights
+
+
+@pytest.mark.parametrize("mode", ["full", "selective"])
+def test_recompute_is_numerically_transparent(mode, references):
+    losses, trainer = train("tiny-llama", {"micro_batch": 4, "recompute": mode})
+    assert_equivalent(losses, trainer.full_state_dict(), references["tiny-llama"])
+    block = trainer.model_parts[0].layers["0"]
+    assert type(block).__name__ == "CheckpointWrapper"
+
+
+def test_meta_model_is_materialized_with_init_weights():
+    from autoparallel.models import build_model, load_model_spec
+
+    spec = load_model_spec("tiny-llama")
+    with torch.device("meta"):
+        model = build_model(spec)
+    torch.manual_seed(0)
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR),
+                                  plan=H.make_plan(model, micro_batch=8))
+    params = trainer.full_state_dict()
+    assert all(not p.is_meta for p in params.values())
+    assert torch.equal(params["norm.weight"], torch.ones_like(params["norm.weight"]))
+    std = params["layers.0.attn.q_proj.weight"].std().item()
+    assert 0.015 < std < 0.025  # init_weights draws N(0, 0.02)
+    losses = [trainer.step(b) for b in H.batches("tiny-llama", 3)]
+    assert all(math.isfinite(x) for x in losses) and abs(losses[0] - math.log(256)) < 0.1
+
+
+def test_meta_model_without_init_needs_init_fn():
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(4, 4))
+    plan = Plan(model="Sequential", hardware="cpu", gpus=1, gpus_per_node=1, global_batch=2, seq_len=3,
+                param_dtype="fp32")
+    with pytest.raises(UserError, match="init_fn"):
+        AutoParallelTrainer(model, plan=plan)
+    seen = []
+    trainer = AutoParallelTrainer(model, plan=plan, init_fn=lambda m: (seen.append(m), nn.init.zeros_(m[0].weight),
+                                                                      nn.init.zeros_(m[0].bias)))
+    assert seen and torch.count_nonzero(trainer.full_state_dict()["0.weight"]) == 0
+
+
+def test_optimizer_param_groups_and_class_are_rebuilt():
+    model = H.build("tiny-llama")
+    decay = [p for n, p in model.named_parameters() if p.dim() > 1]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() <= 1]
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "lr": 0.5}], lr=0.01,
+                          momentum=0.9)
+    trainer = AutoParallelTrainer(model, opt, plan=H.make_plan(model, micro_batch=8))
+    (new,) = trainer.optimizers
+    assert type(new) is torch.optim.SGD
+    assert [len(g["params"]) for g in new.param_groups] == [len(decay), len(no_decay)]
+    assert new.param_groups[0]["weight_decay"] == 0.1 and new.param_groups[0]["lr"] == 0.01
+    assert new.param_groups[1]["lr"] == 0.5 and new.param_groups[1]["momentum"] == 0.9
+    assert not any(p is q for p in new.param_groups[0]["params"] for q in decay)  # parallel copies
+
+
+def test_optimizer_factory_is_called_with_the_parallel_parameters():
+    model = H.build("tiny-gpt")
+    calls = []
+
+    def factory(params):
+        params = list(params)
+        calls.append(len(params))
+        return torch.optim.SGD(params, lr=0.1)
+
+    trainer = AutoParallelTrainer(model, factory, plan=H.make_plan(model, micro_batch=8))
+    assert calls == [len(list(model.parameters()))]
+    assert trainer.optimizers[0].param_groups[0]["lr"] == 0.1
+
+
+def test_checkpoint_resume_in_one_process(tmp_path, references):
+    model = H.build("tiny-moe")
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
+                                  plan=H.make_plan(model, micro_batch=4))
+    data = H.batches("tiny-moe")
+    losses = [trainer.step(b) for b in data[:2]]
+    trainer.save_checkpoint(tmp_path / "ck")
+    fresh = H.build("tiny-moe", seed=7)
+    resumed = AutoParallelTrainer(fresh, torch.optim.AdamW(fresh.parameters(), lr=H.LR, eps=H.EPS),
+                                  plan=H.make_plan(fresh, micro_batch=8))  # another micro-batching
+    resumed.load_checkpoint(tmp_path / "ck")
+    assert resumed.steps == 2
+    losses += [resumed.step(b) for b in data[2:]]
+    assert_equivalent(losses, resumed.full_state_dict(), references["tiny-moe"])
+
+
+def test_checkpoint_of_another_model_is_refused(tmp_path):
+    model = H.build("tiny-llama")
+    AutoParallelTrainer(model, plan=H.make_plan(model, micro_batch=8)).save_checkpoint(tmp_path / "ck")
+    other = H.build("tiny-gpt")
+    trainer = AutoParallelTrainer(other, plan=H.make_plan(other, micro_batch=8))
+    with pytest.raises(UserError, match="saved from another model"):
+        trainer.load_checkpoint(tmp_path / "ck")
+    with pytest.raises(UserError, match="no such directory"):
+        trainer.load_checkpoint(tmp_path / "missing")
+
+
+# ---- misuse: one clear UserError each ----------------------------------------------------------
+def test_world_size_not_matching_the_plan():
+    model = H.build("tiny-llama")
+    with pytest.raises(UserError, match=r"plan is for 4 processes .* but 1 are running.*torchrun"):
+        AutoParallelTrainer(model, plan=H.make_plan(model, dp=2, tp=2))
+
+
+def test_plan_file_for_another_model(tmp_path):
+    llama, gpt = H.build("tiny-llama"), H.build("tiny-gpt")
+    path = tmp_path / "plan.json"
+    H.make_plan(llama, micro_batch=8).save(path)
+    with pytest.raises(UserError, match="another model"):
+        AutoParallelTrainer(gpt, plan=path)
+    trainer = AutoParallelTrainer(llama, plan=str(path))  # the right model loads the same file
+    assert trainer.plan == H.make_plan(llama, micro_batch=8)
+
+
+def test_placement_for_a_module_the_model_lacks():
+    model = H.build("tiny-llama")
+    plan = H.with_plan(H.make_plan(model), placements={"layers.9.attn.q_proj": "colwise"}, model_fingerprint="")
+    with pytest.raises(UserError, match="no such module"):
+        AutoParallelTrainer(model, plan=plan)
+
+
+def test_tensor_parallel_plan_without_placements():
+    model = H.build("tiny-llama")
+    plan = H.with_plan(H.make_plan(model, tp=2), placements={})
+    with pytest.raises(UserError, match="nothing would be split"):
+        AutoParallelTrainer(model, plan=plan)
+
+
+def test_planner_is_called_with_the_model_and_mixed_precision_is_applied():
+    model = H.build("tiny-llama")
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR), hardware="h100-sxm",
+                                  global_batch_size=8, seq_len=16, mixed_precision="fp32")
+    plan = trainer.plan  # planned at construction: sizes were given
+    assert (plan.hardware, plan.gpus, plan.global_batch, plan.seq_len) == ("h100-sxm", 1, 8, 16)
+    assert plan.param_dtype == "fp32"
+    assert plan.model_fingerprint == H.make_plan(model).model_fingerprint
+    assert math.isfinite(trainer.step(H.batches("tiny-llama", 1)[0]))
+
+
+def test_model_without_parameters():
+    with pytest.raises(UserError, match="no parameters"):
+        AutoParallelTrainer(nn.ReLU(), plan=None)
+
+
+def test_batch_not_divisible_as_planned():
+    model = H.build("tiny-llama")
+    trainer = AutoParallelTrainer(model, plan=H.make_plan(model, micro_batch=4))
+    with pytest.raises(UserError, match=r"batch of 6 rows is not divisible by dp\*ep\*micro_batch = 4"):
+        trainer.step(torch.randint(0, 256, (6, 17)))
+    assert trainer.steps == 0
+
+
+def test_batch_forms():
+    tokens = torch.arange(12).view(2, 6)
+    b = parse_batch(tokens)
+    assert torch.equal(b.inputs, tokens[:, :-1]) and torch.equal(b.labels, tokens[:, 1:])
+    b2 = parse_batch({"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]})
+    assert torch.equal(b2.inputs, b.inputs) and torch.equal(b2.labels, b.labels)
+    for bad in (torch.randn(2, 5), [tokens], {"inputs": tokens}, "tokens", (tokens, tokens[:1])):
+        with pytest.raises(UserError, match="batch"):
+            parse_batch(bad)
+
+
+def test_plan_is_made_from_the_first_batch_on_cpu():
+    model = H.build("tiny-gpt")
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS))
+    with pytest.raises(UserError, match="first step"):
+        _ = trainer.plan
+    with pytest.warns(UserWarning, match="plain data parallelism"):
+        loss = trainer.step(H.batches("tiny-gpt", 1)[0])
+    plan = trainer.plan
+    assert (plan.dp, plan.tp, plan.pp, plan.global_batch, plan.seq_len) == (1, 1, 1, H.GLOBAL_BATCH, H.SEQ)
+    assert plan.model_fingerprint and plan.param_dtype == "fp32"
+    assert math.isfinite(loss)
+
+
+def test_fix_needing_a_profile_is_refused_on_cpu():
+    model = H.build("tiny-gpt")
+    with pytest.raises(UserError, match="hardware"):
+        AutoParallelTrainer(model, global_batch_size=8, seq_len=16, fix={"tp": 2})
+
+
+def test_hardware_auto_matches_profiles_by_device_name():
+    names = ["a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm", "h200"]
+    pytest.importorskip("hardware_profiles")
+    from hardware_profiles import list_profiles
+
+    shipped = list_profiles()
+    names = [n for n in names if n in shipped]
+    if "h200" in names:
+        assert match_profile("NVIDIA H200", 143 * 2**30, names) == "h200"
+    if "h100-sxm" in names:
+        assert match_profile("NVIDIA H100 80GB HBM3", 80 * 2**30, names) == "h100-sxm"
+    if "a100-sxm-80gb" in names:
+        assert match_profile("NVIDIA A100-SXM4-80GB", 80 * 10**9, names) == "a100-sxm-80gb"
+    assert match_profile("Some Unknown Accelerator", 16 * 2**30, names) is None
+
+
+def test_plan_round_trips_through_json_for_the_trainer(tmp_path):
+    model = H.build("tiny-moe")
+    plan = H.make_plan(model, micro_batch=4, recompute="selective")
+    path = tmp_path / "p.json"
+    plan.save(path)
+    assert json.loads(path.read_text())["plan"]["recompute"] == ["selective"] * 4
+    trainer = AutoParallelTrainer(model, plan=path)
+    assert trainer.plan == plan
