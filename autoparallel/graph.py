@@ -110,6 +110,8 @@ class OpGraph:
     expert_groups: dict[str, ExpertGroup] = field(default_factory=dict)
     module_level: bool = False
     warnings: list[str] = field(default_factory=list)
+    spec: Any = None                   # the ModelSpec when traced from one (head counts, vocab, ...)
+    fingerprint: str = ""              # autoparallel.plan.fingerprint of the parameter names and shapes
 
     # ------------------------------------------------------------------ node access
     def nodes(self, phase: str | None = None, region: str | None = None,

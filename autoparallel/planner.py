@@ -286,13 +286,12 @@ class Planner:
         best: list[Candidate] = []    # feasible, sorted by step time
         misses: list[MeshConfig] = []   # configurations that did not fit, for the explanation
         solved = 0
-        keep = max(top_k, 0) + 1
         pruned_lb: list[float] = []
         last_say = time.perf_counter()
         proven = True
         for lb, _, cfg in bounded:
-            if len(best) >= keep and lb >= best[keep - 1].estimate.step_time_s:
-                break  # sorted bounds: no remaining config can enter the winner + runners-up list
+            if best and lb >= best[0].estimate.step_time_s:
+                break  # sorted bounds: no remaining configuration can beat the winner
             if time.perf_counter() - t0 > time_limit_s:
                 proven = False
                 break

@@ -40,6 +40,7 @@ from torch.utils.flop_counter import flop_registry
 from torch.utils.weak import WeakIdKeyDictionary
 
 from autoparallel.errors import UserError
+from autoparallel.plan import fingerprint
 from autoparallel.graph import ExpertGroup, OpGraph, ParamOp
 
 __all__ = ["trace", "find_blocks"]
@@ -73,7 +74,7 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
         raise UserError(f"trace: seq_len must be a positive integer, got {seq_len!r}")
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise UserError(f"trace: dtype must be a floating torch.dtype such as torch.bfloat16, got {dtype!r}")
-    meta_model, name = _meta_model(model, dtype)
+    meta_model, name, spec = _meta_model(model, dtype)
     name = model_name or name
     meta_model.train()  # training step: dropout active, as in the runs being planned
     blocks = find_blocks(meta_model)
@@ -92,7 +93,8 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
 
     graph = OpGraph(g=nx.DiGraph(), model_name=name, batch=batch, seq_len=seq_len,
                     dtype=str(dtype).removeprefix("torch."), parameters=0, param_bytes=0,
-                    blocks=blocks)
+                    blocks=blocks, spec=spec,
+                    fingerprint=fingerprint([(n, tuple(p.shape)) for n, p in meta_model.named_parameters()]))
     _fill_parameters(graph, meta_model, blocks)
     if error is None:
         _build_op_graph(graph, tr)
@@ -110,9 +112,10 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
 
 
 # ============================================================================ model preparation
-def _meta_model(model: Any, dtype: torch.dtype) -> tuple[nn.Module, str]:
+def _meta_model(model: Any, dtype: torch.dtype) -> tuple[nn.Module, str, Any]:
+    """(meta copy of the model, its name, its ModelSpec or None)."""
     if isinstance(model, nn.Module):
-        return _meta_copy(model, dtype), type(model).__name__
+        return _meta_copy(model, dtype), type(model).__name__, getattr(model, "spec", None)
     from autoparallel.specs import ModelSpec, load_model
 
     if not isinstance(model, (str, dict, ModelSpec)):
@@ -124,8 +127,8 @@ def _meta_model(model: Any, dtype: torch.dtype) -> tuple[nn.Module, str]:
     if all(t.device.type == "meta" for t in itertools.chain(built.parameters(), built.buffers())):
         # Our own meta model: cast in place (Module._apply keeps Parameter identity, hence ties).
         built._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
-        return built, name
-    return _meta_copy(built, dtype), name
+        return built, name, spec
+    return _meta_copy(built, dtype), name, spec
 
 
 def _meta_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:

@@ -11,6 +11,7 @@ test_trainer.py for why AdamW runs with eps=1e-6.
 from __future__ import annotations
 
 import functools
+import math
 
 import pytest
 import torch
@@ -44,6 +45,13 @@ WORLD2: list[Config] = [
     Config("moe-resume-ep2-to-pp2", "tiny-moe", {"ep": 2, "micro_batch": 2},
            resume={"stop": 3, "plan": {"pp": 2, "micro_batch": 4}}),
     Config("moe-resume-ep2-same-plan", "tiny-moe", {"ep": 2, "micro_batch": 2}, resume={"stop": 2}),
+    # ranks that built their models from different seeds still start from rank 0's weights
+    Config("moe-tp2-sp-rankseeds", "tiny-moe", {"tp": 2, "sp": True, "micro_batch": 4}, rank_seeds=True),
+]
+META2: list[Config] = [  # meta-device models: initialized shard by shard, identical replicas across ranks
+    Config("meta-moe-tp2-sp", "tiny-moe", {"tp": 2, "sp": True, "micro_batch": 4}, meta=True),
+    Config("meta-gpt-pp2", "tiny-gpt", {"pp": 2, "micro_batch": 4}, meta=True),
+    Config("meta-llama-fsdp2", "tiny-llama", {"dp": 2, "zero": 3, "micro_batch": 4}, meta=True),
 ]
 MISUSE2: list[tuple[Config, str]] = [
     (Config("misuse-world", "tiny-llama", {"dp": 4}), r"plan is for 4 processes .* but 2 are running"),
@@ -80,7 +88,7 @@ def reference(model: str) -> tuple[list[float], dict[str, torch.Tensor]]:
 @pytest.fixture(scope="module")
 def world2(tmp_path_factory):
     out = tmp_path_factory.mktemp("world2")
-    H.run_spawned(2, WORLD2 + [c for c, _ in MISUSE2], out)
+    H.run_spawned(2, WORLD2 + META2 + [c for c, _ in MISUSE2], out)
     return out
 
 
@@ -115,6 +123,27 @@ def test_two_processes(cfg, world2):
 @pytest.mark.parametrize("cfg", WORLD4, ids=lambda c: c.name)
 def test_four_processes(cfg, world4):
     check_equivalent(world4, cfg, 4)
+
+
+@pytest.mark.parametrize("cfg", META2, ids=lambda c: c.name)
+def test_meta_models_materialize_consistently(cfg, world2):
+    res = H.result(world2, cfg.name)
+    assert "error" not in res, res.get("traceback")
+    losses = res["losses"]
+    assert abs(losses[0] - math.log(256)) < 0.05  # a fresh N(0, 0.02) init predicts ~uniformly
+    assert all(math.isfinite(x) for x in losses)
+    p0, p1 = (H.params_of_rank(world2, cfg.name, r) for r in range(2))
+    common = set(p0) & set(p1)
+    assert common or cfg.plan.get("pp", 1) > 1
+    for name in common:  # replicas (and gathered shards) agree although the ranks' RNGs differed
+        assert torch.equal(p0[name], p1[name]), name
+    for name, p in (p0 | p1).items():
+        if name.endswith(("q_proj.weight", "experts.w1")):
+            assert 0.015 < p.std().item() < 0.025, (name, p.std().item())  # init_weights: N(0, 0.02)
+    if cfg.plan.get("pp", 1) > 1:  # the two stages hold different blocks, drawn from different streams
+        a, b = p0["layers.0.attn.q_proj.weight"], p1["layers.2.attn.q_proj.weight"]
+        assert not torch.equal(a, b)
+        assert torch.equal(p0["tok_embeddings.weight"], p1["lm_head.weight"])  # tied copies start equal
 
 
 @pytest.mark.parametrize("cfg,message", MISUSE2, ids=lambda c: c.name if isinstance(c, Config) else "")

@@ -32,13 +32,14 @@ GLOBAL_BATCH = 8
 
 # ---- models -----------------------------------------------------------------------------------
 def build(name: str, seed: int = 0) -> nn.Module:
+    """A tiny model initialized from `seed` (on the meta device when built under torch.device("meta"))."""
     torch.manual_seed(seed)
     if name == "mha":
         return MHAModel()
     from autoparallel.models import build_model, load_model_spec
 
     model = build_model(load_model_spec(name))
-    if hasattr(model, "init_weights"):
+    if not any(p.is_meta for p in model.parameters()):
         model.init_weights(seed=seed)
     return model
 
@@ -169,6 +170,8 @@ class Config:
     resume: dict[str, Any] = field(default_factory=dict)   # {"stop": k, "plan": {...}}: kill and resume
     rows: int = GLOBAL_BATCH                                # batch rows fed to step() (misuse tests)
     user_loss: bool = False                                 # pass user_loss as loss_fn (gathered logits)
+    rank_seeds: bool = False    # every rank builds its model from another seed (rank 0: the reference's)
+    meta: bool = False          # build on the meta device (ranks seeded differently): init_weights on shards
 
 
 def free_port() -> int:
@@ -180,7 +183,12 @@ def free_port() -> int:
 def _train(cfg: Config, out: Path, rank: int) -> dict[str, Any]:
     from autoparallel.trainer import AutoParallelTrainer
 
-    model = build(cfg.model)
+    if cfg.meta:
+        with torch.device("meta"):
+            model = build(cfg.model)
+        torch.manual_seed(100 + rank)
+    else:
+        model = build(cfg.model, seed=rank if cfg.rank_seeds else 0)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS)
     data = batches(cfg.model, cfg.steps, rows=cfg.rows)
     loss_fn = user_loss if cfg.user_loss else None
@@ -253,6 +261,10 @@ def result(out: Path, name: str) -> dict[str, Any]:
 
 def result_of_rank(out: Path, name: str, rank: int) -> dict[str, Any]:
     return json.loads((out / f"{name}.rank{rank}.json").read_text())
+
+
+def params_of_rank(out: Path, name: str, rank: int) -> dict[str, torch.Tensor]:
+    return torch.load(out / f"{name}.rank{rank}.pt")
 
 
 def gathered_params(out: Path, name: str) -> dict[str, torch.Tensor]:

@@ -110,9 +110,18 @@ def _fill(target: torch.Tensor, full: torch.Tensor, name: str) -> None:
         target.copy_(full)  # copy_ moves host values to the device
 
 
+def shared_seed(device: torch.device) -> int:
+    """A seed drawn on rank 0 and broadcast: meta-model initialization draws the same numbers on every
+    rank for parameters that are replicated as plain tensors (whatever seed each process set)."""
+    seed = torch.randint(0, 2**62, (1,), dtype=torch.int64).to(device)
+    dist.broadcast(seed, src=0)
+    return int(seed.item())
+
+
 def materialize(part: nn.Module, device: torch.device, source: dict[str, torch.Tensor] | None,
-                init_fn: Callable[[nn.Module], None] | None) -> None:
-    """Allocate `part`'s (sharded) parameters on `device` and fill them (see the module docstring)."""
+                init_fn: Callable[[nn.Module], None] | None, seed: int | None = None) -> None:
+    """Allocate `part`'s (sharded) parameters on `device` and fill them (see the module docstring).
+    A meta model is initialized under `seed` (when given) without disturbing the caller's RNG state."""
     real_buffers = {n: b.detach().clone() for n, b in part.named_buffers() if not b.is_meta}
     part.to_empty(device=device)
     with torch.no_grad():
@@ -131,5 +140,8 @@ def materialize(part: nn.Module, device: torch.device, source: dict[str, torch.T
     if init is None:
         raise UserError(f"model {type(part).__name__} is on the meta device but has no init_weights() "
                         "method; pass init_fn=callable(module) to AutoParallelTrainer to initialize it")
-    with torch.no_grad():
+    devices = [device] if device.type == "cuda" else []
+    with torch.no_grad(), torch.random.fork_rng(devices=devices, enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
         init(part) if init_fn is not None else init()

@@ -36,6 +36,7 @@ from autoparallel.trainer.materialize import (
     materialize,
     meta_copy,
     pipeline_part,
+    shared_seed,
 )
 from autoparallel.trainer.optim import make_optimizer_factory
 from autoparallel.trainer.pipeline import (
@@ -286,6 +287,7 @@ class AutoParallelTrainer:
         source = None if is_meta_model(self._model) else full_source(self._model)
         if source is not None and env.distributed and env.world_size > 1:
             source = broadcast_source(source, env.device)
+        seed = shared_seed(env.device) if source is None and env.distributed else None
         meta = meta_copy(self._model)
         if plan.pp > 1:
             blocks = virtual_stage_blocks(plan, layout)
@@ -319,7 +321,8 @@ class AutoParallelTrainer:
             if env.distributed:
                 apply_data_parallel(part, layout, plan.zero, meshes.dense_dp, meshes.expert_dp if plan.ep > 1 else None,
                                     experts, mp)
-            materialize(part, env.device, source, self._init_fn)
+            # each virtual stage draws from its own stream (seed + v): stages must not repeat weights
+            materialize(part, env.device, source, self._init_fn, None if seed is None else seed + v)
             self._retie(part)  # to_empty allocates one tensor per name: tied names must share again
             part.train()
         self._parts = parts

@@ -1,0 +1,142 @@
+"""The ILP planner against a brute-force enumerator over the same space, plus its contracts:
+determinism, pins, infeasibility explanations, runners-up."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autoparallel.api import context, plan_result
+from autoparallel.errors import UserError
+from autoparallel.plan import RECOMPUTE_MODES, Plan
+from autoparallel.planner import MeshConfig, Planner, parse_fix
+from autoparallel.specs import load_model_spec
+
+
+def compositions(n: int, parts: int):
+    """All ways to write n as an ordered sum of `parts` positive integers."""
+    for cuts in itertools.combinations(range(1, n), parts - 1):
+        bounds = (0, *cuts, n)
+        yield tuple(bounds[i + 1] - bounds[i] for i in range(parts))
+
+
+def full_space(planner: Planner):
+    """Every mesh configuration of the space, without the planner's dominance pruning: all ZeRO
+    stages and both SP settings (fp32 gradient reduction, the planner's default)."""
+    n = planner.cluster.num_devices
+    L = planner.cm.num_blocks
+    heads, kv = planner.cm.heads, planner.cm.kv_heads
+    for tp in (d for d in range(1, n + 1) if n % d == 0):
+        if tp > planner.cluster.devices_in_node or (heads and (heads % tp or kv % tp)):
+            continue
+        for pp in (d for d in range(1, n // tp + 1) if (n // tp) % d == 0 and d <= L):
+            dp = n // (tp * pp)
+            if planner.global_batch % dp:
+                continue
+            per_rank = planner.global_batch // dp
+            for mb in (d for d in range(1, per_rank + 1) if per_rank % d == 0):
+                m = per_rank // mb
+                for vpp in range(1, L // pp + 1 if pp > 1 else 2):
+                    if vpp > 1 and m % pp:
+                        continue
+                    for zero in range(4 if dp > 1 else 1):
+                        for sp in ((False, True) if tp > 1 else (False,)):
+                            yield MeshConfig(tp, pp, dp, 1, vpp, mb, zero, sp, "fp32")
+
+
+def brute_force(planner: Planner) -> tuple[float, Plan | None]:
+    best, best_plan = float("inf"), None
+    L = planner.cm.num_blocks
+    for cfg in full_space(planner):
+        base = planner.base_plan(cfg)
+        for stages in compositions(L, cfg.pp * cfg.vpp):
+            for rec in itertools.product(RECOMPUTE_MODES, repeat=L):
+                plan = replace(base, stage_layers=stages, recompute=rec)
+                est = planner.cm.estimate(plan, planner.budget)
+                if est.fits and est.step_time_s < best:
+                    best, best_plan = est.step_time_s, plan
+    return best, best_plan
+
+
+def _spec(layers: int, heads: int, kv: int, head_dim: int, inter: int, vocab: int):
+    return load_model_spec({"model_type": "llama", "vocab_size": vocab, "hidden_size": heads * head_dim,
+                            "intermediate_size": inter, "num_hidden_layers": layers,
+                            "num_attention_heads": heads, "num_key_value_heads": kv,
+                            "max_position_embeddings": 4096})
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layers=st.integers(2, 3), heads=st.sampled_from([2, 4]), kv=st.sampled_from([1, 2]),
+       inter=st.sampled_from([48, 96]), vocab=st.sampled_from([128, 512]), gpus=st.sampled_from([2, 4]),
+       per_node=st.sampled_from([2, 4]), batch=st.sampled_from([4, 8]), squeeze=st.floats(0.05, 1.0))
+def test_planner_optimum_equals_brute_force(layers, heads, kv, inter, vocab, gpus, per_node, batch, squeeze):
+    kv = min(kv, heads)
+    spec = _spec(layers, heads, kv, 16, inter, vocab)
+    ctx = context(spec, "h100-sxm", gpus, 1024, gpus_per_node=per_node)
+    # a budget that makes memory bind: a fraction of the dp-only, no-recompute footprint
+    probe = Planner(ctx.graph, ctx.cluster, batch, 1024, None, cost_model=ctx.cost_model)
+    cfg = MeshConfig(1, 1, gpus, 1, 1, batch // gpus, 0, False, "fp32")
+    footprint = ctx.cost_model.estimate(replace(probe.base_plan(cfg), recompute=("none",) * layers)).peak_memory_gib
+    budget = squeeze * footprint * 2**30
+    planner = Planner(ctx.graph, ctx.cluster, batch, 1024, budget, cost_model=ctx.cost_model)
+    result = planner.solve(top_k=0)
+    expected, _ = brute_force(planner)
+    if expected == float("inf"):
+        assert result.plan is None and result.solver.status == "INFEASIBLE"
+        assert "GiB" in result.explanation
+    else:
+        assert result.solver.status == "OPTIMAL"
+        assert result.estimate.fits
+        assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-6)
+        assert result.solver.objective == pytest.approx(result.estimate.step_time_s)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return context("tiny-llama", "h100-sxm", 8, 128)
+
+
+def test_deterministic_plan_file(tiny, tmp_path):
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    for path in (a, b):
+        res, _ = plan_result("tiny-llama", hardware="h100-sxm", gpus=8, global_batch=32, seq_len=128,
+                             graph=tiny.graph)
+        res.plan.save(path)
+    assert a.read_bytes() == b.read_bytes()
+    loaded = Plan.load(a)
+    assert loaded == res.plan
+
+
+def test_pins_are_respected_and_contradictions_named(tiny):
+    res, _ = plan_result("tiny-llama", hardware="h100-sxm", gpus=8, global_batch=32, seq_len=128,
+                         fix="tp=2,pp=2,recompute=full", graph=tiny.graph)
+    assert (res.plan.tp, res.plan.pp) == (2, 2) and set(res.plan.recompute) == {"full"}
+    with pytest.raises(UserError, match="pin tp=3"):
+        plan_result("tiny-llama", hardware="h100-sxm", gpus=8, global_batch=32, seq_len=128, fix="tp=3",
+                    graph=tiny.graph)
+    with pytest.raises(UserError, match="tp=4, pp=4"):
+        plan_result("tiny-llama", hardware="h100-sxm", gpus=8, global_batch=32, seq_len=128, fix="tp=4,pp=4",
+                    graph=tiny.graph)
+    with pytest.raises(UserError, match="unknown"):
+        parse_fix("warp=2")
+    with pytest.raises(UserError, match="whole number"):
+        parse_fix("tp=two")
+
+
+def test_infeasible_budget_is_explained(tiny):
+    res, _ = plan_result("tiny-llama", hardware="h100-sxm", gpus=8, global_batch=32, seq_len=128,
+                         max_memory_per_gpu="20KB", graph=tiny.graph)
+    assert res.plan is None and res.solver.status == "INFEASIBLE"
+    assert "needs" in res.explanation and "--max-memory-per-gpu" in res.explanation
+
+
+def test_runners_up_are_slower_and_say_why(tiny):
+    res, _ = plan_result("tiny-llama", hardware="h100-sxm", gpus=8, global_batch=32, seq_len=128, top_k=3,
+                         graph=tiny.graph)
+    for c in res.runners_up:
+        assert c.estimate.step_time_s >= res.estimate.step_time_s
+        assert "step time" in c.why
