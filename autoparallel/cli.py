@@ -204,6 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout closed early (e.g. piped into `head`): not an error of ours
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -465,7 +465,7 @@ class StageModel:
         """(all params, expert params) held by one device for a segment."""
         s = self.segs[name]
         c = self.cfg
-        e = s.expert_params / (c.ep * c.tp)
+        e = s.expert_params / c.ep
         return s.dense_params + s.tp_params / c.tp + e, e
 
     def state_bytes_per_param(self) -> tuple[float, float]:

@@ -178,8 +178,8 @@ class CostModel:
                 tp_comm_fwd = sum(all_reduce_time(x * b, tp, tp_link) for x in seg.tp_collective_bytes)
         ep_comm_fwd = 0.0
         if ep > 1 and seg.ep_alltoall_bytes:
-            # dispatch + combine; tokens are sequence-sharded under SP
-            per_rank = seg.ep_alltoall_bytes * b / (tp if sp else 1)
+            # dispatch + combine of every token copy routed by this rank
+            per_rank = seg.ep_alltoall_bytes * b
             ep_comm_fwd = 2 * all_to_all_time(per_rank, ep, link_for(self.profile, ep_span))
         fwd_s = fwd_t.sum() + tp_comm_fwd + ep_comm_fwd
         bwd_s = bwd_t.sum() + tp_comm_fwd + ep_comm_fwd
@@ -206,7 +206,8 @@ class CostModel:
 
     def _phase_times(self, ops, tp: int, ep: int, sp: bool, b: float):
         """Per-op times [s], per-op FLOPs and the per-op divisor (tp for sharded work)."""
-        div = np.where(ops.tp_sharded, tp, tp if sp else 1).astype(float)
+        # sharded ops run 1/tp; replicated ones 1/tp of the sequence under SP; experts run whole
+        div = np.where(ops.tp_sharded, tp, np.where(ops.expert, 1, tp if sp else 1)).astype(float)
         flops = ops.flops * b / div
         moved = ops.act_bytes * b / div + ops.param_bytes / np.where(ops.tp_sharded, tp, 1)
         # expert weights: each EP rank holds E/ep experts and reads only those
@@ -334,9 +335,9 @@ class CostModel:
                     t = 2 * send_recv_time(self._boundary_bytes(plan), link_for(self.profile, span["pp"]))
                     acc["time"] += t
                     acc["p2p"] += t
-            params = dense + tp_params / plan.tp + expert / (plan.ep * plan.tp)
+            params = dense + tp_params / plan.tp + expert / plan.ep
             acc["params"] = params
-            acc["expert_params"] = expert / (plan.ep * plan.tp)
+            acc["expert_params"] = expert / plan.ep
             in_flight = in_flight_micro_batches(d, p, v, m)
             acc["memory"] = self._memory(plan, params, acc["expert_params"], act * in_flight, working,
                                          is_last=(d == (plan.pp * plan.vpp - 1) % p))
@@ -347,7 +348,7 @@ class CostModel:
         """Parameters of the largest block as held by one tp/ep rank (unsharded by ZeRO)."""
         segs = self.segments(self.placements_for(plan), plan.sequence_parallel and plan.tp > 1)
         reps = {self.block_rep(i) for i in range(self.num_blocks)}
-        return max(segs[r].dense_params + segs[r].tp_params / plan.tp + segs[r].expert_params / (plan.ep * plan.tp)
+        return max(segs[r].dense_params + segs[r].tp_params / plan.tp + segs[r].expert_params / plan.ep
                    for r in reps)
 
     def _boundary_bytes(self, plan: Plan) -> float:

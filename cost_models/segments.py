@@ -57,7 +57,7 @@ class Segment:
     ep_alltoall_bytes: float = 0.0   # bytes one rank sends per all-to-all (dispatch), per sample
     dense_params: float = 0.0        # parameters not sharded by tp
     tp_params: float = 0.0           # parameters sharded tp-way
-    expert_params: float = 0.0       # parameters sharded ep-way (and tp-way)
+    expert_params: float = 0.0       # parameters sharded ep-way (replicated over tp)
     input_bytes: float = 0.0         # bytes of the segment's input activation, per sample
     num_experts: int = 0
 
@@ -114,7 +114,9 @@ def _propagate_tp(graph: OpGraph, placements: dict[str, str], seg_of: dict[int, 
         elif pl in ("rowwise", "vocab"):
             op_sharded[n], out_sharded[n] = True, False
         elif pl == "expert":
-            op_sharded[n], out_sharded[n] = True, False
+            # Expert groups shard over ep, not tp: every tp rank runs its ep shard's experts in full
+            # (the trainer has no expert tensor parallelism).
+            op_sharded[n], out_sharded[n] = False, False
         else:
             s = any(ins)
             op_sharded[n], out_sharded[n] = s, s

@@ -1,0 +1,643 @@
+"""`autoparallel calibrate`: measure the local accelerator and fit a hardware profile's efficiencies.
+
+What is measured (each timed with device events after warm-up, median of repeats, random inputs):
+
+  GEMMs         C = A @ B across shapes (square and transformer-like, forward and weight-gradient
+                layouts) and dtypes (bf16, fp16, tf32, fp32); inputs rotate over several buffers so small
+                GEMMs are not timed out of the L2 cache
+  bandwidth     copy, add, scale, SiLU and a bf16 -> fp32 cast over 1 MiB .. 1 GiB tensors
+  launch        per-kernel cost of tiny kernels replayed from a CUDA graph (what the GPU pays between
+                back-to-back kernels) and the eager dispatch cost of one tiny op (what the host pays)
+  attention     F.scaled_dot_product_attention (flash backend, causal) forward and backward
+  collectives   all-reduce, all-gather, reduce-scatter over the default process group, only when
+                torch.distributed is initialized with world size > 1 (run under torchrun)
+
+What is fitted, with the cost model's own formulas (cost_models/compute.py, cost_models/comm.py):
+
+  memory_bound       achieved / datasheet bandwidth of the large bandwidth-bound kernels (median)
+  kernel_overhead_us per-kernel GPU cost from graph replay
+  gemm_max, gemm_half_flops
+                     minimize sum_i log^2(t_model_i / t_measured_i) over the bf16 GEMMs, where
+                     t_model = max(F / (P * e(F)), bytes / (BW * memory_bound)) + kernel_overhead and
+                     e(F) = gemm_max * F / (F + gemm_half_flops)   (so t_compute = (F + F_half) / (P gemm_max):
+                     a fixed per-GEMM cost plus a rate); grid search, then a finer grid around the best
+  attention_fwd / attention_bwd
+                     the same saturating curve's maximum for the attention kernels, on the FLOPs that
+                     torch.utils.flop_counter (and so the tracer) counts for them: it counts causal
+                     attention as if it were full (no halving), so these fractions may exceed what a
+                     kernel achieves on the work it actually does; kept under `calibration`
+  collective_intra | collective_inter and the link latency
+                     least squares of t = f(n) S / (B e) + k(n) a over the collective samples
+                     (f, k per comm.py: all-reduce 2(n-1)/n and 2(n-1), the others (n-1)/n and n-1)
+
+The result is the base profile with these efficiencies, a `calibration` section (device, date, torch
+version, the fitted values and their fit errors) and a raw-measurement JSON file next to the YAML.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from autoparallel.errors import UserError
+
+Say = Callable[[str], None]
+
+# Transformer-like GEMMs: (tokens M, out N, in K). Hidden sizes of 768..4096, MLP widths, vocabularies
+# (50257 is GPT-2's odd vocabulary, which cuBLAS tiles less well).
+_NK = [(768, 768), (3072, 768), (768, 3072), (2048, 2048), (6144, 2048), (8192, 2048), (2048, 8192),
+       (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (32000, 2048), (50257, 768)]
+
+
+@dataclass(frozen=True)
+class CalibrationPlan:
+    """What to measure; `full()` for a profile, `quick()` for a smoke run, tests use tiny ones."""
+    gemm_shapes: tuple[tuple[int, int, int], ...]          # (M, N, K) of A[M,K] @ B[K,N], bf16
+    gemm_wgrad_shapes: tuple[tuple[int, int, int], ...]    # (M, N, K) computed as A[K,M]^T @ B[K,N]
+    other_dtype_shapes: tuple[tuple[int, int, int], ...]   # also timed in fp16, tf32, fp32
+    bandwidth_bytes: tuple[int, ...]                       # bytes of each operand tensor
+    attention_shapes: tuple[tuple[int, int, int, int, int], ...]  # (B, H, Hkv, S, D)
+    collective_bytes: tuple[int, ...]
+    reps: int = 10
+    warmup: int = 3
+    large_bandwidth_bytes: int = 64 * 2**20   # operands at least this large define memory_bound
+
+    @classmethod
+    def full(cls) -> CalibrationPlan:
+        squares = tuple((n, n, n) for n in (256, 512, 1024, 2048, 4096, 6144, 8192))
+        rows = tuple((m, n, k) for m in (2048, 8192, 32768) for n, k in _NK)
+        return cls(
+            gemm_shapes=squares + rows,
+            gemm_wgrad_shapes=((768, 3072, 8192), (2048, 8192, 16384), (4096, 4096, 16384),
+                               (4096, 11008, 8192)),
+            other_dtype_shapes=((4096, 4096, 4096), (8192, 2048, 8192)),
+            bandwidth_bytes=tuple(2**20 * m for m in (1, 4, 16, 64, 256, 1024)),
+            attention_shapes=((8, 12, 12, 1024, 64), (4, 16, 16, 2048, 64), (4, 16, 16, 2048, 128),
+                              (2, 32, 8, 4096, 128), (1, 32, 32, 8192, 128), (2, 16, 4, 8192, 128)),
+            collective_bytes=tuple(2**20 * m for m in (1, 8, 64, 256, 1024)),
+            large_bandwidth_bytes=256 * 2**20)
+
+    @classmethod
+    def quick(cls) -> CalibrationPlan:
+        return cls(
+            gemm_shapes=((1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192), (2048, 768, 768),
+                         (8192, 8192, 2048), (8192, 2048, 8192), (32768, 4096, 4096)),
+            gemm_wgrad_shapes=((2048, 8192, 16384),),
+            other_dtype_shapes=((4096, 4096, 4096),),
+            bandwidth_bytes=(2**20, 16 * 2**20, 256 * 2**20),
+            attention_shapes=((4, 16, 16, 2048, 128),),
+            collective_bytes=(2**20, 64 * 2**20),
+            reps=5, warmup=2)
+
+
+# ---- samples ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GemmSample:
+    m: int
+    n: int
+    k: int
+    dtype: str          # bf16 | fp16 | tf32 | fp32
+    layout: str         # "nn" (A @ B) or "tn" (A^T @ B, the weight-gradient layout)
+    seconds: float
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+    @property
+    def bytes(self) -> float:
+        size = {"bf16": 2, "fp16": 2}.get(self.dtype, 4)
+        return float(size * (self.m * self.k + self.k * self.n + self.m * self.n))
+
+
+@dataclass(frozen=True)
+class BandwidthSample:
+    op: str             # copy | add | scale | silu | cast
+    bytes: float        # bytes read + written
+    seconds: float
+
+
+@dataclass(frozen=True)
+class AttentionSample:
+    batch: int
+    heads: int
+    kv_heads: int
+    seq: int
+    head_dim: int
+    fwd_flops: float    # as torch.utils.flop_counter counts them (causal counted as full)
+    bwd_flops: float
+    fwd_seconds: float
+    bwd_seconds: float  # backward alone: (forward + backward) - forward
+    backend: str
+
+
+@dataclass(frozen=True)
+class CollectiveSample:
+    op: str             # all_reduce | all_gather | reduce_scatter
+    bytes: float        # the full tensor (comm.py's S)
+    world: int
+    seconds: float
+
+
+@dataclass
+class Measurements:
+    device: str
+    device_name: str
+    torch_version: str
+    date: str
+    gemm: list[GemmSample] = field(default_factory=list)
+    bandwidth: list[BandwidthSample] = field(default_factory=list)
+    launch_graph_s: float = 0.0     # per tiny kernel, replayed from a graph (0: not measured)
+    launch_eager_s: float = 0.0     # per tiny eager op (host dispatch bound)
+    attention: list[AttentionSample] = field(default_factory=list)
+    collectives: list[CollectiveSample] = field(default_factory=list)
+    collective_span: str = "intra"  # intra: all ranks on one node
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Measurements:
+        kinds = {"gemm": GemmSample, "bandwidth": BandwidthSample, "attention": AttentionSample,
+                 "collectives": CollectiveSample}
+        kw = {k: v for k, v in d.items() if k not in kinds}
+        m = cls(**kw)
+        for key, kind in kinds.items():
+            setattr(m, key, [kind(**x) for x in d.get(key, [])])
+        return m
+
+
+# ---- timing ---------------------------------------------------------------------------------------------
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type != "cpu" and hasattr(torch, "accelerator"):
+        torch.accelerator.synchronize()
+
+
+def time_call(fn: Callable[[], object], device: torch.device, reps: int = 10, warmup: int = 3,
+              inner: int = 1) -> float:
+    """Median seconds of one call of `fn` (each repeat times `inner` back-to-back calls).
+
+    Device events bracket each repeat on an accelerator (work is asynchronous); the host clock after a
+    synchronize on the CPU."""
+    for _ in range(warmup):
+        fn()
+    _synchronize(device)
+    times = []
+    if device.type == "cuda":
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(inner):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3 / inner)
+    else:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            _synchronize(device)
+            times.append((time.perf_counter() - t0) / inner)
+    return statistics.median(times)
+
+
+_TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}
+
+
+def _buffers_for(nbytes: float, l2_bytes: int) -> int:
+    """Input sets to rotate over so that the working set is >= 4x the L2 cache (at most 8)."""
+    return int(min(8, max(1, math.ceil(4 * l2_bytes / max(nbytes, 1)))))
+
+
+def measure_gemms(device: torch.device, plan: CalibrationPlan, say: Say, l2_bytes: int) -> list[GemmSample]:
+    out: list[GemmSample] = []
+    jobs = [(s, "bf16", "nn") for s in plan.gemm_shapes]
+    jobs += [(s, "bf16", "tn") for s in plan.gemm_wgrad_shapes]
+    jobs += [(s, dt, "nn") for dt in ("fp16", "tf32", "fp32") for s in plan.other_dtype_shapes]
+    allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for i, ((m, n, k), dt, layout) in enumerate(jobs):
+            dtype = _TORCH_DTYPES[dt]
+            if device.type == "cuda":
+                torch.backends.cuda.matmul.allow_tf32 = dt == "tf32"
+            per_set = (m * k + k * n + m * n) * torch.finfo(dtype).bits // 8
+            sets = []
+            for _ in range(_buffers_for(per_set, l2_bytes)):
+                a = torch.randn((k, m) if layout == "tn" else (m, k), device=device, dtype=dtype)
+                b = torch.randn(k, n, device=device, dtype=dtype)
+                sets.append((a.t() if layout == "tn" else a, b, torch.empty(m, n, device=device, dtype=dtype)))
+            it = itertools.count()
+
+            def call(sets=sets, it=it) -> None:
+                a, b, c = sets[next(it) % len(sets)]
+                torch.mm(a, b, out=c)
+
+            t = time_call(call, device, plan.reps, plan.warmup)
+            sample = GemmSample(m, n, k, dt, layout, t)
+            out.append(sample)
+            say(f"gemm {i + 1}/{len(jobs)} {dt} {layout} {m}x{n}x{k}: {sample.flops / t / 1e12:.1f} TFLOP/s")
+            del sets
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    return out
+
+
+def _bandwidth_ops(n: int, device: torch.device) -> dict[str, tuple[Callable[[], object], float]]:
+    """Bandwidth-bound kernels over n bf16 elements: name -> (call, bytes read + written)."""
+    x = torch.randn(n, device=device, dtype=torch.bfloat16)
+    y = torch.randn(n, device=device, dtype=torch.bfloat16)
+    z = torch.empty_like(x)
+    f = torch.empty(n, device=device, dtype=torch.float32)
+    return {
+        "copy": (lambda: z.copy_(x), 2 * 2 * n),
+        "add": (lambda: torch.add(x, y, out=z), 3 * 2 * n),
+        "scale": (lambda: torch.mul(x, 1.5, out=z), 2 * 2 * n),
+        "silu": (lambda: torch.nn.functional.silu(x), 2 * 2 * n),
+        "cast": (lambda: f.copy_(x), (2 + 4) * n),
+    }
+
+
+def measure_bandwidth(device: torch.device, plan: CalibrationPlan, say: Say) -> list[BandwidthSample]:
+    out: list[BandwidthSample] = []
+    for nbytes in plan.bandwidth_bytes:
+        ops = _bandwidth_ops(max(1, nbytes // 2), device)
+        inner = max(1, min(50, (64 * 2**20) // max(nbytes, 1)))
+        row = [BandwidthSample(op, float(moved), time_call(fn, device, plan.reps, plan.warmup, inner=inner))
+               for op, (fn, moved) in ops.items()]
+        out += row
+        best = max(s.bytes / s.seconds for s in row)
+        say(f"bandwidth {nbytes / 2**20:.3g} MiB operands: up to {best / 1e9:.0f} GB/s")
+        del ops
+    return out
+
+
+def measure_launch(device: torch.device, say: Say) -> tuple[float, float]:
+    """(per-kernel seconds replayed from a CUDA graph, per-op eager seconds); graph 0.0 off CUDA."""
+    x = torch.zeros(1, device=device)
+    n = 200
+
+    def burst() -> None:
+        for _ in range(n):
+            x.add_(1.0)
+
+    eager = time_call(burst, device, reps=5, warmup=2) / n
+    graph_s = 0.0
+    if device.type == "cuda":
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            burst()  # warm-up on a side stream, as graph capture wants
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            burst()
+        graph_s = time_call(graph.replay, device, reps=10, warmup=2) / n
+        say(f"launch: {graph_s * 1e6:.2f} us per kernel in a graph, {eager * 1e6:.2f} us per eager op")
+    else:
+        say(f"launch: {eager * 1e6:.2f} us per eager op (no graphs off CUDA)")
+    return graph_s, eager
+
+
+def _sdpa_flops(q: tuple[int, ...], k: tuple[int, ...]) -> tuple[float, float]:
+    """(forward, backward) FLOPs of attention as torch.utils.flop_counter counts them."""
+    from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
+    return float(sdpa_flop_count(q, k, k)), float(sdpa_backward_flop_count(q, q, k, k))
+
+
+def _attention_times(b: int, h: int, hkv: int, s: int, d: int, device: torch.device,
+                     plan: CalibrationPlan) -> tuple[float, float]:
+    """(forward, forward + backward) seconds of causal SDPA on random bf16 inputs."""
+    import torch.nn.functional as F
+
+    dtype = torch.bfloat16 if device.type != "cpu" else torch.float32
+    q = torch.randn(b, h, s, d, device=device, dtype=dtype, requires_grad=True)
+    k = torch.randn(b, hkv, s, d, device=device, dtype=dtype, requires_grad=True)
+    v = torch.randn(b, hkv, s, d, device=device, dtype=dtype, requires_grad=True)
+    g = torch.randn(b, h, s, d, device=device, dtype=dtype)
+
+    def fwd() -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=h != hkv)
+
+    t_f = time_call(lambda: fwd().detach(), device, plan.reps, plan.warmup)
+    t_fb = time_call(lambda: torch.autograd.grad(fwd(), (q, k, v), g), device, plan.reps, plan.warmup)
+    return t_f, t_fb
+
+
+def measure_attention(device: torch.device, plan: CalibrationPlan, say: Say) -> list[AttentionSample]:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    out: list[AttentionSample] = []
+    backend = SDPBackend.FLASH_ATTENTION if device.type == "cuda" else SDPBackend.MATH
+    for b, h, hkv, s, d in plan.attention_shapes:
+        try:
+            with sdpa_kernel([backend]):
+                t_f, t_fb = _attention_times(b, h, hkv, s, d, device, plan)
+        except RuntimeError as e:  # no such kernel for this shape / device: skip it, say why
+            say(f"attention B{b} H{h}/{hkv} S{s} D{d}: skipped ({str(e).splitlines()[0][:80]})")
+            continue
+        ff, fb = _sdpa_flops((b, h, s, d), (b, hkv, s, d))
+        sample = AttentionSample(b, h, hkv, s, d, ff, fb, t_f, max(t_fb - t_f, 1e-9), backend.name.lower())
+        out.append(sample)
+        say(f"attention B{b} H{h}/{hkv} S{s} D{d}: fwd {ff / t_f / 1e12:.0f}, bwd "
+            f"{fb / sample.bwd_seconds / 1e12:.0f} TFLOP/s (flop_counter FLOPs)")
+    return out
+
+
+def measure_collectives(device: torch.device, plan: CalibrationPlan, say: Say) -> tuple[list[CollectiveSample], str]:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        say("collectives: skipped (torch.distributed is not initialized with world size > 1; run under "
+            "torchrun to measure them)")
+        return [], "intra"
+    n = dist.get_world_size()
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", n))
+    span = "intra" if local >= n else "inter"
+    out: list[CollectiveSample] = []
+    for nbytes in plan.collective_bytes:
+        numel = max(n, (nbytes // 2) // n * n)
+        for op, fn in _collective_ops(numel, n, device).items():
+            t = _max_over_ranks(time_call(fn, device, plan.reps, plan.warmup), device)
+            out.append(CollectiveSample(op, float(numel * 2), n, t))
+        say(f"collectives {numel * 2 / 2**20:.0f} MiB over {n} ranks: all-reduce "
+            f"{out[-3].seconds * 1e3:.3f} ms")
+    return out, span
+
+
+def _collective_ops(numel: int, n: int, device: torch.device) -> dict[str, Callable[[], object]]:
+    import torch.distributed as dist
+
+    full = torch.randn(numel, device=device, dtype=torch.bfloat16)
+    shard = torch.empty(numel // n, device=device, dtype=torch.bfloat16)
+    return {"all_reduce": lambda: dist.all_reduce(full),
+            "all_gather": lambda: dist.all_gather_into_tensor(full, shard),
+            "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, full)}
+
+
+def _max_over_ranks(t: float, device: torch.device) -> float:
+    import torch.distributed as dist
+    x = torch.tensor([t], device=device, dtype=torch.float64)
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    return float(x.item())
+
+
+def measure(device: torch.device, plan: CalibrationPlan, say: Say) -> Measurements:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20) \
+        if device.type == "cuda" else 32 * 2**20
+    meas = Measurements(device=str(device), device_name=name, torch_version=str(torch.__version__),
+                        date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    meas.launch_graph_s, meas.launch_eager_s = measure_launch(device, say)
+    meas.bandwidth = measure_bandwidth(device, plan, say)
+    meas.gemm = measure_gemms(device, plan, say, l2)
+    meas.attention = measure_attention(device, plan, say)
+    meas.collectives, meas.collective_span = measure_collectives(device, plan, say)
+    return meas
+
+
+# ---- fitting --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fit:
+    """Fitted efficiencies (profile schema keys) and diagnostics."""
+    gemm_max: float
+    gemm_half_flops: float
+    memory_bound: float
+    kernel_overhead_s: float
+    gemm_rms_log_error: float            # over the bf16 GEMMs, after the fit
+    attention_fwd: float | None = None   # curve maximum on flop_counter FLOPs
+    attention_bwd: float | None = None
+    collective_efficiency: float | None = None
+    collective_latency_s: float | None = None
+    collective_span: str = "intra"
+    per_dtype_gemm: dict[str, float] = field(default_factory=dict)  # best achieved fraction of peak
+
+
+def _clip_fraction(x: float) -> float:
+    return float(min(1.0, max(1e-3, x)))
+
+
+def fit_memory_bound(samples: list[BandwidthSample], bandwidth: float, large_bytes: float) -> float:
+    """Median achieved / datasheet bandwidth over the samples whose operands are >= large_bytes
+    (per-kernel overhead is negligible there); all samples when none is that large."""
+    big = [s for s in samples if s.bytes >= 2 * large_bytes] or samples
+    if not big:
+        raise UserError("calibrate: no bandwidth samples to fit memory_bound")
+    return _clip_fraction(statistics.median(s.bytes / s.seconds / bandwidth for s in big))
+
+
+def _gemm_model(flops: np.ndarray, moved: np.ndarray, peak: float, bw: float, mem_eff: float, overhead: float,
+                gmax: np.ndarray, half: np.ndarray) -> np.ndarray:
+    """cost_models.compute.op_times for matmuls, broadcast over candidate (gmax, half) grids [s]."""
+    t_c = (flops + half) / (peak * gmax)
+    return np.maximum(t_c, moved / (bw * mem_eff)) + overhead
+
+
+def fit_gemm_curve(flops: np.ndarray, moved: np.ndarray, seconds: np.ndarray, peak: float, bw: float,
+                   mem_eff: float, overhead: float) -> tuple[float, float, float]:
+    """(gemm_max, gemm_half_flops, rms log error) minimizing sum log^2(t_model / t_measured).
+
+    A log-spaced grid, then a finer grid around the best point (the objective is smooth and the
+    curve has two parameters, so this finds the global minimum without a solver)."""
+    flops, moved, seconds = (np.asarray(a, dtype=float)[:, None, None] for a in (flops, moved, seconds))
+    gmax = np.linspace(0.05, 1.0, 191)[None, :, None]
+    half = np.concatenate([[0.0], np.logspace(5, 13, 321)])[None, None, :]
+    err = (np.log(_gemm_model(flops, moved, peak, bw, mem_eff, overhead, gmax, half) / seconds) ** 2).mean(0)
+    i, j = np.unravel_index(np.argmin(err), err.shape)
+    g0, h0 = float(gmax[0, i, 0]), float(half[0, 0, j])
+    gmax2 = np.linspace(max(0.01, g0 - 0.01), min(1.0, g0 + 0.01), 81)[None, :, None]
+    lo, hi = (h0 / 1.1, h0 * 1.1) if h0 > 0 else (0.0, 1e5)
+    half2 = np.linspace(lo, hi, 161)[None, None, :]
+    err2 = (np.log(_gemm_model(flops, moved, peak, bw, mem_eff, overhead, gmax2, half2) / seconds) ** 2).mean(0)
+    i, j = np.unravel_index(np.argmin(err2), err2.shape)
+    g, h = float(gmax2[0, i, 0]), float(half2[0, 0, j])
+    if err2[i, j] > err[np.unravel_index(np.argmin(err), err.shape)]:
+        g, h = g0, h0
+    best = float(min(err2.min(), err.min()))
+    return g, max(h, 1.0), math.sqrt(best)
+
+
+def fit_collectives(samples: list[CollectiveSample], link_bandwidth: float) -> tuple[float, float]:
+    """(efficiency, per-hop latency s): least squares in relative error of
+    t = f S / (B e) + k a  with (f, k) = (2(n-1)/n, 2(n-1)) for all-reduce, ((n-1)/n, n-1) otherwise."""
+    rows, rhs = [], []
+    for s in samples:
+        n = s.world
+        f, k = ((2 * (n - 1) / n, 2 * (n - 1)) if s.op == "all_reduce" else ((n - 1) / n, n - 1))
+        rows.append([f * s.bytes / link_bandwidth / s.seconds, k / s.seconds])
+        rhs.append(1.0)
+    x, *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
+    inv_eff, lat = float(x[0]), float(x[1])
+    if lat < 0:  # a negative latency fits noise: refit the bandwidth term alone
+        lat = 0.0
+        a = np.array(rows)[:, :1]
+        inv_eff = float(np.linalg.lstsq(a, np.array(rhs), rcond=None)[0][0])
+    return _clip_fraction(1.0 / inv_eff if inv_eff > 0 else 1.0), lat
+
+
+def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> Fit:
+    """Fit the profile efficiencies to `meas` (see the module docstring); `base` is a HardwareProfile."""
+    plan = plan or CalibrationPlan.full()
+    peak = base.peak("bf16")
+    bw = base.memory_bandwidth
+    mem_eff = fit_memory_bound(meas.bandwidth, bw, plan.large_bandwidth_bytes)
+    overhead = meas.launch_graph_s or meas.launch_eager_s
+    bf16 = [s for s in meas.gemm if s.dtype == "bf16"]
+    if not bf16:
+        raise UserError("calibrate: no bf16 GEMM samples to fit gemm_max / gemm_half_flops")
+    gmax, half, rms = fit_gemm_curve(np.array([s.flops for s in bf16]), np.array([s.bytes for s in bf16]),
+                                     np.array([s.seconds for s in bf16]), peak, bw, mem_eff, overhead)
+    per_dtype: dict[str, float] = {}
+    for s in meas.gemm:
+        key = "fp32" if s.dtype == "fp32" else s.dtype
+        try:
+            p = base.peak(key)
+        except UserError:
+            continue
+        per_dtype[s.dtype] = max(per_dtype.get(s.dtype, 0.0), s.flops / s.seconds / p)
+    att_fwd = att_bwd = None
+    if meas.attention:
+        a = meas.attention
+        moved = np.array([4.0 * x.batch * x.heads * x.seq * x.head_dim * 2 for x in a])  # q, k, v, out bf16
+        att_fwd, _, _ = fit_gemm_curve(np.array([x.fwd_flops for x in a]), moved,
+                                       np.array([x.fwd_seconds for x in a]), peak, bw, mem_eff, overhead)
+        att_bwd, _, _ = fit_gemm_curve(np.array([x.bwd_flops for x in a]), 2 * moved,
+                                       np.array([x.bwd_seconds for x in a]), peak, bw, mem_eff, overhead)
+    coll_eff = coll_lat = None
+    if meas.collectives:
+        link = base.intra_bandwidth if meas.collective_span == "intra" else base.inter_bandwidth
+        coll_eff, coll_lat = fit_collectives(meas.collectives, link)
+    return Fit(gemm_max=_clip_fraction(gmax), gemm_half_flops=half, memory_bound=mem_eff,
+               kernel_overhead_s=overhead, gemm_rms_log_error=rms, attention_fwd=att_fwd, attention_bwd=att_bwd,
+               collective_efficiency=coll_eff, collective_latency_s=coll_lat,
+               collective_span=meas.collective_span, per_dtype_gemm=per_dtype)
+
+
+def _r(x: float, digits: int = 4) -> float:
+    return float(f"{x:.{digits}g}")
+
+
+def profile_extra(base: Any, meas: Measurements, f: Fit) -> dict[str, Any]:
+    """The `extra` mapping for hardware_profiles.profile_to_yaml: fitted efficiencies + calibration."""
+    from hardware_profiles.units import format_time
+
+    eff: dict[str, Any] = {"gemm_max": _r(f.gemm_max), "gemm_half_flops": _r(f.gemm_half_flops),
+                           "memory_bound": _r(f.memory_bound), "kernel_overhead_us": _r(f.kernel_overhead_s * 1e6)}
+    extra: dict[str, Any] = {"efficiency": eff}
+    if f.collective_efficiency is not None:
+        eff[f"collective_{f.collective_span}"] = _r(f.collective_efficiency)
+        section = "node" if f.collective_span == "intra" else "network"
+        extra[section] = {"latency": format_time(max(f.collective_latency_s or 0.0, 1e-9))}
+    best_bw = max((s.bytes / s.seconds for s in meas.bandwidth), default=0.0)
+    best_gemm = max((s.flops / s.seconds for s in meas.gemm if s.dtype == "bf16"), default=0.0)
+    cal: dict[str, Any] = {
+        "device": meas.device_name, "date": meas.date, "torch": meas.torch_version,
+        "gemm_bf16_best_tflops": _r(best_gemm / 1e12), "gemm_fit_rms_log_error": _r(f.gemm_rms_log_error, 3),
+        "gemm_best_fraction_by_dtype": {k: _r(v, 3) for k, v in sorted(f.per_dtype_gemm.items())},
+        "memory_best_gbps": _r(best_bw / 1e9), "launch_graph_us": _r(meas.launch_graph_s * 1e6),
+        "launch_eager_us": _r(meas.launch_eager_s * 1e6),
+        "collectives": ("measured over " + str(meas.collectives[0].world) + " ranks" if meas.collectives
+                        else "not measured (world size 1)"),
+    }
+    if f.attention_fwd is not None:
+        cal["attention_fwd_max"] = _r(f.attention_fwd, 3)
+        cal["attention_bwd_max"] = _r(f.attention_bwd, 3)
+        cal["attention_flops"] = "torch.utils.flop_counter convention: causal counted as full"
+    extra["calibration"] = cal
+    stamp = f"Efficiencies fitted by `autoparallel calibrate` on {meas.device_name} ({meas.date})."
+    extra["notes"] = (base.notes.strip() + " " + stamp).strip()
+    extra["sources"] = list(base.sources) + [f"autoparallel calibrate, {meas.device_name}, torch "
+                                             f"{meas.torch_version}, {meas.date}"]
+    return extra
+
+
+# ---- entry points ---------------------------------------------------------------------------------------
+def detect_accelerator() -> torch.device | None:
+    """The local accelerator (CUDA or ROCm, else another torch.accelerator backend), or None."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and acc.is_available():
+        dev = acc.current_accelerator()
+        if dev is not None and dev.type not in ("cpu", "mps"):
+            return torch.device(dev.type, 0)
+    return None
+
+
+def match_base_profile(device_name: str, total_memory: int) -> str | None:
+    """The shipped profile whose family token (h100, a100, h200, mi300x, ...) appears in the device
+    name; among several, the one whose capacity is closest to the device's memory."""
+    import re
+
+    from hardware_profiles import list_profiles, load_profile
+
+    tokens = set(re.split(r"[^a-z0-9]+", device_name.lower()))
+    names = [n for n in list_profiles() if n.split("-")[0] in tokens]
+    if not names:
+        return None
+    return min(names, key=lambda n: abs(load_profile(n).memory_bytes - total_memory))
+
+
+def _stderr(msg: str) -> None:
+    print(f"[calibrate] {msg}", file=sys.stderr, flush=True)
+
+
+def calibrate(device: torch.device, base: Any, plan: CalibrationPlan, say: Say = _stderr
+              ) -> tuple[str, Measurements, Fit]:
+    """Measure `device`, fit, and return (profile YAML text, measurements, fit)."""
+    from hardware_profiles import profile_to_yaml
+
+    meas = measure(device, plan, say)
+    f = fit(meas, base, plan)
+    return profile_to_yaml(base, extra=profile_extra(base, meas, f)), meas, f
+
+
+def run_calibration(base: str | None = None, output: str = "calibrated.yaml", quick: bool = False) -> Any:
+    """`autoparallel calibrate`: measure the local accelerator, write a profile YAML to `output` and the
+    raw measurements to `output` with suffix .measurements.json; progress on stderr. Returns the
+    written HardwareProfile."""
+    from hardware_profiles import load_profile, validate_profile_file
+
+    device = detect_accelerator()
+    if device is None:
+        raise UserError("calibrate: no accelerator found on this host (torch sees no CUDA, ROCm or other "
+                        "device); run `autoparallel calibrate` on the machine whose GPUs you want to profile")
+    if base is None:
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+        total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
+        base = match_base_profile(name, total)
+        if base is None:
+            from hardware_profiles import list_profiles
+            raise UserError(f"calibrate: no shipped profile matches the local device {name!r}; pass --base "
+                            f"NAME (one of {', '.join(list_profiles())}) or a YAML path to start from")
+        _stderr(f"base profile: {base} (detected from {name!r})")
+    profile = load_profile(base)
+    plan = CalibrationPlan.quick() if quick else CalibrationPlan.full()
+    text, meas, f = calibrate(device, profile, plan)
+    out = Path(output)
+    try:
+        out.write_text(text)
+        raw = out.with_suffix(".measurements.json")
+        raw.write_text(json.dumps(meas.to_dict(), indent=1) + "\n")
+    except OSError as e:
+        raise UserError(f"calibrate: cannot write {output} ({e.strerror}); pass a writable --output path") from None
+    _stderr(f"gemm_max {f.gemm_max:.3f}, gemm_half_flops {f.gemm_half_flops:.3g}, memory_bound "
+            f"{f.memory_bound:.3f}, kernel overhead {f.kernel_overhead_s * 1e6:.2f} us "
+            f"(GEMM fit rms log error {f.gemm_rms_log_error:.3f})")
+    _stderr(f"wrote {out} and {raw}")
+    return validate_profile_file(out)
