@@ -560,7 +560,9 @@ def profile_extra(base: Any, meas: Measurements, f: Fit) -> dict[str, Any]:
         cal["attention_flops"] = "torch.utils.flop_counter convention: causal counted as full"
     extra["calibration"] = cal
     stamp = f"Efficiencies fitted by `autoparallel calibrate` on {meas.device_name} ({meas.date})."
-    extra["notes"] = (base.notes.strip() + " " + stamp).strip()
+    # a re-calibrated profile replaces the previous stamp instead of growing a list of them
+    notes = base.notes.split("Efficiencies fitted by `autoparallel calibrate`")[0].strip()
+    extra["notes"] = (notes + " " + stamp).strip()
     extra["sources"] = list(base.sources) + [f"autoparallel calibrate, {meas.device_name}, torch "
                                              f"{meas.torch_version}, {meas.date}"]
     return extra

@@ -316,6 +316,7 @@ class Planner:
             if time.perf_counter() - last_say > 1.0:
                 self._say(f"  {solved} configurations solved, best {best[0].estimate.step_time_s:.4f} s/step")
                 last_say = time.perf_counter()
+        runners = self._find_runners_up(best, bounded[solved:], top_k) if best else []
         wall = time.perf_counter() - t0
         if not best:
             return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved),
@@ -324,17 +325,37 @@ class Planner:
         remaining = [lb for lb, _, c in bounded[solved:]]
         bound = min([winner.estimate.step_time_s] + remaining) if remaining else winner.estimate.step_time_s
         status = "OPTIMAL" if proven and bound >= winner.estimate.step_time_s - 1e-12 else "FEASIBLE"
-        runners = self._runners_up(best, top_k)
         self._say(f"  done: {solved}/{len(configs)} configurations solved in {wall:.2f} s")
         return PlanResult(winner.plan, winner.estimate,
                           SolverInfo(status, wall, winner.estimate.step_time_s, bound, len(configs), solved),
                           runners_up=runners)
 
+    def _find_runners_up(self, best: list[Candidate], rest: list, k: int,
+                         budget_s: float = 2.0) -> list[Candidate]:
+        """Runners-up: the best other meshes among those solved, topped up by solving the next
+        configurations in bound order (not proven the 2nd..k-th best: each is a real, costed plan)."""
+        t0 = time.perf_counter()
+        runners = self._runners_up(best, k)
+        seen = {MeshConfig_of(c.plan) for c in best}
+        for _, _, cfg in rest:
+            if len(runners) >= k or time.perf_counter() - t0 > budget_s:
+                break
+            sm = self._stage_model(cfg)
+            key = MeshConfig_of(sm.plan0)
+            if key in seen or not sm.memory_may_fit():
+                continue
+            plan = sm.solve()
+            if plan is not None:
+                seen.add(key)
+                best.append(Candidate(plan, self.cm.estimate(plan, self.budget)))
+                runners = self._runners_up(best, k)
+        return runners
+
     def _runners_up(self, best: list[Candidate], k: int) -> list[Candidate]:
         """The next best plans with a different mesh, each with the largest reason it lost."""
         winner = best[0]
         out, seen = [], {MeshConfig_of(winner.plan)}
-        for c in best[1:]:
+        for c in sorted(best[1:], key=lambda c: (c.estimate.step_time_s, MeshConfig_of(c.plan))):
             key = MeshConfig_of(c.plan)
             if key in seen:
                 continue

@@ -1,0 +1,123 @@
+"""The command line: JSON contracts, plan files that load back, and one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autoparallel.cli import main
+from autoparallel.plan import Plan
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def assert_one_line_error(rc: int, err: str, *needles: str) -> None:
+    assert rc == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+def test_trace_json(capsys):
+    rc, out, _ = run(capsys, "trace", "tiny-gpt", "--seq-len", "64", "--batch", "2", "--json")
+    d = json.loads(out)
+    assert rc == 0
+    for key in ("parameters", "forward_flops", "backward_flops", "num_blocks", "activation_bytes_per_block"):
+        assert key in d
+    assert d["backward_flops"] == pytest.approx(2 * d["forward_flops"], rel=0.1)
+
+
+PLAN_ARGS = ("tiny-llama", "--hardware", "h100-sxm", "--gpus", "8", "--global-batch", "32", "--seq-len", "128")
+
+
+def test_estimate_json_keys(capsys):
+    rc, out, _ = run(capsys, "estimate", *PLAN_ARGS, "--tp", "2", "--pp", "2", "--micro-batch", "2",
+                     "--recompute", "selective", "--zero", "1", "--sequence-parallel", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["plan"]["dp"] == 2
+    for key in ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu",
+                "peak_memory_gib", "memory_per_stage_gib", "fits", "breakdown"):
+        assert key in d["predicted"], key
+    assert len(d["predicted"]["memory_per_stage_gib"]) == 2
+
+
+def test_plan_json_output_file_and_estimate_roundtrip(capsys, tmp_path: Path):
+    path = tmp_path / "plan.yaml"
+    rc, out, _ = run(capsys, "plan", *PLAN_ARGS, "--json", "--output", str(path), "--quiet")
+    d = json.loads(out)
+    assert rc == 0
+    assert set(d["solver"]) >= {"status", "wall_s", "objective", "bound"}
+    assert d["solver"]["status"] == "OPTIMAL"
+    assert set(d["predicted"]) >= {"step_time_s", "peak_memory_gib", "fits"}
+    plan = Plan.load(path)
+    assert plan.dp * plan.tp * plan.pp * plan.ep == 8
+    rc, out, _ = run(capsys, "estimate", *PLAN_ARGS, "--plan", str(path), "--json")
+    assert rc == 0
+    assert json.loads(out)["predicted"]["step_time_s"] == pytest.approx(d["predicted"]["step_time_s"])
+
+
+def test_plan_human_output(capsys):
+    rc, out, err = run(capsys, "plan", *PLAN_ARGS, "--top", "2")
+    assert rc == 0
+    for needle in ("solver", "mesh", "memory per pipeline stage", "step time", "MFU", "runners-up"):
+        assert needle in out
+    assert "planning tiny-llama" in err  # progress goes to stderr
+
+
+def test_compare_rows(capsys, tmp_path: Path):
+    rc, out, _ = run(capsys, "compare", "tiny-llama", "--hardware", "h100-sxm,mi300x,ascend-910b", "--gpus", "8",
+                     "--global-batch", "32", "--seq-len", "128", "--tokens", "1e9", "--json")
+    rows = json.loads(out)
+    assert rc == 0 and [r["hardware"] for r in rows] == ["h100-sxm", "mi300x", "ascend-910b"]
+    assert all(r["feasible"] and r["time_to_train_days"] > 0 for r in rows)
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "cmp.png"
+    rc, _, _ = run(capsys, "compare", "tiny-llama", "--hardware", "h100-sxm,mi300x", "--gpus", "8",
+                   "--global-batch", "32", "--seq-len", "128", "--plot", str(png))
+    assert rc == 0 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_profiles_commands(capsys, tmp_path: Path):
+    rc, out, _ = run(capsys, "profiles", "list")
+    assert rc == 0 and len(out.splitlines()) >= 25
+    rc, out, _ = run(capsys, "profiles", "show", "h200")
+    assert rc == 0 and "H200" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((Path(__file__).parents[1] / "hardware_profiles" / "h200.yaml").read_text()
+                   .replace("bandwidth: 4.8 TB/s", "bandwidth: -4.8 TB/s"))
+    rc, _, err = run(capsys, "profiles", "validate", str(bad))
+    assert_one_line_error(rc, err, "bad.yaml", "memory.bandwidth")
+
+
+@pytest.mark.parametrize("argv,needles", [
+    (("trace", "llama3-7b"), ("llama3-8b",)),                                     # close names suggested
+    (("trace", "/nonexistent/config.json"), ("config.json",)),
+    (("estimate", *PLAN_ARGS, "--tp", "3"), ("--tp 3",)),
+    (("estimate", *PLAN_ARGS, "--tp", "8"), ("heads",)),
+    (("estimate", "tiny-llama", "--hardware", "nope-gpu", "--gpus", "8", "--global-batch", "32"), ("nope-gpu",)),
+    (("plan", *PLAN_ARGS, "--max-memory-per-gpu", "20KB", "--quiet"), ("INFEASIBLE", "--max-memory-per-gpu")),
+    (("plan", *PLAN_ARGS, "--fix", "tp=4,pp=4", "--quiet"), ("tp=4",)),
+    (("plan", *PLAN_ARGS, "--fix", "warp=2", "--quiet"), ("warp",)),
+    (("plan", *PLAN_ARGS, "--max-memory-per-gpu", "lots"), ("lots",)),
+    (("plan", "tiny-llama", "--gpus", "8"), ("--hardware",)),
+])
+def test_bad_input_exits_2_with_one_line(capsys, argv, needles):
+    rc, _, err = run(capsys, *argv)
+    assert_one_line_error(rc, err, *needles)
+
+
+def test_console_script_exit_code():
+    """The installed entry point (not just main()) returns 2 on bad input."""
+    proc = subprocess.run([sys.executable, "-m", "autoparallel.cli", "trace", "no-such-model"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ")
