@@ -270,7 +270,10 @@ class Planner:
         total = sm.pre_post_time() + sum(sm.block_time(c, "none") * k for c, k in sm.class_counts.items())
         total += sm.p2p_per_virtual_stage * cfg.pp * cfg.vpp
         m, v, p = sm.m, cfg.vpp, cfg.pp
-        return (m - 1 / v) * total / p + total / v + sm.sync_bound()
+        t_block = min(sm.block_time(c, "none") for c in sm.classes)
+        ends = np.array([sm._device_constants(d)[0] for d in range(p)])
+        tau = _min_max_blocks(ends, t_block, self.cm.num_blocks, v)
+        return (m - 1 / v) * max(total / p, tau) + total / v + sm.sync_bound()
 
     def _stage_model(self, cfg: MeshConfig) -> StageModel:
         return StageModel(self, cfg)
@@ -408,6 +411,19 @@ class Planner:
             self.progress(msg)
 
 
+def _min_max_blocks(ends: np.ndarray, t_block: float, blocks: int, v: int) -> float:
+    """Smallest tau with sum_d floor((tau - ends_d) / t_block) >= blocks, every rank holding >= v
+    blocks: the bottleneck time when every block runs at its fastest (a valid lower bound)."""
+    tau = max(float(np.max(ends + v * t_block)), (blocks * t_block + float(ends.sum())) / len(ends))
+    k = np.floor((tau - ends) / t_block + 1e-9)
+    while k.sum() < blocks:  # raise tau to the next rank's next block boundary, one block at a time
+        nxt = ends + (k + 1) * t_block
+        d = int(np.argmin(nxt))
+        tau = float(nxt[d])
+        k[d] += 1
+    return tau
+
+
 def _lower_hull(ks: np.ndarray, ts: np.ndarray) -> list[tuple[float, float]]:
     """Lower convex hull of the points (k, t), k increasing (Andrew's monotone chain)."""
     hull: list[tuple[float, float]] = []
@@ -451,6 +467,7 @@ class StageModel:
         self.sp = cfg.sequence_parallel and cfg.tp > 1
         self.placements = self.plan0.placements
         self.segs = self.cm.segments(self.placements, self.sp)
+        self._costs: dict[tuple[str, str], object] = {}
         self.key = self.cm.segments_key(self.placements, self.sp)
         self.span = self.plan0.mesh_span()
         self.modes = [self.pl.fix["recompute"]] if "recompute" in self.pl.fix else list(RECOMPUTE_MODES)
@@ -472,9 +489,12 @@ class StageModel:
 
     # ---- coefficients --------------------------------------------------------------------------------------
     def cost(self, name: str, rc: str):
-        c = self.cfg
-        return self.cm.segment_cost(self.key, name, c.tp, c.ep, self.sp, c.micro_batch, rc, self.span["tp"],
-                                    self.span["ep"])
+        hit = self._costs.get((name, rc))
+        if hit is None:
+            c = self.cfg
+            hit = self._costs[name, rc] = self.cm.segment_cost(self.key, name, c.tp, c.ep, self.sp, c.micro_batch,
+                                                               rc, self.span["tp"], self.span["ep"])
+        return hit
 
     def block_time(self, cls: int, rc: str) -> float:
         return self.cost(self.rep[cls], rc).total_s
@@ -522,6 +542,11 @@ class StageModel:
     def dp_time_linear(self) -> tuple[float, float, float, float]:
         """Gradient-sync time as slope*params + const for dense and expert params [s per param, s]
         (dp_sync_time is affine in the parameter count)."""
+        if not hasattr(self, "_dp_lin"):
+            self._dp_lin = self._dp_time_linear()
+        return self._dp_lin
+
+    def _dp_time_linear(self) -> tuple[float, float, float, float]:
         c = self.cfg
         gb = DTYPE_BYTES[c.grad_reduce_dtype]
         pb = DTYPE_BYTES.get(self.plan0.param_dtype, 2)

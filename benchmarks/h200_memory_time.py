@@ -228,8 +228,31 @@ class MixedPrecisionLoop:
         self.probe: dict[str, float] = {}
 
     def step(self, batches: list[torch.Tensor], grad_out: torch.Tensor | None, events: dict | None = None) -> None:
+        # SDPA runs the flash kernels (what the tracer costs), never a silent fallback to the math path
+        with _flash_only(batches[0].device):
+            self._fwd_bwd(batches, grad_out, events is not None)
+        if events is not None:
+            events["fwd_bwd_end"].record()
+        self.opt.step()
+        with torch.no_grad():
+            torch._foreach_copy_(self.params, self.master)  # fp32 master -> bf16 working copy
+            torch._foreach_zero_(self.grads)
+
+    def accumulate_seconds(self, reps: int = 5) -> float:
+        """Device time of one pass of the gradient hooks' work over all parameters (bf16 into fp32)."""
+        from autoparallel.calibrate import time_call
+
+        def once() -> None:
+            with torch.no_grad():
+                for g, p in zip(self.grads, self.params):
+                    g.add_(p)  # what _accumulate does per parameter: read bf16 + fp32, write fp32
+        t = time_call(once, self.params[0].device, reps=reps, warmup=1)
+        with torch.no_grad():
+            torch._foreach_zero_(self.grads)
+        return t
+
+    def _fwd_bwd(self, batches: list[torch.Tensor], grad_out: torch.Tensor | None, probe: bool) -> None:
         dev = batches[0].device
-        probe = events is not None
         if self.loss == "lm":
             for i, tokens in enumerate(batches):
                 before = _allocated(dev)
@@ -249,12 +272,13 @@ class MixedPrecisionLoop:
             for out in outs:
                 out.backward(grad_out)
             del outs
-        if events is not None:
-            events["fwd_bwd_end"].record()
-        self.opt.step()
-        with torch.no_grad():
-            torch._foreach_copy_(self.params, self.master)  # fp32 master -> bf16 working copy
-            torch._foreach_zero_(self.grads)
+
+
+def _flash_only(device: torch.device):
+    from contextlib import nullcontext
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION]) if device.type == "cuda" else nullcontext()
 
 
 def _accumulate(buf: torch.Tensor, p: torch.Tensor) -> None:
@@ -323,8 +347,9 @@ def measure_config(cfg: Config, device: torch.device, steps: int, warmup: int, p
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
+    persistent = _allocated(device) - base   # params, gradient buffers, master weights, Adam moments
     times, fwd_bwd = [], []
-    for i in range(steps):
+    for _ in range(steps):
         if cuda:
             ev = {k: torch.cuda.Event(enable_timing=True) for k in ("start", "fwd_bwd_end", "end")}
             ev["start"].record()
@@ -341,13 +366,14 @@ def measure_config(cfg: Config, device: torch.device, steps: int, warmup: int, p
     peak_reserved = torch.cuda.max_memory_reserved(device) if cuda else 0.0
     row: dict[str, Any] = {
         "name": cfg.name, "config": dataclasses.asdict(cfg), "model_name": spec.name, "params": params,
-        "states_bytes": states, "forward_bytes": loop.probe.get("forward_bytes", 0.0),
+        "states_bytes": states, "persistent_bytes": persistent, "forward_bytes": loop.probe.get("forward_bytes", 0.0),
         "peak_allocated_bytes": peak, "peak_reserved_bytes": peak_reserved, "baseline_bytes": base,
         "step_times_s": times, "step_time_s": statistics.median(times),
         "fwd_bwd_time_s": statistics.median(fwd_bwd) if fwd_bwd else None,
     }
     if cuda and profile_step:
         row["profile"] = _profile_step(loop, batches, grad_out)
+        row["accumulate_pass_s"] = loop.accumulate_seconds()
     del loop, model, batches, grad_out
     gc.collect()
     return row

@@ -1,0 +1,937 @@
+"""Sharding solver: per-op tensor / sequence / expert-parallel placements found from the operator graph.
+
+Tensor parallelism comes from the model's own graph, not from a table of architectures: for each
+distinct block class (identical blocks share one solution) and for the model's two ends (embeddings
+before the first block, final norm / LM head after the last), an integer program over the parametric
+ops (Linear, Embedding, norms, expert groups, other modules owning parameters) and the activation
+edges between them picks a placement per op at a tensor-parallel degree t. The plan records the
+result for EVERY parametric op by module path, e.g. ``"layers.0.mlp.up_proj": "colwise"``.
+
+Placement values (plan.py; the trainer applies them with DTensor parallel styles)
+-------------------------------------------------------------------------------
+  colwise    Linear weight sharded on out_features (ColwiseParallel): needs its input whole and
+             replicated, produces feature-sharded output. Attention projections split whole heads.
+  rowwise    Linear weight sharded on in_features (RowwiseParallel): needs feature-sharded input,
+             produces partial sums reduced at once: all-reduce, or reduce-scatter onto the sequence dim
+             under sequence parallelism.
+  replicate  parameters replicated over tp, computed redundantly on every tp rank; under sequence
+             parallelism a replicated branch runs on the gathered sequence and its output is sliced.
+  vocab      Embedding table sharded on num_embeddings (RowwiseParallel on an Embedding): output
+             partial sums reduced (all-reduce / reduce-scatter).
+  sequence   norm with replicated parameters on sequence-sharded activations (SequenceParallel); also
+             a head-wise norm (qk-norm) on head-sharded activations under sequence parallelism.
+  expert     routed expert group sharded over the plan's ep ranks on the expert dim; inside a tp
+             group it runs as a replicated branch (expert parallelism is the planner's ep dimension).
+
+At t = 1 nothing is sharded: every op is "replicate" (expert groups "expert").
+
+Modes and activation states
+---------------------------
+Each placement is run in a *mode* that fixes what the op needs on its input and gives on its output:
+  R  replicated, whole tensor on every rank           S  sharded on the feature (last) dim
+  Q  sharded on the sequence dim (sequence parallel)   D  input data (no gradient flows back)
+  requirements additionally: Rc (whole input for a colwise op: its input gradient is a partial sum),
+  L (the loss), * (anything: an embedding reads token ids).
+  colwise Rc->S | rowwise S->R (all-reduce) or S->Q (reduce-scatter, SP) | replicate R->R |
+  vocab *->R (all-reduce) or *->Q (reduce-scatter, SP) | norm R->R, Q->Q (SP), S->S (head-wise norm)
+  | expert R->R | block input gives R (Q under SP) and block output needs it (the residual stream).
+
+Resharding of an edge u -> v (state s given by u, requirement r of v), on the tensor's bytes B:
+  R->Rc  bwd all-reduce              R->S, R->Q  fwd slice, bwd all-gather
+  S->R, Q->R  fwd all-gather          S->Rc, Q->Rc  fwd all-gather + bwd reduce-scatter
+  S->Q, Q->S  all-to-all fwd and bwd  S->L  vocab-parallel cross entropy: 3 all-reduces of b*s fp32
+  equal states, D->anything, anything->*: nothing
+A collective is paid once per (producer tensor, component): q, k and v reading one norm output share
+its all-gather, as Megatron-LM and torchtitan's PrepareModuleInput do.
+
+The integer program (one per segment and degree t; CP-SAT, coefficients in 0.1 ns)
+-------------------------------------------------------------------------------
+  x[o,m]      op o runs in mode m                                       (assignment)
+  y[e,p,q]    edge e = (u, v) carries u in mode p to v in mode q         (edge consistency)
+  z[u,p,c]    u in mode p pays resharding component c on its output     (resharding)
+  wS[g], wQ[g]  non-parametric ops with producer set g run feature- / sequence-sharded (join states)
+  minimize  sum x*C_op + sum z*C_comm + sum_g (F_g - (F_g - F_g/t)(wS[g] + wQ[g]))
+  C_op(o,m) = roofline time of o's forward and backward ops at its shard (cost_models.compute.op_times,
+              the CostModel's per-op formula) + its mandatory collective (rowwise / vocab) + the
+              optimizer update of its local parameters (32 B/param per step at memory bandwidth, as
+              CostModel) / num_micro_batches. Parameter memory enters through that update time and,
+              optionally, a per-rank budget (add_memory_budget).
+  C_comm    alpha-beta collectives of cost_models.comm on the tp link (intra-node when t fits a node).
+  F_g       roofline time of the non-parametric ops (attention core, activations, residual adds) whose
+            nearest parametric producers are g; they run sharded only when every producer's output is.
+Legality: colwise needs out_features % t == 0 and, for attention projections (output viewed as
+[..., H, D]), H % t == 0 (GQA key/value heads counted on their own projections); rowwise needs
+in_features % t == 0; vocab needs num_embeddings % t == 0; a Linear whose output is split (fused
+q/k/v) or that owns no ops of its own (nn.MultiheadAttention's out_proj) stays replicated; tied
+weights (LM head and token embedding) shard the same dim.
+
+Approximations (documented, conservative): non-parametric ops between two parametric ops run in the
+producer's state and the conversion happens just before the consumer; a join of differently placed
+producers runs unsharded; gradients of replicated parameters under sequence parallelism are reduced
+once per step, coalesced (Megatron-LM), and not costed; EP all-to-alls depend on ep, not on the
+placements here, and are left to the CostModel.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from autoparallel.errors import UserError
+from autoparallel.graph import OpGraph, ParamOp
+from cost_models.comm import (
+    Link,
+    all_gather_time,
+    all_reduce_time,
+    all_to_all_time,
+    link_for,
+    reduce_scatter_time,
+)
+from cost_models.compute import is_matmul, op_times
+from hardware_profiles import Cluster
+
+UPDATE_BYTES_PER_PARAM = 32   # Adam step traffic per parameter (as CostModel._data_parallel_time)
+COST_SCALE = 1e10             # ILP objective unit: 0.1 ns
+ENDS = "ends"                 # segment name of the embeddings + final norm / LM head problem
+
+_VIEW_OPS = ("view", "_unsafe_view", "reshape", "transpose", "permute", "clone", "contiguous", "_to_copy",
+             "alias", "expand", "unsqueeze", "squeeze", "t")
+_SPLIT_OPS = ("split", "split_with_sizes", "chunk", "unbind", "select", "slice", "narrow")
+
+# (state given, requirement) -> resharding components, see the module docstring
+_RESHARD: dict[tuple[str, str], tuple[str, ...]] = {
+    ("R", "R"): (), ("R", "Rc"): ("bwd_allreduce",), ("R", "S"): ("bwd_allgather",),
+    ("R", "Q"): ("bwd_allgather",), ("R", "L"): (),
+    ("S", "R"): ("fwd_allgather",), ("S", "Rc"): ("fwd_allgather", "bwd_reducescatter"), ("S", "S"): (),
+    ("S", "Q"): ("alltoall",), ("S", "L"): ("loss_parallel",),
+    ("Q", "R"): ("fwd_allgather",), ("Q", "Rc"): ("fwd_allgather", "bwd_reducescatter"),
+    ("Q", "S"): ("alltoall",), ("Q", "Q"): (), ("Q", "L"): (),
+}
+COMPONENTS = ("fwd_allgather", "bwd_allgather", "bwd_allreduce", "bwd_reducescatter", "alltoall", "loss_parallel")
+
+
+def reshard_components(given: str, needs: str) -> tuple[str, ...]:
+    """Collectives that turn an output in state `given` into an input that needs `needs`."""
+    if needs in ("*", "-") or given in ("D", "-"):
+        return ()
+    return _RESHARD[(given, needs)]
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way to run a parametric op: the placement recorded in the plan plus its layouts."""
+    name: str                 # unique per op, e.g. "colwise", "rowwise_rs", "heads"
+    placement: str            # plan value
+    needs: str                # input requirement (R, Rc, S, Q, L, *, -)
+    gives: str                # output state (R, S, Q, D, -)
+    split_work: bool = False  # compute and activations at 1/t
+    split_params: bool = False  # weights sharded t-way
+    reduce: str = ""          # mandatory collective on the output: "all_reduce" | "reduce_scatter"
+    shard_dim: int | None = None  # weight dim sharded (0: rows of [out, in] / vocab rows, 1: columns)
+
+
+@dataclass
+class _Node:
+    """A parametric op of a segment, or a virtual one (input, output, loss) with a fixed mode."""
+    path: str
+    kind: str                       # linear | embedding | norm | experts | other | in_data | in_stream | out | loss
+    op: ParamOp | None = None
+    heads: int | None = None        # attention heads of the output ([.., H, D] view)
+    fused: bool = False             # output split before use (fused projections)
+    headwise: bool = False          # a norm over head_dim (qk-norm)
+    has_ops: bool = True
+    out_bytes: float = float("inf")  # first output of its last forward op, per sample
+    rows: float = 0.0               # tokens of that output, per sample (loss-parallel statistics)
+
+
+@dataclass
+class _SegmentData:
+    """Degree-independent facts of one segment: nodes, edges, per-op arrays, owners."""
+    name: str
+    nodes: list[_Node]
+    edges: list[tuple[int, int, float]]     # (producer, consumer, bytes per sample)
+    groups: list[tuple[int, ...]]           # producer sets of the non-parametric owners
+    flops: np.ndarray                       # per traced op (fwd and bwd), per sample
+    act_bytes: np.ndarray
+    param_bytes: np.ndarray
+    matmul: np.ndarray
+    owner: np.ndarray                       # node index, len(nodes) + group index, or -1 (constant)
+    ties: list[tuple[int, int]] = field(default_factory=list)
+    mixing: list[bool] = field(default_factory=list)   # per group: mixes tokens (attention)
+
+    def index(self, path: str) -> int:
+        for i, n in enumerate(self.nodes):
+            if n.path == path:
+                return i
+        raise KeyError(path)
+
+
+@dataclass
+class SegmentSolution:
+    """The chosen modes of one segment at one degree and its cost per micro-batch [s]."""
+    segment: str
+    tp: int
+    sequence_parallel: bool
+    modes: dict[str, Mode]               # op path (in the representative block) -> mode
+    cost_s: float
+    breakdown: dict[str, float]          # compute_s, comm_s, update_s
+    status: str = "OPTIMAL"
+
+    @property
+    def placements(self) -> dict[str, str]:
+        return {p: m.placement for p, m in self.modes.items()}
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One legal (or illegal, with the reason) placement of one op and the segment cost with it."""
+    mode: str
+    placement: str
+    cost_s: float | None
+    breakdown: dict[str, float]
+    chosen: bool
+    illegal: str = ""
+
+
+# ============================================================================ legality and modes
+def legal_modes(node: _Node, t: int, sp: bool) -> tuple[list[Mode], dict[str, str]]:
+    """Modes an op may run in at degree t (and why each excluded sharding is illegal)."""
+    k = node.kind
+    if k == "in_data":
+        return [Mode("input", "", "*", "D")], {}
+    if k == "in_stream":
+        return [Mode("input", "", "*", "Q" if sp else "R")], {}
+    if k == "out":
+        return [Mode("output", "", "Q" if sp else "R", "-")], {}
+    if k == "loss":
+        return [Mode("loss", "", "L", "-")], {}
+    if k == "experts":
+        return [Mode("expert", "expert", "R", "R")], {}
+    rep = Mode("replicate", "replicate", "*" if k == "embedding" else "R", "R")
+    if t == 1:
+        return [rep], {}
+    illegal: dict[str, str] = {}
+    modes = [rep]
+    op = node.op
+    if k == "linear":
+        if not node.has_ops:
+            why = ("its weight is used inside its parent's own computation (no ops of its own), so it "
+                   "cannot be sharded on its own")
+            return modes, {"colwise": why, "rowwise": why}
+        out_f, in_f = op.out_features or 0, op.in_features or 0
+        if node.fused:
+            illegal["colwise"] = f"its {out_f} outputs are split into several tensors (fused projection)"
+        elif out_f % t:
+            illegal["colwise"] = f"out_features={out_f} is not divisible by tp={t}"
+        elif node.heads and node.heads % t:
+            illegal["colwise"] = f"it projects to {node.heads} attention heads, not divisible by tp={t}"
+        else:
+            modes.append(Mode("colwise", "colwise", "Rc", "S", True, True, shard_dim=0))
+        if in_f % t:
+            illegal["rowwise"] = f"in_features={in_f} is not divisible by tp={t}"
+        else:
+            modes.append(Mode("rowwise", "rowwise", "S", "R", True, True, "all_reduce", 1))
+            if sp:
+                modes.append(Mode("rowwise_rs", "rowwise", "S", "Q", True, True, "reduce_scatter", 1))
+    elif k == "embedding":
+        rows = op.in_features or 0
+        if rows % t:
+            illegal["vocab"] = f"num_embeddings={rows} is not divisible by tp={t}"
+        else:
+            modes.append(Mode("vocab", "vocab", "*", "R", True, True, "all_reduce", 0))
+            if sp:
+                modes.append(Mode("vocab_rs", "vocab", "*", "Q", True, True, "reduce_scatter", 0))
+    elif k == "norm":
+        if sp:
+            modes.append(Mode("sequence", "sequence", "Q", "Q", True))
+        else:
+            illegal["sequence"] = "sequence parallelism is off"
+        if node.headwise:
+            modes.append(Mode("heads", "sequence" if sp else "replicate", "S", "S", True))
+    else:
+        illegal["colwise"] = illegal["rowwise"] = (f"tensor parallelism shards Linear, Embedding, norm and "
+                                                   f"expert modules; {op.module_class if op else k} stays replicated")
+    return modes, illegal
+
+
+# ============================================================================ segment extraction
+def _numel(shape: Any) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+_DTYPE_BYTES = (("float64", 8), ("int64", 8), ("long", 8), ("float32", 4), ("int32", 4), ("bfloat16", 2),
+                ("float16", 2), ("half", 2), ("bool", 1), ("int8", 1), ("uint8", 1), ("float8", 1))
+
+
+def _dtype_bytes(dt: Any) -> int:
+    s = str(dt)
+    return next((b for key, b in _DTYPE_BYTES if key in s), 4)
+
+
+def _first_out_bytes(a: dict) -> float:
+    shapes, dts = a.get("out_shapes") or [], a.get("out_dtypes") or []
+    if not shapes:
+        return 0.0
+    return float(_numel(shapes[0]) * _dtype_bytes(dts[0] if dts else "float32"))
+
+
+def _base(op_name: str) -> str:
+    return op_name.split(".")[1] if op_name.startswith("aten.") else op_name.split(".")[-1]
+
+
+class _GraphIndex:
+    """Per-graph lookups shared by all segments: forward nodes by module, parametric op regions."""
+
+    def __init__(self, graph: OpGraph):
+        self.graph = graph
+        self.fwd_by_module: dict[str, list[int]] = defaultdict(list)
+        for n, a in graph.g.nodes(data=True):
+            if a.get("phase") == "fwd":
+                self.fwd_by_module[a.get("module", "")].append(n)
+        for v in self.fwd_by_module.values():
+            v.sort()
+        self.param_paths = sorted(graph.parametric_ops, key=len, reverse=True)  # longest prefix first
+        self._owner_cache: dict[str, str | None] = {}
+
+    def owner(self, module: str) -> str | None:
+        """The innermost parametric op containing `module` (None for non-parametric modules)."""
+        if module not in self._owner_cache:
+            self._owner_cache[module] = next(
+                (p for p in self.param_paths if module == p or module.startswith(p + ".")), None)
+        return self._owner_cache[module]
+
+    def fwd_nodes_of(self, path: str) -> list[int]:
+        out = [n for m, ns in self.fwd_by_module.items() if self.owner(m) == path for n in ns]
+        return sorted(out)
+
+    def region_of(self, path: str) -> str:
+        """'pre' / 'post' / block path of a parametric op (by its first forward op; blocks by path)."""
+        op = self.graph.parametric_ops[path]
+        if op.block is not None:
+            return op.block
+        ns = self.fwd_nodes_of(path)
+        return self.graph.g.nodes[ns[0]]["region"] if ns else "post"
+
+
+def _in_bytes(g, nodes: list[int], own: set[int]) -> float:
+    """Largest activation an op reads from outside its own ops (per traced batch)."""
+    best = 0.0
+    for n in nodes:
+        for p in g.predecessors(n):
+            if p not in own and g.nodes[p].get("phase") == "fwd":
+                best = max(best, _first_out_bytes(g.nodes[p]))
+    return best
+
+
+def _output_structure(g, node: int, out_features: int) -> tuple[int | None, bool]:
+    """(heads, fused) of a Linear's output: follow view-like consumers to the first view whose trailing
+    dims multiply to out_features: [.., H, D] gives H heads; three or more trailing dims ([.., 3, H, D])
+    or a split of the features before any such view mark a fused projection."""
+    frontier, seen = [node], {node}
+    for _ in range(8):
+        nxt = []
+        for n in frontier:
+            for s in g.successors(n):
+                a = g.nodes[s]
+                if s in seen or a.get("phase") != "fwd":
+                    continue
+                seen.add(s)
+                base = _base(a.get("op", ""))
+                shape = tuple(a["out_shapes"][0]) if a.get("out_shapes") else ()
+                if base in _SPLIT_OPS and shape and shape[-1] < out_features:
+                    return None, True
+                if base not in _VIEW_OPS:
+                    continue
+                prod, k = 1, len(shape)
+                while k > 0 and prod < out_features:
+                    k -= 1
+                    prod *= int(shape[k])
+                suffix = shape[k:]
+                if prod == out_features and len(suffix) == 2 and suffix[0] > 1 and suffix[1] > 1:
+                    return int(suffix[0]), False
+                if prod == out_features and len(suffix) > 2 and suffix[0] > 1:
+                    return None, True
+                nxt.append(s)
+        frontier = nxt
+        if not frontier:
+            break
+    return None, False
+
+
+def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData:
+    """Nodes, edges (with bytes), non-parametric owner groups and per-op arrays of one segment:
+    a block class representative (by block path) or ENDS (pre + post regions together, so tied
+    embedding / LM-head weights are decided jointly)."""
+    g = graph.g
+    batch = max(graph.batch, 1)
+    if name == ENDS:
+        seg_ops = [p for p, op in graph.parametric_ops.items() if op.block is None]
+        in_seg = lambda a: a.get("block") is None  # noqa: E731
+    else:
+        seg_ops = [p for p, op in graph.parametric_ops.items() if op.block == name]
+        in_seg = lambda a: a.get("block") == name  # noqa: E731
+    seg_ops.sort(key=lambda p: (index.fwd_nodes_of(p) or [1 << 60])[0])
+    nodes: list[_Node] = []
+    pos: dict[str, int] = {}
+    own_nodes: dict[str, list[int]] = {}
+    for p in seg_ops:
+        op = graph.parametric_ops[p]
+        fwd = [n for n in index.fwd_nodes_of(p) if in_seg(g.nodes[n])]
+        own_nodes[p] = fwd
+        node = _Node(p, op.kind, op, has_ops=bool(fwd))
+        if fwd:
+            last = g.nodes[fwd[-1]]
+            node.out_bytes = _first_out_bytes(last) / batch
+            shape = last["out_shapes"][0] if last.get("out_shapes") else ()
+            node.rows = _numel(shape[:-1]) / batch if shape else 0.0
+            if op.kind == "linear" and op.out_features:
+                node.heads, node.fused = _output_structure(g, fwd[-1], op.out_features)
+        pos[p] = len(nodes)
+        nodes.append(node)
+    # head-wise norms: every producer is an attention projection whose head_dim is the norm's size
+    preds: dict[str, set[str]] = defaultdict(set)
+    for a, b in graph.param_op_edges:
+        preds[b].add(a)
+    for node in nodes:
+        if node.kind == "norm":
+            size = node.op.in_features or 0
+            ps = [nodes[pos[p]] for p in preds[node.path] if p in pos]
+            node.headwise = bool(ps) and all(
+                q.kind == "linear" and q.heads and (q.op.out_features or 0) == q.heads * size for q in ps)
+
+    # virtual nodes
+    def virtual(path: str, kind: str) -> int:
+        if path not in pos:
+            pos[path] = len(nodes)
+            nodes.append(_Node(path, kind, has_ops=False))
+        return pos[path]
+
+    own_set = {p: set(v) for p, v in own_nodes.items()}
+    in_bytes_cache: dict[str, float] = {}
+
+    def in_bytes(path: str) -> float:
+        if path not in in_bytes_cache:
+            ns = index.fwd_nodes_of(path)
+            in_bytes_cache[path] = _in_bytes(g, ns, set(ns)) / batch
+        return in_bytes_cache[path]
+
+    edge_bytes: dict[tuple[int, int], float] = {}
+
+    def add_edge(u: int, v: int, nbytes: float) -> None:
+        edge_bytes[(u, v)] = max(edge_bytes.get((u, v), 0.0), nbytes)
+
+    has_out: set[str] = set()
+    for a, b in graph.param_op_edges:
+        ia, ib = a in pos and a in own_nodes, b in pos and b in own_nodes
+        if ia and ib:
+            add_edge(pos[a], pos[b], min(nodes[pos[a]].out_bytes, in_bytes(b)))
+            has_out.add(a)
+        elif ib:  # produced outside the segment: the residual stream entering it
+            src = "<stream in>" if name != ENDS or index.region_of(b) == "post" else "<data>"
+            u = virtual(src, "in_stream" if src == "<stream in>" else "in_data")
+            add_edge(u, pos[b], in_bytes(b))
+        elif ia:  # consumed by a later segment
+            if name == ENDS and index.region_of(a) == "post":
+                continue
+            add_edge(pos[a], virtual("<stream out>", "out"), min(nodes[pos[a]].out_bytes, in_bytes(b)))
+            has_out.add(a)
+    # inputs of ops fed by the model's inputs (no parametric producer): data in the ends, stream in blocks
+    for p in seg_ops:
+        if p in preds and any(q in pos for q in preds[p]):
+            continue
+        fwd = own_nodes[p]
+        if not fwd or nodes[pos[p]].kind in ("experts",):
+            continue
+        if not preds.get(p):
+            src = "<data>" if name == ENDS else "<stream in>"
+            u = virtual(src, "in_data" if src == "<data>" else "in_stream")
+            add_edge(u, pos[p], in_bytes(p))
+    if name == ENDS:  # ops whose output reaches nothing parametric feed the loss
+        for p in seg_ops:
+            if p not in has_out and own_nodes[p] and (index.region_of(p) == "post" or not graph.blocks):
+                add_edge(pos[p], virtual("<loss>", "loss"), nodes[pos[p]].out_bytes)
+    edges = [(u, v, b) for (u, v), b in sorted(edge_bytes.items())]
+
+    # per traced op arrays and owners; non-parametric ops grouped by their nearest parametric producers
+    seg_nodes = sorted(n for n, a in g.nodes(data=True) if in_seg(a))
+    node_owner: dict[int, int] = {}
+    src: dict[int, frozenset[int]] = {}
+    stream_in = pos.get("<stream in>")
+    group_ids: dict[frozenset[int], int] = {}
+    for n in seg_nodes:
+        a = g.nodes[n]
+        if a.get("phase") != "fwd":
+            continue
+        o = index.owner(a.get("module", ""))
+        if o is not None and o in pos and n in own_set.get(o, ()):
+            node_owner[n] = pos[o]
+            src[n] = frozenset({pos[o]})
+            continue
+        s: set[int] = set()
+        for p in g.predecessors(n):
+            if g.nodes[p].get("phase") != "fwd":
+                continue
+            if p in src:
+                s |= src[p]
+            elif stream_in is not None:
+                s.add(stream_in)
+        fs = frozenset(s)
+        src[n] = fs
+        if fs not in group_ids:
+            group_ids[fs] = len(group_ids)
+        node_owner[n] = len(nodes) + group_ids[fs]
+    # backward ops: the owner of their forward op, else of their module's forward ops (majority)
+    by_module: dict[str, Counter] = defaultdict(Counter)
+    for n, own in node_owner.items():
+        by_module[g.nodes[n].get("module", "")][own] += 1
+    for n in seg_nodes:
+        a = g.nodes[n]
+        if a.get("phase") == "fwd":
+            continue
+        f = a.get("fwd_node")
+        if f is not None and f in node_owner:
+            node_owner[n] = node_owner[f]
+            continue
+        o = index.owner(a.get("module", ""))
+        if o is not None and o in pos:
+            node_owner[n] = pos[o]
+        elif by_module.get(a.get("module", "")):
+            node_owner[n] = by_module[a.get("module", "")].most_common(1)[0][0]
+        else:
+            node_owner[n] = -1
+    attrs = [g.nodes[n] for n in seg_nodes]
+    flops = np.array([a.get("flops", 0.0) for a in attrs], dtype=float) / batch
+    pbytes = np.array([a.get("param_bytes", 0) for a in attrs], dtype=float)
+    moved = np.array([a.get("bytes_read", 0) + a.get("bytes_written", 0) for a in attrs], dtype=float)
+    groups = [tuple(sorted(fs)) for fs, _ in sorted(group_ids.items(), key=lambda kv: kv[1])]
+    # token-mixing groups (attention: non-parametric matmuls, [.., s, s] scores) need whole sequences
+    mixing = [False] * len(groups)
+    for n, own in node_owner.items():
+        if own >= len(nodes) and not mixing[own - len(nodes)]:
+            a = g.nodes[n]
+            shapes = a.get("out_shapes") or []
+            if is_matmul(a.get("op", "")) or any(
+                    graph.seq_len > 1 and sum(1 for d in sh if int(d) == graph.seq_len) >= 2 for sh in shapes):
+                mixing[own - len(nodes)] = True
+    ties = []
+    for node in nodes:
+        if node.op is not None:
+            for owner_path in node.op.tied.values():
+                if owner_path in pos and owner_path != node.path:
+                    ties.append((pos[node.path], pos[owner_path]))
+    return _SegmentData(
+        name=name, nodes=nodes, edges=edges, groups=groups, flops=flops,
+        act_bytes=np.maximum(moved - pbytes, 0.0) / batch, param_bytes=pbytes,
+        matmul=np.array([is_matmul(a.get("op", "")) for a in attrs], dtype=bool),
+        owner=np.array([node_owner.get(n, -1) for n in seg_nodes], dtype=int), ties=ties, mixing=mixing)
+
+
+# ============================================================================ costs
+@dataclass
+class _Costs:
+    """Seconds per micro-batch of everything the ILP can choose, at one degree."""
+    op: dict[tuple[int, str], tuple[float, float, float]]   # (node, mode) -> (compute, comm, update)
+    comp: dict[tuple[int, str], float]                       # (producer, component) -> seconds
+    group_full: np.ndarray
+    group_split: np.ndarray
+    constant: float
+
+
+def segment_costs(seg: _SegmentData, modes: list[list[Mode]], t: int, link: Link, profile, dtype: str,
+                  micro_batch: int, num_micro_batches: int) -> _Costs:
+    """Per-op roofline (CostModel's formula: flops*b/d and act*b/d + params/pd per op) in three
+    variants (whole, split work, split work and weights), collectives by the alpha-beta model."""
+    b = float(micro_batch)
+    n_nodes, n_groups = len(seg.nodes), len(seg.groups)
+    size = n_nodes + n_groups + 1
+    owner = np.where(seg.owner < 0, size - 1, seg.owner)
+
+    def times(d: float, pd: float) -> np.ndarray:
+        t_ops = op_times(seg.flops * b / d, seg.act_bytes * b / d + seg.param_bytes / pd, seg.matmul, profile, dtype)
+        return np.bincount(owner, weights=t_ops, minlength=size)
+
+    whole, split, split_w = times(1, 1), times(t, 1), times(t, t)
+    update_rate = UPDATE_BYTES_PER_PARAM / (profile.memory_bandwidth * profile.efficiency.memory_bound)
+    op_cost: dict[tuple[int, str], tuple[float, float, float]] = {}
+    for i, (node, ms) in enumerate(zip(seg.nodes, modes)):
+        params = float(node.op.param_count) if node.op is not None else 0.0
+        for m in ms:
+            compute = (split_w if m.split_params else split if m.split_work else whole)[i]
+            out = node.out_bytes * b
+            comm = 0.0
+            if m.reduce == "all_reduce":
+                comm = all_reduce_time(out, t, link)
+            elif m.reduce == "reduce_scatter":
+                comm = reduce_scatter_time(out, t, link) + all_gather_time(out, t, link)
+            update = params / (t if m.split_params else 1) * update_rate / max(num_micro_batches, 1)
+            op_cost[(i, m.name)] = (float(compute), float(comm), float(update))
+    comp: dict[tuple[int, str], float] = {}
+    out_bytes: dict[int, float] = defaultdict(float)
+    for u, _v, nbytes in seg.edges:
+        out_bytes[u] = max(out_bytes[u], nbytes)
+    for u, nbytes in out_bytes.items():
+        big = nbytes * b
+        rows = seg.nodes[u].rows * b
+        comp[(u, "fwd_allgather")] = all_gather_time(big, t, link)
+        comp[(u, "bwd_allgather")] = all_gather_time(big, t, link)
+        comp[(u, "bwd_allreduce")] = all_reduce_time(big, t, link)
+        comp[(u, "bwd_reducescatter")] = reduce_scatter_time(big, t, link)
+        comp[(u, "alltoall")] = 2 * all_to_all_time(big / t, t, link)
+        # Megatron's vocab-parallel cross entropy: all-reduce max, target logit and sum(exp), fp32 per token
+        comp[(u, "loss_parallel")] = 3 * all_reduce_time(rows * 4, t, link)
+    return _Costs(op_cost, comp, whole[n_nodes:n_nodes + n_groups], split[n_nodes:n_nodes + n_groups],
+                  float(whole[size - 1]))
+
+
+def _violates(seg: _SegmentData, modes: dict[int, Mode]) -> bool:
+    """True when an assignment breaks a constraint of the ILP (token mixing, tied weights)."""
+    for gi, members in enumerate(seg.groups):
+        if seg.mixing[gi] and any(seg.nodes[u].op is not None and modes[u].gives == "Q" for u in members):
+            return True
+    return any(modes[a].shard_dim != modes[b].shard_dim for a, b in seg.ties)
+
+
+def _evaluate(seg: _SegmentData, modes: dict[int, Mode], costs: _Costs) -> dict[str, float]:
+    """Exact cost of a full assignment (the ILP objective in seconds): compute, comm, update."""
+    compute = costs.constant
+    comm = update = 0.0
+    for i, m in modes.items():
+        c, k, u = costs.op[(i, m.name)]
+        compute, comm, update = compute + c, comm + k, update + u
+    needed: set[tuple[int, str]] = set()
+    for u, v, _ in seg.edges:
+        for c in reshard_components(modes[u].gives, modes[v].needs):
+            needed.add((u, c))
+    comm += sum(costs.comp[k] for k in needed)
+    for gi, members in enumerate(seg.groups):
+        states = {modes[u].gives for u in members}
+        sharded = len(states) == 1 and states <= {"S", "Q"}
+        compute += costs.group_split[gi] if sharded else costs.group_full[gi]
+    return {"compute_s": compute, "comm_s": comm, "update_s": update, "total_s": compute + comm + update}
+
+
+# ============================================================================ the ILP
+class PlacementILP:
+    """The placement integer program of one segment at one degree (formulation in the module docstring)."""
+
+    def __init__(self, seg: _SegmentData, modes: list[list[Mode]], costs: _Costs,
+                 fixed: dict[int, str] | None = None, memory_budget_bytes: float | None = None,
+                 t: int = 1, param_bytes: int = 2):
+        self.seg, self.modes, self.costs, self.t = seg, modes, costs, t
+        self.model = cp_model.CpModel()
+        m = self.model
+        self.x = {(i, md.name): m.new_bool_var(f"x[{n.path},{md.name}]")
+                  for i, (n, ms) in enumerate(zip(seg.nodes, modes)) for md in ms}
+        self.y: dict[tuple[int, str, str], Any] = {}
+        self.z: dict[tuple[int, str, str], Any] = {}
+        self.wS: dict[int, Any] = {}
+        self.wQ: dict[int, Any] = {}
+        self.add_assignment(fixed or {})
+        self.add_edge_consistency()
+        self.add_resharding()
+        self.add_join_states()
+        self.add_token_mixing()
+        self.add_tied_parameters()
+        if memory_budget_bytes is not None:
+            self.add_memory_budget(memory_budget_bytes, param_bytes)
+        self.set_objective()
+
+    @staticmethod
+    def _int(seconds: float) -> int:
+        return int(round(seconds * COST_SCALE))
+
+    def add_assignment(self, fixed: dict[int, str]) -> None:
+        """sum_m x[o,m] = 1 for every op o (one mode each); x[o,m*] = 1 for modes fixed by the caller."""
+        for i, ms in enumerate(self.modes):
+            self.model.add_exactly_one(self.x[(i, md.name)] for md in ms)
+        for i, name in fixed.items():
+            self.model.add(self.x[(i, name)] == 1)
+
+    def add_edge_consistency(self) -> None:
+        """For each edge e = (u, v): sum_q y[e,p,q] = x[u,p] for all p and sum_p y[e,p,q] = x[v,q] for
+        all q, so y[e,p,q] = x[u,p] AND x[v,q] (the layout pair the edge carries)."""
+        m = self.model
+        for ei, (u, v, _) in enumerate(self.seg.edges):
+            for p in self.modes[u]:
+                for q in self.modes[v]:
+                    self.y[(ei, p.name, q.name)] = m.new_bool_var(f"y[{ei},{p.name},{q.name}]")
+            for p in self.modes[u]:
+                m.add(sum(self.y[(ei, p.name, q.name)] for q in self.modes[v]) == self.x[(u, p.name)])
+            for q in self.modes[v]:
+                m.add(sum(self.y[(ei, p.name, q.name)] for p in self.modes[u]) == self.x[(v, q.name)])
+
+    def add_resharding(self) -> None:
+        """z[u,p,c] >= y[e,p,q] for every out-edge e of u and consumer mode q with c in
+        reshard_components(gives(u,p), needs(v,q)): a collective is paid once per producer tensor."""
+        m = self.model
+        for ei, (u, v, _) in enumerate(self.seg.edges):
+            for p in self.modes[u]:
+                for q in self.modes[v]:
+                    for c in reshard_components(p.gives, q.needs):
+                        key = (u, p.name, c)
+                        if key not in self.z:
+                            self.z[key] = m.new_bool_var(f"z[{self.seg.nodes[u].path},{p.name},{c}]")
+                        m.add(self.z[key] >= self.y[(ei, p.name, q.name)])
+
+    def _state_sum(self, u: int, state: str):
+        return sum(self.x[(u, md.name)] for md in self.modes[u] if md.gives == state)
+
+    def add_join_states(self) -> None:
+        """wS[g] <= sum_{p: gives(u,p)=S} x[u,p] and wQ[g] <= sum_{p: gives(u,p)=Q} x[u,p] for every
+        producer u in g, wS[g] + wQ[g] <= 1: non-parametric ops run sharded only if all their producers'
+        outputs are sharded the same way (the objective pushes w up to that AND)."""
+        m = self.model
+        for gi, members in enumerate(self.seg.groups):
+            if not members:
+                continue
+            ws, wq = m.new_bool_var(f"wS[{gi}]"), m.new_bool_var(f"wQ[{gi}]")
+            for u in members:
+                m.add(ws <= self._state_sum(u, "S"))
+                m.add(wq <= self._state_sum(u, "Q"))
+            m.add(ws + wq <= 1)
+            self.wS[gi], self.wQ[gi] = ws, wq
+
+    def add_token_mixing(self) -> None:
+        """sum_{p: gives(u,p)=Q} x[u,p] = 0 for every parametric producer u of a token-mixing group g
+        (attention): its ops need whole sequences, so no producer may hand them a sequence shard."""
+        for gi, members in enumerate(self.seg.groups):
+            if not self.seg.mixing[gi]:
+                continue
+            for u in members:
+                if self.seg.nodes[u].op is not None:
+                    for md in self.modes[u]:
+                        if md.gives == "Q":
+                            self.model.add(self.x[(u, md.name)] == 0)
+
+    def add_tied_parameters(self) -> None:
+        """For a weight shared by ops a and b (LM head tied to the token embedding) and each dim d:
+        sum_{p: shard_dim(a,p)=d} x[a,p] = sum_{q: shard_dim(b,q)=d} x[b,q] (one sharding of one tensor)."""
+        for a, b in self.seg.ties:
+            for d in (0, 1):
+                self.model.add(sum(self.x[(a, p.name)] for p in self.modes[a] if p.shard_dim == d)
+                               == sum(self.x[(b, q.name)] for q in self.modes[b] if q.shard_dim == d))
+
+    def add_memory_budget(self, budget_bytes: float, param_bytes: int) -> None:
+        """sum_{o,m} x[o,m] * P_o / (t if m shards weights else 1) * param_bytes <= budget (per rank)."""
+        terms = []
+        for i, (n, ms) in enumerate(zip(self.seg.nodes, self.modes)):
+            if n.op is None:
+                continue
+            for md in ms:
+                per_rank = n.op.param_count / (self.t if md.split_params else 1) * param_bytes
+                terms.append(int(per_rank) * self.x[(i, md.name)])
+        if terms:
+            self.model.add(sum(terms) <= int(budget_bytes))
+
+    def set_objective(self) -> None:
+        """minimize sum x*C_op + sum z*C_comm + sum_g (F_g - (F_g - F_g/t)(wS[g] + wQ[g]))."""
+        c = self.costs
+        terms = []
+        for (i, name), var in self.x.items():
+            terms.append(self._int(sum(c.op[(i, name)])) * var)
+        for (u, _p, comp), var in self.z.items():
+            terms.append(self._int(c.comp[(u, comp)]) * var)
+        for gi in self.wS:
+            gain = self._int(c.group_full[gi] - c.group_split[gi])
+            terms.append(-gain * (self.wS[gi] + self.wQ[gi]))
+        self.model.minimize(sum(terms))
+
+    def solve(self, time_limit_s: float = 10.0) -> tuple[str, dict[int, Mode]]:
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1          # deterministic, and these models are small
+        solver.parameters.max_time_in_seconds = time_limit_s
+        status = solver.solve(self.model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return solver.status_name(status), {}
+        chosen = {}
+        for i, ms in enumerate(self.modes):
+            chosen[i] = next(md for md in ms if solver.value(self.x[(i, md.name)]))
+        return solver.status_name(status), chosen
+
+
+# ============================================================================ the solver
+class ShardingSolver:
+    """Placements of one graph on one cluster, solved per distinct block class and degree, cached on
+    the instance (keep one per planner run; identical blocks reuse their class's solution)."""
+
+    def __init__(self, graph: OpGraph, cluster: Cluster, dtype: str = "bf16",
+                 memory_budget_bytes: float | None = None):
+        self.graph, self.cluster, self.dtype = graph, cluster, dtype
+        self.profile = cluster.profile
+        self.memory_budget_bytes = memory_budget_bytes
+        self._index: _GraphIndex | None = None
+        self._segments: dict[str, _SegmentData] = {}
+        self._solutions: dict[tuple, SegmentSolution] = {}
+        reps: dict[int, str] = {}
+        for b in graph.blocks:
+            reps.setdefault(graph.block_class.get(b, 0), b)
+        self.class_rep = reps
+
+    # ---- structure
+    @property
+    def index(self) -> _GraphIndex:
+        if self._index is None:
+            self._index = _GraphIndex(self.graph)
+        return self._index
+
+    def segment(self, name: str) -> _SegmentData:
+        if name not in self._segments:
+            self._segments[name] = build_segment(self.graph, self.index, name)
+        return self._segments[name]
+
+    def segment_names(self) -> list[str]:
+        return [*self.class_rep.values(), ENDS]
+
+    def segment_of(self, op_path: str) -> tuple[str, str]:
+        """(segment name, the op's path in that segment's representative)."""
+        op = self.graph.parametric_ops[op_path]
+        if op.block is None:
+            return ENDS, op_path
+        rep = self.class_rep[self.graph.block_class.get(op.block, 0)]
+        return rep, rep + op_path[len(op.block):]
+
+    def tp_link(self, t: int) -> Link:
+        return link_for(self.profile, "intra" if t <= self.cluster.devices_per_node else "inter")
+
+    def _check(self, t: int) -> None:
+        if isinstance(t, bool) or not isinstance(t, int) or t < 1:
+            raise UserError(f"sharding: tp={t!r} must be a positive integer")
+
+    # ---- solving
+    def problem(self, name: str, t: int, sp: bool, micro_batch: int, num_micro_batches: int = 1):
+        seg = self.segment(name)
+        modes, illegal = zip(*(legal_modes(n, t, sp) for n in seg.nodes)) if seg.nodes else ((), ())
+        costs = segment_costs(seg, list(modes), t, self.tp_link(t), self.profile, self.dtype, micro_batch,
+                              num_micro_batches)
+        return seg, list(modes), list(illegal), costs
+
+    def solve_segment(self, name: str, t: int, sp: bool, micro_batch: int = 1, num_micro_batches: int = 1,
+                      fixed: dict[str, str] | None = None) -> SegmentSolution:
+        """Optimal modes of one segment ('ends' or a block representative path) at degree t."""
+        self._check(t)
+        sp = bool(sp and t > 1)
+        key = (name, t, sp, micro_batch, num_micro_batches, tuple(sorted((fixed or {}).items())))
+        if key in self._solutions:
+            return self._solutions[key]
+        seg, modes, _illegal, costs = self.problem(name, t, sp, micro_batch, num_micro_batches)
+        fix_idx = {seg.index(p): m for p, m in (fixed or {}).items()}
+        ilp = PlacementILP(seg, modes, costs, fix_idx, self.memory_budget_bytes, t)
+        status, chosen = ilp.solve()
+        if not chosen:
+            sol = SegmentSolution(name, t, sp, {}, float("inf"), {}, status)
+        else:
+            br = _evaluate(seg, chosen, costs)
+            sol = SegmentSolution(name, t, sp, {seg.nodes[i].path: md for i, md in chosen.items()
+                                                if seg.nodes[i].op is not None},
+                                  br["total_s"], br, status)
+        self._solutions[key] = sol
+        return sol
+
+    def placements(self, tp: int, sequence_parallel: bool, micro_batch: int = 1,
+                   num_micro_batches: int = 1) -> dict[str, str]:
+        """Module path -> placement for every parametric op of the model."""
+        self._check(tp)
+        out: dict[str, str] = {}
+        sols = {name: self.solve_segment(name, tp, sequence_parallel, micro_batch, num_micro_batches)
+                for name in self.segment_names()}
+        for name, sol in sols.items():
+            if sol.status not in ("OPTIMAL", "FEASIBLE"):
+                raise UserError(f"sharding: no placement satisfies the constraints of {name} at tp={tp} "
+                                f"({sol.status}); raise the memory budget")
+        for path, op in self.graph.parametric_ops.items():
+            seg, rel = self.segment_of(path)
+            mode = sols[seg].modes.get(rel)
+            out[path] = mode.placement if mode is not None else ("expert" if op.kind == "experts" else "replicate")
+        return out
+
+    def segment_costs(self, tp: int, sequence_parallel: bool, micro_batch: int = 1) -> dict[str, float]:
+        """Solved cost per micro-batch [s] of each segment (block representatives and 'ends')."""
+        return {n: self.solve_segment(n, tp, sequence_parallel, micro_batch).cost_s for n in self.segment_names()}
+
+    def choices(self, op_path: str, tp: int, sequence_parallel: bool, micro_batch: int = 1) -> list[Choice]:
+        """Every placement of one op: the segment's optimal cost with the op fixed to each legal mode,
+        and the reason for each illegal one."""
+        if op_path not in self.graph.parametric_ops:
+            raise UserError(f"sharding: {op_path!r} is not a parametric op of the model")
+        sp = bool(sequence_parallel and tp > 1)
+        name, rel = self.segment_of(op_path)
+        seg, modes, illegal, _costs = self.problem(name, tp, sp, micro_batch)
+        i = seg.index(rel)
+        best = self.solve_segment(name, tp, sp, micro_batch)
+        out = []
+        for md in modes[i]:
+            sol = self.solve_segment(name, tp, sp, micro_batch, fixed={rel: md.name})
+            out.append(Choice(md.name, md.placement, sol.cost_s if sol.modes else None, sol.breakdown,
+                              chosen=best.modes.get(rel) == md))
+        for placement, why in illegal[i].items():
+            out.append(Choice(placement, placement, None, {}, False, why))
+        return out
+
+
+# ============================================================================ public API
+def solve_placements(graph: OpGraph, cluster: Cluster, tp: int, sequence_parallel: bool, micro_batch: int = 1,
+                     *, solver: ShardingSolver | None = None, num_micro_batches: int = 1) -> dict[str, str]:
+    """Placements (module path -> value, see the module docstring) for every parametric op of the
+    model at tensor-parallel degree tp. Blocks of one class get the same relative layout. Pass a
+    ShardingSolver to reuse its cache across calls (e.g. one per planner run)."""
+    solver = solver or ShardingSolver(graph, cluster)
+    return solver.placements(tp, sequence_parallel, micro_batch, num_micro_batches)
+
+
+def block_tp_cost(graph: OpGraph, cluster: Cluster, tp: int, sequence_parallel: bool, micro_batch: int = 1,
+                  *, solver: ShardingSolver | None = None) -> dict[str, float]:
+    """Optimal cost per micro-batch [s] (forward + backward + TP collectives + parameter update) of each
+    block class representative and of the model's ends ('ends') at degree tp."""
+    solver = solver or ShardingSolver(graph, cluster)
+    return solver.segment_costs(tp, sequence_parallel, micro_batch)
+
+
+def explain_choices(ctx: Any, plan: Any, op_path: str) -> str:
+    """`autoparallel plan --explain OP_PATH`: each placement of one op, what its block (or the model's
+    ends) would cost per micro-batch with it, and the plan's choice marked."""
+    graph = ctx.graph
+    if op_path not in graph.parametric_ops:
+        raise UserError(f"--explain {op_path!r}: not a parametric op of the model")
+    cm = getattr(ctx, "cost_model", None)
+    solver = ShardingSolver(graph, ctx.cluster, getattr(cm, "dtype", "bf16"))
+    tp, sp = plan.tp, bool(plan.sequence_parallel and plan.tp > 1)
+    choices = solver.choices(op_path, tp, sp, plan.micro_batch)
+    name, _rel = solver.segment_of(op_path)
+    in_plan = plan.placements.get(op_path)
+    where = "the model's ends (embeddings, final norm, LM head)" if name == ENDS else \
+        f"block class of {graph.parametric_ops[op_path].block} (representative {name})"
+    lines = [f"{op_path} ({graph.parametric_ops[op_path].module_class}) in {where}",
+             f"tp={tp}, sequence parallel {'on' if sp else 'off'}, micro-batch {plan.micro_batch}; "
+             f"cost per micro-batch of the segment with the op in each placement:"]
+    legal = [c for c in choices if not c.illegal]
+    best = min((c.cost_s for c in legal if c.cost_s is not None), default=None)
+    for c in legal:
+        if c.cost_s is None:
+            lines.append(f"  {c.placement:<10} ({c.mode}) infeasible")
+            continue
+        mark = "  <- plan" if in_plan is not None and c.placement == in_plan and c.chosen else \
+            ("  <- solver" if c.chosen else "")
+        b = c.breakdown
+        delta = "" if best is None or c.cost_s == best else f" (+{(c.cost_s - best) * 1e3:.3f} ms)"
+        lines.append(f"  {c.placement:<10} {c.mode:<11} {c.cost_s * 1e3:10.3f} ms{delta}  compute "
+                     f"{b['compute_s'] * 1e3:.3f}, tp comm {b['comm_s'] * 1e3:.3f}, update "
+                     f"{b['update_s'] * 1e3:.3f}{mark}")
+    for c in choices:
+        if c.illegal:
+            lines.append(f"  {c.placement:<10} illegal: {c.illegal}")
+    if tp == 1:
+        lines.append("  (tp=1: nothing is sharded, every placement costs the same)")
+    if in_plan is not None and not any(c.chosen and c.placement == in_plan for c in legal):
+        lines.append(f"  the plan records {in_plan!r} (not the solver's choice at these settings)")
+    return "\n".join(lines)
+
+
+__all__ = ["ShardingSolver", "SegmentSolution", "Choice", "Mode", "PlacementILP", "legal_modes",
+           "reshard_components", "solve_placements", "block_tp_cost", "explain_choices", "ENDS"]

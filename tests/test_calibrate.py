@@ -1,0 +1,129 @@
+"""autoparallel calibrate: the fits recover known parameters from samples the cost model's own formulas
+generate, the measuring code runs end to end (on the CPU, with tiny shapes), the written profile
+validates, and a host without an accelerator gets one clear error line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from autoparallel import calibrate as cal
+from autoparallel.cli import main as cli_main
+from autoparallel.errors import UserError
+from cost_models.comm import Link, all_gather_time, all_reduce_time, reduce_scatter_time
+from cost_models.compute import op_times
+from hardware_profiles import Efficiency, load_profile, profile_from_yaml, validate_profile_file
+
+TINY = cal.CalibrationPlan(
+    gemm_shapes=((32, 32, 32), (64, 64, 64), (128, 128, 128)), gemm_wgrad_shapes=((32, 64, 128),),
+    other_dtype_shapes=((32, 32, 32),), bandwidth_bytes=(2**14, 2**18), attention_shapes=((1, 2, 1, 32, 16),),
+    collective_bytes=(1024,), reps=2, warmup=1, large_bandwidth_bytes=2**16)
+
+
+def _profile_with(gmax: float, half: float, mem: float, overhead: float):
+    base = load_profile("h200")
+    eff = dataclasses.replace(base.efficiency, gemm_max=gmax, gemm_half_flops=half, memory_bound=mem,
+                              kernel_overhead_s=overhead)
+    return dataclasses.replace(base, efficiency=eff)
+
+
+def test_gemm_fit_recovers_the_cost_model_curve():
+    truth = _profile_with(0.74, 3.2e9, 0.85, 2.5e-6)
+    shapes = [(n, n, n) for n in (256, 512, 1024, 2048, 4096, 8192)] + [(8192, 768, 768), (16384, 4096, 11008)]
+    flops = np.array([2.0 * m * n * k for m, n, k in shapes])
+    moved = np.array([2.0 * (m * k + k * n + m * n) for m, n, k in shapes])
+    seconds = op_times(flops, moved, np.ones(len(shapes), dtype=bool), truth, "bf16")
+    g, h, rms = cal.fit_gemm_curve(flops, moved, seconds, truth.peak("bf16"), truth.memory_bandwidth, 0.85, 2.5e-6)
+    assert g == pytest.approx(0.74, rel=0.01)
+    assert h == pytest.approx(3.2e9, rel=0.03)
+    assert rms < 0.01
+
+
+def test_gemm_fit_is_robust_to_noise_and_reports_it():
+    truth = _profile_with(0.80, 6.3e9, 0.8, 4e-6)
+    rng = np.random.default_rng(0)
+    sizes = np.array([128, 256, 512, 1024, 2048, 4096, 6144, 8192], dtype=float)
+    flops, moved = 2 * sizes**3, 6 * sizes**2
+    seconds = op_times(flops, moved, np.ones(len(sizes), dtype=bool), truth, "bf16") * np.exp(rng.normal(0, 0.03, 8))
+    g, _, rms = cal.fit_gemm_curve(flops, moved, seconds, truth.peak("bf16"), truth.memory_bandwidth, 0.8, 4e-6)
+    assert g == pytest.approx(0.80, abs=0.04)
+    assert 0.005 < rms < 0.06
+
+
+def test_memory_bound_is_the_median_of_the_large_kernels():
+    samples = [cal.BandwidthSample("copy", 1e6, 1e-5),   # small: overhead-dominated, ignored
+               cal.BandwidthSample("copy", 1e9, 1e9 / (4.8e12 * 0.80)),
+               cal.BandwidthSample("add", 1.5e9, 1.5e9 / (4.8e12 * 0.84)),
+               cal.BandwidthSample("cast", 1.2e9, 1.2e9 / (4.8e12 * 0.70))]
+    assert cal.fit_memory_bound(samples, 4.8e12, 2e8) == pytest.approx(0.80)
+
+
+def test_collective_fit_recovers_efficiency_and_latency():
+    link = Link(bandwidth=450e9, latency=4e-6, efficiency=0.8)
+    samples = []
+    for n in (2, 8):
+        for size in (1e6, 1e7, 1e8, 1e9):
+            samples.append(cal.CollectiveSample("all_reduce", size, n, all_reduce_time(size, n, link)))
+            samples.append(cal.CollectiveSample("all_gather", size, n, all_gather_time(size, n, link)))
+            samples.append(cal.CollectiveSample("reduce_scatter", size, n, reduce_scatter_time(size, n, link)))
+    eff, lat = cal.fit_collectives(samples, 450e9)
+    assert eff == pytest.approx(0.8, rel=1e-6)
+    assert lat == pytest.approx(4e-6, rel=1e-6)
+
+
+def test_calibrate_end_to_end_on_cpu_writes_a_valid_profile():
+    base = load_profile("h200")
+    lines: list[str] = []
+    text, meas, fit = cal.calibrate(torch.device("cpu"), base, TINY, say=lines.append)
+    prof = profile_from_yaml(text)
+    assert isinstance(prof.efficiency, Efficiency)
+    assert prof.efficiency.memory_bound == pytest.approx(fit.memory_bound, rel=1e-3)
+    assert prof.efficiency.gemm_max == pytest.approx(fit.gemm_max, rel=1e-3)
+    assert prof.efficiency.kernel_overhead_s == pytest.approx(fit.kernel_overhead_s, rel=1e-3)
+    assert prof.calibration["device"] == "cpu"
+    assert prof.calibration["collectives"].startswith("not measured")
+    assert len(meas.gemm) == 3 + 1 + 3 and {s.dtype for s in meas.gemm} == {"bf16", "fp16", "tf32", "fp32"}
+    assert {s.op for s in meas.bandwidth} == {"copy", "add", "scale", "silu", "cast"}
+    assert meas.attention and meas.attention[0].fwd_flops == 4 * 2 * 32 * 32 * 16
+    assert any(line.startswith("gemm 1/7") for line in lines) and any("collectives: skipped" in x for x in lines)
+    again = cal.Measurements.from_dict(json.loads(json.dumps(meas.to_dict())))
+    assert again == meas
+    # the unchanged parts of the base profile survive
+    assert prof.peak_flops == base.peak_flops and prof.memory_bytes == base.memory_bytes
+
+
+def test_run_calibration_writes_profile_and_measurements(tmp_path, monkeypatch):
+    monkeypatch.setattr(cal, "detect_accelerator", lambda: torch.device("cpu"))
+    monkeypatch.setattr(cal.CalibrationPlan, "quick", classmethod(lambda cls: TINY))
+    out = tmp_path / "cal.yaml"
+    prof = cal.run_calibration(base="h200", output=str(out), quick=True)
+    assert validate_profile_file(out) == prof
+    raw = json.loads((tmp_path / "cal.measurements.json").read_text())
+    assert len(raw["gemm"]) == 7 and raw["device_name"] == "cpu"
+    assert "Efficiencies fitted by `autoparallel calibrate` on cpu" in prof.notes
+
+
+def test_no_accelerator_is_one_clear_error(monkeypatch, capsys):
+    monkeypatch.setattr(cal, "detect_accelerator", lambda: None)
+    with pytest.raises(UserError, match="no accelerator found"):
+        cal.run_calibration(output="never-written.yaml")
+    assert cli_main(["calibrate", "--output", "never-written.yaml"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: calibrate: no accelerator found")
+
+
+def test_undetectable_device_asks_for_base(monkeypatch):
+    monkeypatch.setattr(cal, "detect_accelerator", lambda: torch.device("cpu"))
+    with pytest.raises(UserError, match="pass --base"):
+        cal.run_calibration(output="never-written.yaml")
+
+
+def test_base_profile_matching():
+    assert cal.match_base_profile("NVIDIA H200", 143771 * 2**20) == "h200"
+    assert cal.match_base_profile("NVIDIA A100-SXM4-40GB", 40 * 2**30) == "a100-sxm-40gb"
+    assert cal.match_base_profile("NVIDIA A100-SXM4-80GB", 80 * 2**30) == "a100-sxm-80gb"
+    assert cal.match_base_profile("Some Unknown Accelerator", 1) is None
