@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+# Load the `plan` submodule (the Plan dataclass) before defining the `plan()` function below: a
+# submodule import binds its name on the package only when it first loads, so the function keeps the
+# name `autoparallel.plan` while `from autoparallel.plan import Plan` still finds the module.
+from autoparallel import plan as _plan_module  # noqa: E402,F401
+
 __version__ = "0.1.0"
 
 

@@ -71,6 +71,27 @@ class Plan:
     def mesh_shape(self) -> dict[str, int]:
         return {"pp": self.pp, "dp": self.dp, "ep": self.ep, "tp": self.tp}
 
+    def __str__(self) -> str:
+        """One screen a person reads: mesh, batch split, schedule, options, stages."""
+        from collections import Counter
+        span = self.mesh_span()
+        mesh = "  ".join(f"{d}={self.mesh_shape[d]} ({span[d]})" for d in MESH_DIMS)
+        rec = ", ".join(f"{k} x{v}" for k, v in sorted(Counter(self.recompute).items())) or "none"
+        lines = [f"Plan for {self.model} on {self.gpus} x {self.hardware} ({self.gpus_per_node} per node)",
+                 f"  mesh        {mesh}",
+                 f"  batch       global {self.global_batch} x seq {self.seq_len}; micro-batch {self.micro_batch} x "
+                 f"{self.num_micro_batches} per data-parallel rank; schedule {self.schedule}"
+                 + (f" (vpp={self.vpp})" if self.vpp > 1 else ""),
+                 f"  options     ZeRO-{self.zero}, sequence parallel {'on' if self.sequence_parallel else 'off'}, "
+                 f"params {self.param_dtype}, grad reduction {self.grad_reduce_dtype}",
+                 f"  recompute   {rec}"]
+        if self.stage_layers:
+            lines.append(f"  stages      blocks per virtual stage: {' '.join(map(str, self.stage_layers))}")
+        if self.placements:
+            counts = Counter(self.placements.values())
+            lines.append("  placements  " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        return "\n".join(lines)
+
     def mesh_span(self) -> dict[str, str]:
         """Where each mesh dim lies: 'intra' when all its ranks share a node, else 'inter'.
 
