@@ -37,10 +37,14 @@ Each placement is run in a *mode* that fixes what the op needs on its input and 
   | expert R->R | block input gives R (Q under SP) and block output needs it (the residual stream).
 
 Resharding of an edge u -> v (state s given by u, requirement r of v), on the tensor's bytes B:
-  R->Rc  bwd all-reduce              R->S, R->Q  fwd slice, bwd all-gather
+  R->Rc  bwd all-reduce              R->Q  fwd slice, bwd all-gather
   S->R, Q->R  fwd all-gather          S->Rc, Q->Rc  fwd all-gather + bwd reduce-scatter
-  S->Q, Q->S  all-to-all fwd and bwd  S->L  vocab-parallel cross entropy: 3 all-reduces of b*s fp32
+  S->S  nothing, only between a colwise op and its rowwise sibling (same parent module: the trainer
+        keeps a colwise output sharded exactly when a rowwise sibling consumes it)
+  S->L  vocab-parallel cross entropy: 3 all-reduces of b*s fp32 values
   equal states, D->anything, anything->*: nothing
+  R->S, Q->S, S->Q  not allowed: the trainer's RowwiseParallel takes only a colwise sibling's local
+        shard, and a sharded feature dim never turns into a sharded sequence without a gather
 A collective is paid once per (producer tensor, component): q, k and v reading one norm output share
 its all-gather, as Megatron-LM and torchtitan's PrepareModuleInput do.
 
@@ -104,21 +108,29 @@ _SPLIT_OPS = ("split", "split_with_sizes", "chunk", "unbind", "select", "slice",
 
 # (state given, requirement) -> resharding components, see the module docstring
 _RESHARD: dict[tuple[str, str], tuple[str, ...]] = {
-    ("R", "R"): (), ("R", "Rc"): ("bwd_allreduce",), ("R", "S"): ("bwd_allgather",),
-    ("R", "Q"): ("bwd_allgather",), ("R", "L"): (),
+    ("R", "R"): (), ("R", "Rc"): ("bwd_allreduce",), ("R", "Q"): ("bwd_allgather",), ("R", "L"): (),
     ("S", "R"): ("fwd_allgather",), ("S", "Rc"): ("fwd_allgather", "bwd_reducescatter"), ("S", "S"): (),
-    ("S", "Q"): ("alltoall",), ("S", "L"): ("loss_parallel",),
-    ("Q", "R"): ("fwd_allgather",), ("Q", "Rc"): ("fwd_allgather", "bwd_reducescatter"),
-    ("Q", "S"): ("alltoall",), ("Q", "Q"): (), ("Q", "L"): (),
+    ("S", "L"): ("loss_parallel",),
+    ("Q", "R"): ("fwd_allgather",), ("Q", "Rc"): ("fwd_allgather", "bwd_reducescatter"), ("Q", "Q"): (),
+    ("Q", "L"): (),
 }
 COMPONENTS = ("fwd_allgather", "bwd_allgather", "bwd_allreduce", "bwd_reducescatter", "alltoall", "loss_parallel")
 
 
-def reshard_components(given: str, needs: str) -> tuple[str, ...]:
-    """Collectives that turn an output in state `given` into an input that needs `needs`."""
+def reshard_components(given: str, needs: str) -> tuple[str, ...] | None:
+    """Collectives that turn an output in state `given` into an input that needs `needs`; None when
+    the conversion is not allowed (see the module docstring)."""
     if needs in ("*", "-") or given in ("D", "-"):
         return ()
-    return _RESHARD[(given, needs)]
+    return _RESHARD.get((given, needs))
+
+
+def _edge_components(seg: _SegmentData, u: int, v: int, p: Mode, q: Mode) -> tuple[str, ...] | None:
+    """Components of edge u -> v with u in mode p and v in mode q (None: the pair is not allowed)."""
+    comps = reshard_components(p.gives, q.needs)
+    if comps is not None and p.gives == "S" and q.needs == "S" and seg.nodes[u].parent != seg.nodes[v].parent:
+        return None
+    return comps
 
 
 @dataclass(frozen=True)
@@ -146,6 +158,10 @@ class _Node:
     has_ops: bool = True
     out_bytes: float = float("inf")  # first output of its last forward op, per sample
     rows: float = 0.0               # tokens of that output, per sample (loss-parallel statistics)
+
+    @property
+    def parent(self) -> str:
+        return self.path.rpartition(".")[0]
 
 
 @dataclass
@@ -595,6 +611,8 @@ def _violates(seg: _SegmentData, modes: dict[int, Mode]) -> bool:
     for gi, members in enumerate(seg.groups):
         if seg.mixing[gi] and any(seg.nodes[u].op is not None and modes[u].gives == "Q" for u in members):
             return True
+    if any(_edge_components(seg, u, v, modes[u], modes[v]) is None for u, v, _ in seg.edges):
+        return True
     return any(modes[a].shard_dim != modes[b].shard_dim for a, b in seg.ties)
 
 
@@ -607,7 +625,7 @@ def _evaluate(seg: _SegmentData, modes: dict[int, Mode], costs: _Costs) -> dict[
         compute, comm, update = compute + c, comm + k, update + u
     needed: set[tuple[int, str]] = set()
     for u, v, _ in seg.edges:
-        for c in reshard_components(modes[u].gives, modes[v].needs):
+        for c in _edge_components(seg, u, v, modes[u], modes[v]) or ():
             needed.add((u, c))
     comm += sum(costs.comp[k] for k in needed)
     for gi, members in enumerate(seg.groups):
@@ -656,12 +674,16 @@ class PlacementILP:
 
     def add_edge_consistency(self) -> None:
         """For each edge e = (u, v): sum_q y[e,p,q] = x[u,p] for all p and sum_p y[e,p,q] = x[v,q] for
-        all q, so y[e,p,q] = x[u,p] AND x[v,q] (the layout pair the edge carries)."""
+        all q, so y[e,p,q] = x[u,p] AND x[v,q] (the layout pair the edge carries); y[e,p,q] = 0 for
+        pairs whose conversion is not allowed."""
         m = self.model
         for ei, (u, v, _) in enumerate(self.seg.edges):
             for p in self.modes[u]:
                 for q in self.modes[v]:
-                    self.y[(ei, p.name, q.name)] = m.new_bool_var(f"y[{ei},{p.name},{q.name}]")
+                    y = m.new_bool_var(f"y[{ei},{p.name},{q.name}]")
+                    self.y[(ei, p.name, q.name)] = y
+                    if _edge_components(self.seg, u, v, p, q) is None:
+                        m.add(y == 0)
             for p in self.modes[u]:
                 m.add(sum(self.y[(ei, p.name, q.name)] for q in self.modes[v]) == self.x[(u, p.name)])
             for q in self.modes[v]:
@@ -674,7 +696,7 @@ class PlacementILP:
         for ei, (u, v, _) in enumerate(self.seg.edges):
             for p in self.modes[u]:
                 for q in self.modes[v]:
-                    for c in reshard_components(p.gives, q.needs):
+                    for c in _edge_components(self.seg, u, v, p, q) or ():
                         key = (u, p.name, c)
                         if key not in self.z:
                             self.z[key] = m.new_bool_var(f"z[{self.seg.nodes[u].path},{p.name},{c}]")

@@ -121,3 +121,16 @@ def test_console_script_exit_code():
     proc = subprocess.run([sys.executable, "-m", "autoparallel.cli", "trace", "no-such-model"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ")
+
+
+@pytest.mark.parametrize("content,needle", [
+    ('{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": "many", "num_attention_heads": 4, '
+     '"intermediate_size": 128, "vocab_size": 256}', "num_hidden_layers"),
+    ('{"model_type": "llama", "hidden_size": 64', "cfg.json"),
+    ('{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256}', "hidden_size"),
+])
+def test_bad_config_files_exit_2(capsys, tmp_path: Path, content: str, needle: str):
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(content)
+    rc, _, err = run(capsys, "trace", str(cfg))
+    assert_one_line_error(rc, err, needle)

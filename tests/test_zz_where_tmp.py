@@ -1,0 +1,3 @@
+def test_where():
+    import autoparallel
+    print("AP", autoparallel.__file__)
