@@ -1,3 +1,0 @@
-def test_where():
-    import autoparallel
-    print("AP", autoparallel.__file__)
