@@ -74,6 +74,8 @@ class CalibrationPlan:
     reps: int = 10
     warmup: int = 3
     large_bandwidth_bytes: int = 64 * 2**20   # operands at least this large define memory_bound
+    class_bytes: int = 256 * 2**20            # main-tensor bytes of each kernel-family measurement
+    host_inner: int = 20                      # tiny-model steps per timed repeat of the host measurement
 
     @classmethod
     def full(cls) -> CalibrationPlan:
@@ -165,6 +167,13 @@ class Measurements:
     attention: list[AttentionSample] = field(default_factory=list)
     collectives: list[CollectiveSample] = field(default_factory=list)
     collective_span: str = "intra"  # intra: all ranks on one node
+    kernel_classes: dict[str, float] = field(default_factory=dict)  # family -> bytes/s (tracer bytes)
+    host_fwd_s: float = 0.0         # host seconds per forward / backward op of an eager training step
+    host_bwd_s: float = 0.0
+    host_moe_fwd_s: float = 0.0     # the same for a mixture-of-experts model
+    host_moe_bwd_s: float = 0.0
+    host_gemm_new_shape_s: float = 0.0   # host seconds per GEMM call of a never-seen / a repeated shape
+    host_gemm_seen_shape_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -217,6 +226,27 @@ def time_call(fn: Callable[[], object], device: torch.device, reps: int = 10, wa
     return statistics.median(times)
 
 
+def time_on_device(fn: Callable[[], object], device: torch.device, reps: int = 10, warmup: int = 3) -> float:
+    """Median device seconds of one call of `fn`, free of host launch cost: on CUDA the calls are
+    captured into a graph of `inner` back-to-back calls (enough for about a millisecond) and the graph
+    is replayed; elsewhere `time_call`. This is what the GPU spends when the host runs ahead of it."""
+    if device.type != "cuda":
+        return time_call(fn, device, reps, warmup)
+    estimate = time_call(fn, device, reps=3, warmup=warmup)
+    inner = int(min(64, max(1, round(1e-3 / max(estimate, 1e-7)))))
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(2):  # warm-up on a side stream, as graph capture wants
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(inner):
+            fn()
+    return time_call(graph.replay, device, reps, warmup=1) / inner
+
+
 _TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}
 
 
@@ -248,7 +278,7 @@ def measure_gemms(device: torch.device, plan: CalibrationPlan, say: Say, l2_byte
                 a, b, c = sets[next(it) % len(sets)]
                 torch.mm(a, b, out=c)
 
-            t = time_call(call, device, plan.reps, plan.warmup)
+            t = time_on_device(call, device, plan.reps, plan.warmup)
             sample = GemmSample(m, n, k, dt, layout, t)
             out.append(sample)
             say(f"gemm {i + 1}/{len(jobs)} {dt} {layout} {m}x{n}x{k}: {sample.flops / t / 1e12:.1f} TFLOP/s")
@@ -277,7 +307,7 @@ def measure_bandwidth(device: torch.device, plan: CalibrationPlan, say: Say) -> 
     out: list[BandwidthSample] = []
     for nbytes in plan.bandwidth_bytes:
         ops = _bandwidth_ops(max(1, nbytes // 2), device)
-        inner = max(1, min(50, (64 * 2**20) // max(nbytes, 1)))
+        inner = max(1, min(50, plan.large_bandwidth_bytes // max(nbytes, 1)))
         row = [BandwidthSample(op, float(moved), time_call(fn, device, plan.reps, plan.warmup, inner=inner))
                for op, (fn, moved) in ops.items()]
         out += row
@@ -402,6 +432,161 @@ def _max_over_ranks(t: float, device: torch.device) -> float:
     return float(x.item())
 
 
+# Kernel families the cost model gives their own bandwidth fraction (cost_models.compute.CLASSES), and
+# the bytes the tracer counts for each (inputs read + outputs written, per element of the main tensor):
+# name -> (build(n_rows, width, device) -> call, bytes).
+def _class_kernels(rows: int, device: torch.device) -> dict[str, tuple[Callable[[], object], float]]:
+    import torch.nn.functional as F
+
+    bf, f32 = torch.bfloat16, torch.float32
+    h, s_attn, vocab = 2048, 2048, 32768
+    out: dict[str, tuple[Callable[[], object], float]] = {}
+
+    x = torch.randn(rows, s_attn, device=device, dtype=bf)         # attention probabilities rows
+    y = torch.softmax(x, -1)
+    g = torch.randn_like(x)
+    n = x.numel()
+    out["softmax"] = (lambda: torch.softmax(x, -1), 2.0 * n * 2)
+    out["softmax_backward"] = (lambda: torch._softmax_backward_data(g, y, -1, bf), 3.0 * n * 2)
+
+    rows_v = max(1, rows * s_attn // vocab)
+    v = torch.randn(rows_v, vocab, device=device, dtype=f32)      # fp32 logits for the loss
+    lv = torch.log_softmax(v, -1)
+    gv = torch.randn_like(v)
+    nv = v.numel()
+    out["log_softmax"] = (lambda: torch.log_softmax(v, -1), 2.0 * nv * 4)
+    out["log_softmax_backward"] = (lambda: torch._log_softmax_backward_data(gv, lv, -1, f32), 3.0 * nv * 4)
+
+    c16 = x.reshape(-1)
+    c32 = torch.empty(n, device=device, dtype=f32)
+    out["cast"] = (lambda: c16.to(f32), n * (2.0 + 4.0))
+    out["cast_down"] = (lambda: c32.to(bf), n * (4.0 + 2.0))
+
+    out["dropout"] = (lambda: torch.native_dropout(x, 0.1, True), n * (2.0 + 2.0 + 1.0))
+    mask = torch.rand(x.shape, device=device) > 0.1
+    out["dropout_backward"] = (lambda: torch.ops.aten.native_dropout_backward(g, mask, 1.0 / 0.9), n * (2.0 + 1.0 + 2.0))
+
+    rows_h = rows * s_attn // h
+    xh = torch.randn(rows_h, h, device=device, dtype=bf, requires_grad=True)
+    w = torch.ones(h, device=device, dtype=bf, requires_grad=True)
+    b = torch.zeros(h, device=device, dtype=bf, requires_grad=True)
+    gh = torch.randn(rows_h, h, device=device, dtype=bf)
+    nh = xh.numel()
+    out["layer_norm"] = (lambda: F.layer_norm(xh.detach(), (h,), w.detach(), b.detach()), nh * 4.0 + rows_h * 8.0)
+    ln = F.layer_norm(xh, (h,), w, b)
+    out["layer_norm_backward"] = (lambda: torch.autograd.grad(ln, (xh, w, b), gh, retain_graph=True),
+                                  nh * 6.0 + rows_h * 8.0)
+    out["rms_norm"] = (lambda: F.rms_norm(xh.detach(), (h,), w.detach()), nh * 4.0 + rows_h * 4.0)
+    rn = F.rms_norm(xh, (h,), w)
+    out["rms_norm_backward"] = (lambda: torch.autograd.grad(rn, (xh, w), gh, retain_graph=True),
+                                nh * 6.0 + rows_h * 4.0)
+
+    bias = torch.randn(1, s_attn, s_attn, device=device, dtype=bf)  # baddbmm's broadcast additive input
+    batch = max(1, n // (s_attn * s_attn))
+    dst = torch.empty(batch, s_attn, s_attn, device=device, dtype=bf)
+    out["broadcast_copy"] = (lambda: dst.copy_(bias.expand(batch, s_attn, s_attn)), dst.numel() * 2.0)
+    return out
+
+
+def measure_kernel_classes(device: torch.device, plan: CalibrationPlan, say: Say) -> dict[str, float]:
+    """Bytes-per-second of each kernel family (bytes as the tracer counts them), name -> B/s."""
+    rows = max(1, plan.class_bytes // (2048 * 2))
+    out: dict[str, float] = {}
+    for name, (fn, nbytes) in _class_kernels(rows, device).items():
+        try:
+            t = time_call(fn, device, plan.reps, plan.warmup)
+        except RuntimeError as e:  # a kernel this device / torch lacks: keep the generic fraction
+            say(f"kernel {name}: skipped ({str(e).splitlines()[0][:80]})")
+            continue
+        out[name] = nbytes / t
+        say(f"kernel {name}: {out[name] / 1e9:.0f} GB/s")
+    return out
+
+
+_HOST_PROBES = {
+    "dense": {"name": "host-probe", "model_type": "llama", "vocab_size": 128, "hidden_size": 64,
+              "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "max_position_embeddings": 64},
+    "moe": {"name": "host-probe-moe", "model_type": "qwen2_moe", "vocab_size": 128, "hidden_size": 64,
+            "intermediate_size": 128, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "num_experts": 8,
+            "num_experts_per_tok": 2, "max_position_embeddings": 64},
+}
+
+
+def measure_host(device: torch.device, plan: CalibrationPlan, say: Say, probe: str = "dense") -> tuple[float, float]:
+    """Host seconds per dispatched aten op of a training step (forward, backward) of a model whose
+    kernels are too small to matter: what eager PyTorch costs per op on this host. `probe`: a tiny dense
+    llama-like model, or a mixture-of-experts one of tiny width fed a realistic 8 x 2048 tokens with
+    routing that changes every step, so that its per-expert Python loop, its host-synchronizing token
+    counts and its data-dependent GEMM shapes cost what they cost in training."""
+    import torch.nn.functional as F
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from autoparallel.models import build_model
+    from autoparallel.specs import load_model_spec
+
+    model = build_model(load_model_spec(_HOST_PROBES[probe])).to(device)
+    rows, seq = (1, 16) if probe == "dense" or device.type == "cpu" else (8, 2048)
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    pool = [torch.randint(0, 128, (rows, seq + 1), generator=gen).to(device) for _ in range(16)]
+    it = itertools.count()
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += 1
+            return func(*args, **(kwargs or {}))
+
+    def fwd() -> torch.Tensor:
+        tokens = pool[next(it) % len(pool)]
+        return F.cross_entropy(model(tokens[:, :-1]).flatten(0, -2).float(), tokens[:, 1:].flatten())
+
+    count_f, count_b = Count(), Count()
+    with count_f:
+        loss = fwd()
+    with count_b:
+        loss.backward()
+    inner = plan.host_inner if rows == 1 else max(1, plan.host_inner // 4)  # the realistic probe is slower
+    t_f = time_call(fwd, device, reps=plan.reps, warmup=plan.warmup, inner=inner)
+    t_fb = time_call(lambda: fwd().backward(), device, reps=plan.reps, warmup=plan.warmup, inner=inner)
+    per_f = t_f / count_f.n
+    per_b = max(t_fb - t_f, 0.0) / max(count_b.n, 1)
+    say(f"host ({probe}): {per_f * 1e6:.1f} us per forward op, {per_b * 1e6:.1f} us per backward op "
+        f"({count_f.n} + {count_b.n} ops per step, {rows} x {seq} tokens)")
+    return per_f, per_b
+
+
+def measure_dynamic_gemm_host(device: torch.device, plan: CalibrationPlan, say: Say) -> tuple[float, float]:
+    """Host seconds per GEMM call whose shape was never seen before, and per call of a repeated shape.
+
+    Expert GEMMs run on data-dependent token counts: every new count is a new problem size for which
+    the BLAS library picks a kernel (its heuristics) on the host. The GEMMs are tiny (K = N = 64), so
+    the host, not the device, sets the pace."""
+    n = 200 if device.type != "cpu" else 8
+    w = torch.randn(64, 64, device=device, dtype=torch.bfloat16)
+    big = torch.randn(8192 + n * 7 + 8, 64, device=device, dtype=torch.bfloat16)
+    first = 4096 + 7919 * (int(time.time()) % 97)  # rows never used before in this process
+    rows = [first % 4096 + 2048 + 7 * i for i in range(n)]
+
+    def burst(sizes: list[int]) -> float:
+        _synchronize(device)
+        t0 = time.perf_counter()
+        for m in sizes:
+            torch.mm(big[:m], w)
+        _synchronize(device)
+        return (time.perf_counter() - t0) / len(sizes)
+
+    burst([1024] * 20)  # warm the library for this layout
+    fresh = burst(rows)
+    seen = burst([rows[0]] * n)
+    say(f"host per GEMM call: {fresh * 1e6:.1f} us for a new shape, {seen * 1e6:.1f} us for a repeated one")
+    return fresh, seen
+
+
 def measure(device: torch.device, plan: CalibrationPlan, say: Say) -> Measurements:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 * 2**20) \
@@ -412,6 +597,10 @@ def measure(device: torch.device, plan: CalibrationPlan, say: Say) -> Measuremen
     meas.bandwidth = measure_bandwidth(device, plan, say)
     meas.gemm = measure_gemms(device, plan, say, l2)
     meas.attention = measure_attention(device, plan, say)
+    meas.kernel_classes = measure_kernel_classes(device, plan, say)
+    meas.host_fwd_s, meas.host_bwd_s = measure_host(device, plan, say)
+    meas.host_moe_fwd_s, meas.host_moe_bwd_s = measure_host(device, plan, say, probe="moe")
+    meas.host_gemm_new_shape_s, meas.host_gemm_seen_shape_s = measure_dynamic_gemm_host(device, plan, say)
     meas.collectives, meas.collective_span = measure_collectives(device, plan, say)
     return meas
 
@@ -427,10 +616,16 @@ class Fit:
     gemm_rms_log_error: float            # over the bf16 GEMMs, after the fit
     attention_fwd: float | None = None   # curve maximum on flop_counter FLOPs
     attention_bwd: float | None = None
+    attention_fwd_half: float | None = None  # their curves' half-sizes [FLOPs]
+    attention_bwd_half: float | None = None
     collective_efficiency: float | None = None
     collective_latency_s: float | None = None
     collective_span: str = "intra"
     per_dtype_gemm: dict[str, float] = field(default_factory=dict)  # best achieved fraction of peak
+    gemm_unaligned: float | None = None  # curve maximum of GEMMs with a dim not a multiple of 8
+    memory_fractions: dict[str, float] = field(default_factory=dict)  # kernel family -> bandwidth fraction
+    host_s_per_op: float = 0.0           # host seconds per dispatched op of an eager training step
+    host_moe_s_per_op: float = 0.0       # the same in a mixture-of-experts model
 
 
 def _clip_fraction(x: float) -> float:
@@ -495,34 +690,63 @@ def fit_collectives(samples: list[CollectiveSample], link_bandwidth: float) -> t
     return _clip_fraction(1.0 / inv_eff if inv_eff > 0 else 1.0), lat
 
 
+def fit_curve_max(flops: np.ndarray, moved: np.ndarray, seconds: np.ndarray, peak: float, bw: float,
+                  mem_eff: float, overhead: float, half: float) -> float:
+    """The maximum of the e(F) curve with gemm_half_flops fixed at `half` (the cost model shares one
+    half-size between its matrix-unit classes), minimizing sum log^2(t_model / t_measured)."""
+    flops, moved, seconds = (np.asarray(a, dtype=float)[:, None] for a in (flops, moved, seconds))
+    grid = np.linspace(0.005, 1.0, 996)[None, :]
+    err = (np.log(_gemm_model(flops, moved, peak, bw, mem_eff, overhead, grid, np.array(half)) / seconds) ** 2).mean(0)
+    return float(grid[0, int(np.argmin(err))])
+
+
+def is_aligned(s: GemmSample, multiple: int = 8) -> bool:
+    return s.m % multiple == 0 and s.n % multiple == 0 and s.k % multiple == 0
+
+
 def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> Fit:
     """Fit the profile efficiencies to `meas` (see the module docstring); `base` is a HardwareProfile."""
     plan = plan or CalibrationPlan.full()
     peak = base.peak("bf16")
     bw = base.memory_bandwidth
-    mem_eff = fit_memory_bound(meas.bandwidth, bw, plan.large_bandwidth_bytes)
+    same_dtype = [s for s in meas.bandwidth if s.op != "cast"]  # casts are a class of their own
+    mem_eff = fit_memory_bound(same_dtype or meas.bandwidth, bw, plan.large_bandwidth_bytes)
     overhead = meas.launch_graph_s or meas.launch_eager_s
-    bf16 = [s for s in meas.gemm if s.dtype == "bf16"]
+    bf16 = [s for s in meas.gemm if s.dtype == "bf16" and is_aligned(s)]
     if not bf16:
-        raise UserError("calibrate: no bf16 GEMM samples to fit gemm_max / gemm_half_flops")
-    gmax, half, rms = fit_gemm_curve(np.array([s.flops for s in bf16]), np.array([s.bytes for s in bf16]),
-                                     np.array([s.seconds for s in bf16]), peak, bw, mem_eff, overhead)
+        raise UserError("calibrate: no aligned bf16 GEMM samples to fit gemm_max / gemm_half_flops")
+
+    def arrays(samples: list[GemmSample]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (np.array([x.flops for x in samples]), np.array([x.bytes for x in samples]),
+                np.array([x.seconds for x in samples]))
+
+    gmax, half, rms = fit_gemm_curve(*arrays(bf16), peak, bw, mem_eff, overhead)
+    unaligned = [s for s in meas.gemm if s.dtype == "bf16" and not is_aligned(s)]
+    u_max = fit_curve_max(*arrays(unaligned), peak, bw, mem_eff, overhead, half) if unaligned else None
     per_dtype: dict[str, float] = {}
     for s in meas.gemm:
-        key = "fp32" if s.dtype == "fp32" else s.dtype
         try:
-            p = base.peak(key)
+            p = base.peak(s.dtype)
         except UserError:
             continue
-        per_dtype[s.dtype] = max(per_dtype.get(s.dtype, 0.0), s.flops / s.seconds / p)
-    att_fwd = att_bwd = None
+        if is_aligned(s):
+            per_dtype[s.dtype] = max(per_dtype.get(s.dtype, 0.0), s.flops / s.seconds / p)
+    att_fwd = att_bwd = att_fwd_half = att_bwd_half = None
     if meas.attention:
         a = meas.attention
         moved = np.array([4.0 * x.batch * x.heads * x.seq * x.head_dim * 2 for x in a])  # q, k, v, out bf16
-        att_fwd, _, _ = fit_gemm_curve(np.array([x.fwd_flops for x in a]), moved,
-                                       np.array([x.fwd_seconds for x in a]), peak, bw, mem_eff, overhead)
-        att_bwd, _, _ = fit_gemm_curve(np.array([x.bwd_flops for x in a]), 2 * moved,
-                                       np.array([x.bwd_seconds for x in a]), peak, bw, mem_eff, overhead)
+        # flash kernels saturate more slowly than GEMMs (their FLOPs grow with seq^2): a curve of their own
+        att_fwd, att_fwd_half, _ = fit_gemm_curve(np.array([x.fwd_flops for x in a]), moved,
+                                                  np.array([x.fwd_seconds for x in a]), peak, bw, mem_eff, overhead)
+        att_bwd, att_bwd_half, _ = fit_gemm_curve(np.array([x.bwd_flops for x in a]), 2 * moved,
+                                                  np.array([x.bwd_seconds for x in a]), peak, bw, mem_eff, overhead)
+    fractions = {k: _clip_fraction(v / bw) for k, v in meas.kernel_classes.items() if k != "cast_down"}
+    if "cast_down" in meas.kernel_classes and "cast" in fractions:  # both directions of a dtype cast
+        fractions["cast"] = _clip_fraction(statistics.mean([meas.kernel_classes["cast"] / bw,
+                                                            meas.kernel_classes["cast_down"] / bw]))
+    # a training step dispatches about two backward ops per forward op (the traced llama/gpt blocks)
+    host = (meas.host_fwd_s + 2 * meas.host_bwd_s) / 3 if meas.host_fwd_s else 0.0
+    host_moe = (meas.host_moe_fwd_s + 2 * meas.host_moe_bwd_s) / 3 if meas.host_moe_fwd_s else 0.0
     coll_eff = coll_lat = None
     if meas.collectives:
         link = base.intra_bandwidth if meas.collective_span == "intra" else base.inter_bandwidth
@@ -530,7 +754,9 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
     return Fit(gemm_max=_clip_fraction(gmax), gemm_half_flops=half, memory_bound=mem_eff,
                kernel_overhead_s=overhead, gemm_rms_log_error=rms, attention_fwd=att_fwd, attention_bwd=att_bwd,
                collective_efficiency=coll_eff, collective_latency_s=coll_lat,
-               collective_span=meas.collective_span, per_dtype_gemm=per_dtype)
+               collective_span=meas.collective_span, per_dtype_gemm=per_dtype, gemm_unaligned=u_max,
+               attention_fwd_half=att_fwd_half, attention_bwd_half=att_bwd_half,
+               memory_fractions=fractions, host_s_per_op=host, host_moe_s_per_op=host_moe)
 
 
 def _r(x: float, digits: int = 4) -> float:
@@ -562,7 +788,22 @@ def profile_extra(base: Any, meas: Measurements, f: Fit) -> dict[str, Any]:
     if f.attention_fwd is not None:
         cal["attention_fwd_max"] = _r(f.attention_fwd, 3)
         cal["attention_bwd_max"] = _r(f.attention_bwd, 3)
+        cal["attention_fwd_half_flops"] = _r(f.attention_fwd_half or 1.0, 3)
+        cal["attention_bwd_half_flops"] = _r(f.attention_bwd_half or 1.0, 3)
         cal["attention_flops"] = "torch.utils.flop_counter convention: causal counted as full"
+    if f.gemm_unaligned is not None:
+        cal["gemm_unaligned_max"] = _r(f.gemm_unaligned, 3)
+    if f.memory_fractions:
+        cal["memory_fraction"] = {k: _r(v, 3) for k, v in sorted(f.memory_fractions.items())}
+    if f.host_s_per_op:
+        cal["host_us_per_op"] = _r(f.host_s_per_op * 1e6, 3)
+        cal["host_us_per_op_fwd_bwd"] = [_r(meas.host_fwd_s * 1e6, 3), _r(meas.host_bwd_s * 1e6, 3)]
+    if meas.host_gemm_new_shape_s:
+        cal["host_us_per_new_gemm_shape"] = _r(meas.host_gemm_new_shape_s * 1e6, 3)
+        cal["host_us_per_seen_gemm_shape"] = _r(meas.host_gemm_seen_shape_s * 1e6, 3)
+    if f.host_moe_s_per_op:
+        cal["host_us_per_op_moe"] = _r(f.host_moe_s_per_op * 1e6, 3)
+        cal["host_us_per_op_moe_fwd_bwd"] = [_r(meas.host_moe_fwd_s * 1e6, 3), _r(meas.host_moe_bwd_s * 1e6, 3)]
     extra["calibration"] = cal
     stamp = f"Efficiencies fitted by `autoparallel calibrate` on {meas.device_name} ({meas.date})."
     # a re-calibrated profile replaces the previous stamp instead of growing a list of them

@@ -35,6 +35,8 @@ Each placement is run in a *mode* that fixes what the op needs on its input and 
   colwise Rc->S | rowwise S->R (all-reduce) or S->Q (reduce-scatter, SP) | replicate R->R |
   vocab *->R (all-reduce) or *->Q (reduce-scatter, SP) | norm R->R, Q->Q (SP), S->S (head-wise norm)
   | expert R->R | block input gives R (Q under SP) and block output needs it (the residual stream).
+  Under sequence parallelism a norm that is not head-wise has only its Q->Q mode (the trainer keeps
+  the residual stream sequence-sharded around norms).
 
 Resharding of an edge u -> v (state s given by u, requirement r of v), on the tensor's bytes B:
   R->Rc  bwd all-reduce              R->Q  fwd slice, bwd all-gather
@@ -42,42 +44,68 @@ Resharding of an edge u -> v (state s given by u, requirement r of v), on the te
   S->S  nothing, only between a colwise op and its rowwise sibling (same parent module: the trainer
         keeps a colwise output sharded exactly when a rowwise sibling consumes it)
   S->L  vocab-parallel cross entropy: 3 all-reduces of b*s fp32 values
-  equal states, D->anything, anything->*: nothing
-  R->S, Q->S, S->Q  not allowed: the trainer's RowwiseParallel takes only a colwise sibling's local
-        shard, and a sharded feature dim never turns into a sharded sequence without a gather
+  equal states, D->anything but S, anything->*: nothing
+  R->S, Q->S, D->S, S->Q  not allowed: the trainer's RowwiseParallel takes only a colwise sibling's
+        local shard, and a sharded feature dim never turns into a sharded sequence without a gather
 A collective is paid once per (producer tensor, component): q, k and v reading one norm output share
 its all-gather, as Megatron-LM and torchtitan's PrepareModuleInput do.
 
 The integer program (one per segment and degree t; CP-SAT, coefficients in 0.1 ns)
 -------------------------------------------------------------------------------
-  x[o,m]      op o runs in mode m                                       (assignment)
-  y[e,p,q]    edge e = (u, v) carries u in mode p to v in mode q         (edge consistency)
-  z[u,p,c]    u in mode p pays resharding component c on its output     (resharding)
-  wS[g], wQ[g]  non-parametric ops with producer set g run feature- / sequence-sharded (join states)
-  minimize  sum x*C_op + sum z*C_comm + sum_g (F_g - (F_g - F_g/t)(wS[g] + wQ[g]))
-  C_op(o,m) = roofline time of o's forward and backward ops at its shard (cost_models.compute.op_times,
-              the CostModel's per-op formula) + its mandatory collective (rowwise / vocab) + the
-              optimizer update of its local parameters (32 B/param per step at memory bandwidth, as
-              CostModel) / num_micro_batches. Parameter memory enters through that update time and,
-              optionally, a per-rank budget (add_memory_budget).
-  C_comm    alpha-beta collectives of cost_models.comm on the tp link (intra-node when t fits a node).
-  F_g       roofline time of the non-parametric ops (attention core, activations, residual adds) whose
-            nearest parametric producers are g; they run sharded only when every producer's output is.
+Variables (all binary):
+  x[o,m]        op o runs in mode m
+  y[e,p,q]      edge e = (u, v) carries u in mode p to v in mode q
+  z[u,k,p,c]    u in mode p pays resharding component c on tensor k it hands to its consumers
+  wS[g], wQ[g]  the non-parametric ops whose nearest parametric producers are the set g run feature-
+                (S) or sequence- (Q) sharded; neither: whole (R)
+Constraints (one method of PlacementILP each, formula in its docstring):
+  add_assignment        sum_m x[o,m] = 1
+  add_edge_consistency  sum_q y[e,p,q] = x[u,p],  sum_p y[e,p,q] = x[v,q],  y = 0 for forbidden pairs
+  add_resharding        z[u,k,p,c] >= y[e,p,q]  for c in reshard_components(gives(u,p), needs(v,q))
+  add_join_states       wS[g] <= S(u) + D(u), wQ[g] <= Q(u) + R(u) + D(u) for u in g,
+                        wS[g] <= sum_u S(u), wQ[g] <= sum_u Q(u), wS[g] + wQ[g] <= 1
+                        (X(u) = sum of x[u,p] over the modes of u giving state X)
+  add_token_mixing      x[u,p] = 0 for modes giving Q of every producer of an attention group
+  add_tied_parameters   sum_{p: dim d} x[a,p] = sum_{q: dim d} x[b,q] for a weight shared by a and b
+  add_memory_budget     sum x[o,m] * params(o) / d_w(m) * 2 B <= budget   (optional)
+Objective:
+  minimize  sum x[o,m] C_op(o,m) + sum z[u,k,p,c] C_comm(k,c) + sum_g (F_g - (F_g - F_g/t)(wS[g] + wQ[g]))
+  C_op(o,m) = roofline time of o's forward and backward ops at its shard (cost_models.compute.op_times
+              with kernel classes, the CostModel's per-op formula: FLOPs*b/d, activation bytes*b/d +
+              weight bytes/d_w) + its mandatory collective (rowwise / vocab) + the optimizer step and
+              gradient accumulation of its local parameters (compute.update_time, bf16 parameters,
+              fp32 gradients) / num_micro_batches. Parameter memory enters through that update time
+              and, optionally, the per-rank budget. Not modelled: the host floor of calibrated
+              profiles (compute.with_host_floor), non-linear in the op count.
+  C_comm    alpha-beta collectives of cost_models.comm on the tensor's bytes and the tp link (intra-node
+            when t fits a node); seconds per micro-batch throughout.
+  F_g       roofline time of the non-parametric ops (attention core, activations, residual adds) of g.
 Legality: colwise needs out_features % t == 0 and, for attention projections (output viewed as
 [..., H, D]), H % t == 0 (GQA key/value heads counted on their own projections); rowwise needs
-in_features % t == 0; vocab needs num_embeddings % t == 0; a Linear whose output is split (fused
-q/k/v) or that owns no ops of its own (nn.MultiheadAttention's out_proj) stays replicated; tied
-weights (LM head and token embedding) shard the same dim.
+in_features % t == 0; a Linear whose output is split (fused q/k/v) or that owns no ops of its own
+(nn.MultiheadAttention's out_proj) stays replicated; tied weights (LM head and token embedding) shard
+the same dim; vocab needs the lookup indices to come from the batch (token ids: a position table indexed
+by arange stays replicated, as in Megatron-LM). The vocabulary dim is the exception to divisibility:
+the token embedding (vocab) and a Linear with one output per vocabulary row that feeds only the loss
+(the LM head, colwise) may shard unevenly, ceil(V/t) rows on the first ranks (DTensor chunks uneven
+dims; Megatron-LM pads the vocabulary instead), costed at the largest shard.
+The join state of non-parametric ops (_join_state), constants (rotary tables, masks: inputs from
+outside the segment much smaller than the stream) aside: S when every producer gives S; Q when one
+gives Q and the others Q or R (replicated inputs are sliced for free); else R. Token-mixing ops (attention:
+non-parametric matmuls, [.., s, s] scores) never take a sequence shard (add_token_mixing).
 
-Approximations (documented, conservative): non-parametric ops between two parametric ops run in the
-producer's state and the conversion happens just before the consumer; a join of differently placed
-producers runs unsharded; gradients of replicated parameters under sequence parallelism are reduced
-once per step, coalesced (Megatron-LM), and not costed; EP all-to-alls depend on ep, not on the
-placements here, and are left to the CostModel.
+Approximations: non-parametric ops between two parametric ops run in the producers' join state and
+the conversion happens just before the consumer, on the tensor it reads; producers joined into one
+tensor (q, k, v into the attention output) each pay that tensor's conversion (conservative); a
+feature-sharded router's softmax / top-k is costed like a sharded elementwise op; gradients of
+replicated parameters under sequence parallelism are reduced once per step, coalesced (Megatron-LM),
+and not costed; EP all-to-alls depend on ep, not on the placements here, and are left to the
+CostModel. Speed: per segment a few dozen ops and edges, so each CP-SAT solve takes milliseconds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,14 +119,13 @@ from cost_models.comm import (
     Link,
     all_gather_time,
     all_reduce_time,
-    all_to_all_time,
     link_for,
     reduce_scatter_time,
 )
-from cost_models.compute import is_matmul, op_times
+from cost_models.compute import classify, copy_bytes_of, is_matmul, op_times, update_time
 from hardware_profiles import Cluster
 
-UPDATE_BYTES_PER_PARAM = 32   # Adam step traffic per parameter (as CostModel._data_parallel_time)
+PARAM_BYTES, GRAD_BYTES = 2, 4  # Plan defaults (bf16 parameters, fp32 gradient reduction) for the update
 COST_SCALE = 1e10             # ILP objective unit: 0.1 ns
 ENDS = "ends"                 # segment name of the embeddings + final norm / LM head problem
 
@@ -114,14 +141,16 @@ _RESHARD: dict[tuple[str, str], tuple[str, ...]] = {
     ("Q", "R"): ("fwd_allgather",), ("Q", "Rc"): ("fwd_allgather", "bwd_reducescatter"), ("Q", "Q"): (),
     ("Q", "L"): (),
 }
-COMPONENTS = ("fwd_allgather", "bwd_allgather", "bwd_allreduce", "bwd_reducescatter", "alltoall", "loss_parallel")
+COMPONENTS = ("fwd_allgather", "bwd_allgather", "bwd_allreduce", "bwd_reducescatter", "loss_parallel")
 
 
 def reshard_components(given: str, needs: str) -> tuple[str, ...] | None:
     """Collectives that turn an output in state `given` into an input that needs `needs`; None when
     the conversion is not allowed (see the module docstring)."""
-    if needs in ("*", "-") or given in ("D", "-"):
+    if needs in ("*", "-") or given == "-":
         return ()
+    if given == "D":  # the batch: every rank loads it whole; rowwise still takes only a colwise shard
+        return None if needs == "S" else ()
     return _RESHARD.get((given, needs))
 
 
@@ -150,11 +179,14 @@ class Mode:
 class _Node:
     """A parametric op of a segment, or a virtual one (input, output, loss) with a fixed mode."""
     path: str
-    kind: str                       # linear | embedding | norm | experts | other | in_data | in_stream | out | loss
+    kind: str                       # linear | embedding | norm | experts | other | in_data | in_const |
+    #                                 in_stream | out | loss
     op: ParamOp | None = None
     heads: int | None = None        # attention heads of the output ([.., H, D] view)
     fused: bool = False             # output split before use (fused projections)
     headwise: bool = False          # a norm over head_dim (qk-norm)
+    vocab_like: bool = False        # its sharded dim is a vocabulary: may shard unevenly (see legality)
+    data_indexed: bool = False      # an embedding looked up with indices from the batch (token ids)
     has_ops: bool = True
     out_bytes: float = float("inf")  # first output of its last forward op, per sample
     rows: float = 0.0               # tokens of that output, per sample (loss-parallel statistics)
@@ -169,12 +201,14 @@ class _SegmentData:
     """Degree-independent facts of one segment: nodes, edges, per-op arrays, owners."""
     name: str
     nodes: list[_Node]
-    edges: list[tuple[int, int, float]]     # (producer, consumer, bytes per sample)
+    edges: list[tuple[int, int, float, Any]]  # (producer, consumer, bytes per sample, tensor key)
     groups: list[tuple[int, ...]]           # producer sets of the non-parametric owners
     flops: np.ndarray                       # per traced op (fwd and bwd), per sample
     act_bytes: np.ndarray
     param_bytes: np.ndarray
     matmul: np.ndarray
+    op_class: np.ndarray                    # cost_models.compute.CLASSES code
+    copy_bytes: np.ndarray                  # implicit input copy (baddbmm), per sample
     owner: np.ndarray                       # node index, len(nodes) + group index, or -1 (constant)
     ties: list[tuple[int, int]] = field(default_factory=list)
     mixing: list[bool] = field(default_factory=list)   # per group: mixes tokens (attention)
@@ -217,7 +251,7 @@ class Choice:
 def legal_modes(node: _Node, t: int, sp: bool) -> tuple[list[Mode], dict[str, str]]:
     """Modes an op may run in at degree t (and why each excluded sharding is illegal)."""
     k = node.kind
-    if k == "in_data":
+    if k in ("in_data", "in_const"):
         return [Mode("input", "", "*", "D")], {}
     if k == "in_stream":
         return [Mode("input", "", "*", "Q" if sp else "R")], {}
@@ -241,7 +275,7 @@ def legal_modes(node: _Node, t: int, sp: bool) -> tuple[list[Mode], dict[str, st
         out_f, in_f = op.out_features or 0, op.in_features or 0
         if node.fused:
             illegal["colwise"] = f"its {out_f} outputs are split into several tensors (fused projection)"
-        elif out_f % t:
+        elif out_f % t and not node.vocab_like:
             illegal["colwise"] = f"out_features={out_f} is not divisible by tp={t}"
         elif node.heads and node.heads % t:
             illegal["colwise"] = f"it projects to {node.heads} attention heads, not divisible by tp={t}"
@@ -255,16 +289,21 @@ def legal_modes(node: _Node, t: int, sp: bool) -> tuple[list[Mode], dict[str, st
                 modes.append(Mode("rowwise_rs", "rowwise", "S", "Q", True, True, "reduce_scatter", 1))
     elif k == "embedding":
         rows = op.in_features or 0
-        if rows % t:
-            illegal["vocab"] = f"num_embeddings={rows} is not divisible by tp={t}"
+        if not node.data_indexed:
+            illegal["vocab"] = ("its indices are computed inside the model (positions), not token ids "
+                                "from the batch: every rank needs the rows it looks up")
+        elif rows < t:
+            illegal["vocab"] = f"num_embeddings={rows} is smaller than tp={t}"
         else:
             modes.append(Mode("vocab", "vocab", "*", "R", True, True, "all_reduce", 0))
             if sp:
                 modes.append(Mode("vocab_rs", "vocab", "*", "Q", True, True, "reduce_scatter", 0))
     elif k == "norm":
-        if sp:
-            modes.append(Mode("sequence", "sequence", "Q", "Q", True))
-        else:
+        if sp and not node.headwise:
+            # the trainer runs norms of the sequence-sharded stream as SequenceParallel, never whole
+            modes = [Mode("sequence", "sequence", "Q", "Q", True)]
+            illegal["replicate"] = "under sequence parallelism a norm on the residual stream runs on sequence shards"
+        elif not sp:
             illegal["sequence"] = "sequence parallelism is off"
         if node.headwise:
             modes.append(Mode("heads", "sequence" if sp else "replicate", "S", "S", True))
@@ -298,34 +337,41 @@ def _first_out_bytes(a: dict) -> float:
     return float(_numel(shapes[0]) * _dtype_bytes(dts[0] if dts else "float32"))
 
 
+def _out_bytes(a: dict) -> float:
+    """Bytes of all outputs of an op."""
+    return float(sum(_numel(sh) * _dtype_bytes(dt) for sh, dt in zip(a.get("out_shapes") or [],
+                                                                     a.get("out_dtypes") or [])))
+
+
 def _base(op_name: str) -> str:
     return op_name.split(".")[1] if op_name.startswith("aten.") else op_name.split(".")[-1]
 
 
 class _GraphIndex:
-    """Per-graph lookups shared by all segments: forward nodes by module, parametric op regions."""
+    """Per-graph lookups shared by all segments: forward nodes by owning parametric op, regions."""
 
     def __init__(self, graph: OpGraph):
         self.graph = graph
-        self.fwd_by_module: dict[str, list[int]] = defaultdict(list)
+        self.params = set(graph.parametric_ops)
+        self._owner_cache: dict[str, str | None] = {}
+        self.fwd_by_owner: dict[str | None, list[int]] = defaultdict(list)
         for n, a in graph.g.nodes(data=True):
             if a.get("phase") == "fwd":
-                self.fwd_by_module[a.get("module", "")].append(n)
-        for v in self.fwd_by_module.values():
+                self.fwd_by_owner[self.owner(a.get("module", ""))].append(n)
+        for v in self.fwd_by_owner.values():
             v.sort()
-        self.param_paths = sorted(graph.parametric_ops, key=len, reverse=True)  # longest prefix first
-        self._owner_cache: dict[str, str | None] = {}
 
     def owner(self, module: str) -> str | None:
         """The innermost parametric op containing `module` (None for non-parametric modules)."""
         if module not in self._owner_cache:
-            self._owner_cache[module] = next(
-                (p for p in self.param_paths if module == p or module.startswith(p + ".")), None)
+            m = module
+            while m and m not in self.params:
+                m = m.rpartition(".")[0]
+            self._owner_cache[module] = m if m in self.params else None
         return self._owner_cache[module]
 
     def fwd_nodes_of(self, path: str) -> list[int]:
-        out = [n for m, ns in self.fwd_by_module.items() if self.owner(m) == path for n in ns]
-        return sorted(out)
+        return self.fwd_by_owner.get(path, [])
 
     def region_of(self, path: str) -> str:
         """'pre' / 'post' / block path of a parametric op (by its first forward op; blocks by path)."""
@@ -401,6 +447,7 @@ def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData
         op = graph.parametric_ops[p]
         fwd = [n for n in index.fwd_nodes_of(p) if in_seg(g.nodes[n])]
         own_nodes[p] = fwd
+        own = set(fwd)
         node = _Node(p, op.kind, op, has_ops=bool(fwd))
         if fwd:
             last = g.nodes[fwd[-1]]
@@ -409,6 +456,9 @@ def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData
             node.rows = _numel(shape[:-1]) / batch if shape else 0.0
             if op.kind == "linear" and op.out_features:
                 node.heads, node.fused = _output_structure(g, fwd[-1], op.out_features)
+            if op.kind == "embedding":  # token ids come from the batch: the lookup has no producer op
+                node.data_indexed = not any(p not in own for n in fwd for p in g.predecessors(n)
+                                            if g.nodes[p].get("phase") == "fwd")
         pos[p] = len(nodes)
         nodes.append(node)
     # head-wise norms: every producer is an attention projection whose head_dim is the norm's size
@@ -438,49 +488,18 @@ def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData
             in_bytes_cache[path] = _in_bytes(g, ns, set(ns)) / batch
         return in_bytes_cache[path]
 
-    edge_bytes: dict[tuple[int, int], float] = {}
-
-    def add_edge(u: int, v: int, nbytes: float) -> None:
-        edge_bytes[(u, v)] = max(edge_bytes.get((u, v), 0.0), nbytes)
-
-    has_out: set[str] = set()
-    for a, b in graph.param_op_edges:
-        ia, ib = a in pos and a in own_nodes, b in pos and b in own_nodes
-        if ia and ib:
-            add_edge(pos[a], pos[b], min(nodes[pos[a]].out_bytes, in_bytes(b)))
-            has_out.add(a)
-        elif ib:  # produced outside the segment: the residual stream entering it
-            src = "<stream in>" if name != ENDS or index.region_of(b) == "post" else "<data>"
-            u = virtual(src, "in_stream" if src == "<stream in>" else "in_data")
-            add_edge(u, pos[b], in_bytes(b))
-        elif ia:  # consumed by a later segment
-            if name == ENDS and index.region_of(a) == "post":
-                continue
-            add_edge(pos[a], virtual("<stream out>", "out"), min(nodes[pos[a]].out_bytes, in_bytes(b)))
-            has_out.add(a)
-    # inputs of ops fed by the model's inputs (no parametric producer): data in the ends, stream in blocks
-    for p in seg_ops:
-        if p in preds and any(q in pos for q in preds[p]):
-            continue
-        fwd = own_nodes[p]
-        if not fwd or nodes[pos[p]].kind in ("experts",):
-            continue
-        if not preds.get(p):
-            src = "<data>" if name == ENDS else "<stream in>"
-            u = virtual(src, "in_data" if src == "<data>" else "in_stream")
-            add_edge(u, pos[p], in_bytes(p))
-    if name == ENDS:  # ops whose output reaches nothing parametric feed the loss
-        for p in seg_ops:
-            if p not in has_out and own_nodes[p] and (index.region_of(p) == "post" or not graph.blocks):
-                add_edge(pos[p], virtual("<loss>", "loss"), nodes[pos[p]].out_bytes)
-    edges = [(u, v, b) for (u, v), b in sorted(edge_bytes.items())]
-
-    # per traced op arrays and owners; non-parametric ops grouped by their nearest parametric producers
+    # forward producer sets: an op of a parametric module -> {that op}; any other op -> the union over
+    # its inputs; a tensor from outside the segment -> {EXT} when it is the stream entering it (the
+    # largest such tensors: the residual), {CONST} otherwise (rotary tables, masks: no gradient)
+    ext, const = -1, -2
     seg_nodes = sorted(n for n, a in g.nodes(data=True) if in_seg(a))
+    seg_set = set(seg_nodes)
+    outside = {p for n in seg_nodes if g.nodes[n].get("phase") == "fwd" for p in g.predecessors(n)
+               if p not in seg_set and g.nodes[p].get("phase") == "fwd"}
+    biggest = max((_first_out_bytes(g.nodes[p]) for p in outside), default=0.0)
+    ext_src = {p: frozenset({ext if _first_out_bytes(g.nodes[p]) >= 0.5 * biggest else const}) for p in outside}
     node_owner: dict[int, int] = {}
     src: dict[int, frozenset[int]] = {}
-    stream_in = pos.get("<stream in>")
-    group_ids: dict[frozenset[int], int] = {}
     for n in seg_nodes:
         a = g.nodes[n]
         if a.get("phase") != "fwd":
@@ -490,16 +509,85 @@ def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData
             node_owner[n] = pos[o]
             src[n] = frozenset({pos[o]})
             continue
-        s: set[int] = set()
+        srcs: set[int] = set()
         for p in g.predecessors(n):
-            if g.nodes[p].get("phase") != "fwd":
+            if g.nodes[p].get("phase") == "fwd":
+                srcs |= src.get(p) or ext_src.get(p, frozenset({ext}))
+        src[n] = frozenset(srcs)
+
+    def tensor_from(u: int, v: str) -> tuple[int, float] | None:
+        """(node id, bytes per sample) of the largest tensor op v reads that derives from u (or EXT)."""
+        best: tuple[int, float] | None = None
+        for n in own_nodes[v]:
+            for p in g.predecessors(n):
+                if p in own_set[v] or g.nodes[p].get("phase") != "fwd":
+                    continue
+                if u in (src.get(p) or ext_src.get(p, frozenset({ext}))):
+                    nb = _first_out_bytes(g.nodes[p]) / batch
+                    if best is None or nb > best[1]:
+                        best = (p, nb)
+        return best
+
+    # activation edges between parametric ops (and the segment's input / output / loss), each with the
+    # tensor it carries: resharding is paid once per (producer, tensor, component)
+    edge_bytes: dict[tuple[int, int, Any], float] = {}
+
+    def add_edge(u: int, v: int, key: Any, nbytes: float) -> None:
+        edge_bytes[(u, v, key)] = max(edge_bytes.get((u, v, key), 0.0), nbytes)
+
+    has_out: set[str] = set()
+    for a, b in graph.param_op_edges:
+        ia, ib = a in pos and a in own_nodes, b in pos and b in own_nodes
+        if ia and ib:
+            t = tensor_from(pos[a], b)
+            key, nbytes = t if t else (("pair", a, b), min(nodes[pos[a]].out_bytes, in_bytes(b)))
+            add_edge(pos[a], pos[b], key, nbytes)
+            has_out.add(a)
+        elif ib:  # produced outside the segment: the stream entering it
+            t = tensor_from(ext, b)
+            key, nbytes = t if t else ("<in>", in_bytes(b))
+            add_edge(virtual("<stream in>", "in_stream"), pos[b], key, nbytes)
+        elif ia:  # consumed by a later segment: the stream leaving it
+            if name == ENDS and index.region_of(a) == "post":
                 continue
-            if p in src:
-                s |= src[p]
-            elif stream_in is not None:
-                s.add(stream_in)
-        fs = frozenset(s)
-        src[n] = fs
+            add_edge(pos[a], virtual("<stream out>", "out"), "<out>", min(nodes[pos[a]].out_bytes, in_bytes(b)))
+            has_out.add(a)
+    # ops fed by the model's inputs only (no parametric producer): data in the ends, stream in blocks
+    for p in seg_ops:
+        fwd = own_nodes[p]
+        if preds.get(p) or not fwd or nodes[pos[p]].kind == "experts":
+            continue
+        if name == ENDS:
+            add_edge(virtual("<data>", "in_data"), pos[p], "<data>", in_bytes(p))
+        else:
+            add_edge(virtual("<stream in>", "in_stream"), pos[p], "<in>", in_bytes(p))
+    if name == ENDS:  # ops whose output reaches nothing parametric feed the loss
+        for p in seg_ops:
+            if p not in has_out and own_nodes[p] and (index.region_of(p) == "post" or not graph.blocks):
+                add_edge(pos[p], virtual("<loss>", "loss"), "<loss>", nodes[pos[p]].out_bytes)
+    edges = [(u, v, b, key) for (u, v, key), b in sorted(edge_bytes.items(), key=lambda kv: (kv[0][:2], str(kv[0][2])))]
+    # vocabulary dims: token embedding tables, and a Linear whose output reaches only the loss with one
+    # logit per vocabulary row (the LM head)
+    loss = pos.get("<loss>")
+    vocab_sizes = {n.op.in_features for n in nodes if n.kind == "embedding" and n.data_indexed}
+    for i, node in enumerate(nodes):
+        consumers = {e[1] for e in edges if e[0] == i}
+        if (node.kind == "embedding" and node.data_indexed) or (
+                node.kind == "linear" and loss is not None and consumers == {loss}
+                and node.op.out_features in vocab_sizes):
+            node.vocab_like = True
+
+    # non-parametric ops grouped by their producer sets (EXT -> the stream input, CONST -> constants)
+    if any(ext in fs for fs in src.values()):
+        virtual("<stream in>", "in_stream")
+    if any(const in fs for fs in src.values()):
+        virtual("<constants>", "in_const")
+    stream_in, const_in = pos.get("<stream in>"), pos.get("<constants>")
+    group_ids: dict[frozenset[int], int] = {}
+    for n in seg_nodes:
+        if n in node_owner or n not in src:
+            continue
+        fs = frozenset(stream_in if u == ext else const_in if u == const else u for u in src[n])
         if fs not in group_ids:
             group_ids[fs] = len(group_ids)
         node_owner[n] = len(nodes) + group_ids[fs]
@@ -546,6 +634,9 @@ def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData
         name=name, nodes=nodes, edges=edges, groups=groups, flops=flops,
         act_bytes=np.maximum(moved - pbytes, 0.0) / batch, param_bytes=pbytes,
         matmul=np.array([is_matmul(a.get("op", "")) for a in attrs], dtype=bool),
+        op_class=np.array([classify(a.get("op", ""), a.get("out_shapes", ()), a.get("flops", 0.0))
+                           for a in attrs], dtype=np.int8),
+        copy_bytes=np.array([copy_bytes_of(a.get("op", ""), _out_bytes(a)) for a in attrs], dtype=float) / batch,
         owner=np.array([node_owner.get(n, -1) for n in seg_nodes], dtype=int), ties=ties, mixing=mixing)
 
 
@@ -554,7 +645,7 @@ def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData
 class _Costs:
     """Seconds per micro-batch of everything the ILP can choose, at one degree."""
     op: dict[tuple[int, str], tuple[float, float, float]]   # (node, mode) -> (compute, comm, update)
-    comp: dict[tuple[int, str], float]                       # (producer, component) -> seconds
+    comp: dict[tuple[int, Any, str], float]                  # (producer, tensor, component) -> seconds
     group_full: np.ndarray
     group_split: np.ndarray
     constant: float
@@ -569,41 +660,63 @@ def segment_costs(seg: _SegmentData, modes: list[list[Mode]], t: int, link: Link
     size = n_nodes + n_groups + 1
     owner = np.where(seg.owner < 0, size - 1, seg.owner)
 
-    def times(d: float, pd: float) -> np.ndarray:
-        t_ops = op_times(seg.flops * b / d, seg.act_bytes * b / d + seg.param_bytes / pd, seg.matmul, profile, dtype)
+    def times(d: np.ndarray | float, pd: np.ndarray | float) -> np.ndarray:
+        t_ops = op_times(seg.flops * b / d, seg.act_bytes * b / d + seg.param_bytes / pd, seg.matmul, profile, dtype,
+                         seg.op_class, seg.copy_bytes * b / d)
         return np.bincount(owner, weights=t_ops, minlength=size)
 
-    whole, split, split_w = times(1, 1), times(t, 1), times(t, t)
-    update_rate = UPDATE_BYTES_PER_PARAM / (profile.memory_bandwidth * profile.efficiency.memory_bound)
+    # an unevenly sharded vocabulary runs its largest shard: ceil(n/t) of n rows
+    div = np.array([_shard_divisor(n, t) for n in seg.nodes] + [float(t)] * (n_groups + 1))
+    d_ops = div[owner]
+    whole, split, split_w = times(1, 1), times(d_ops, 1), times(d_ops, d_ops)
+    m = max(num_micro_batches, 1)
+    # optimizer step + gradient accumulation per step (compute.update_time, linear in the parameters)
+    update_rate = update_time(1.0, 1.0, m, PARAM_BYTES, GRAD_BYTES, profile) / m
     op_cost: dict[tuple[int, str], tuple[float, float, float]] = {}
     for i, (node, ms) in enumerate(zip(seg.nodes, modes)):
         params = float(node.op.param_count) if node.op is not None else 0.0
-        for m in ms:
-            compute = (split_w if m.split_params else split if m.split_work else whole)[i]
+        for md in ms:
+            compute = (split_w if md.split_params else split if md.split_work else whole)[i]
             out = node.out_bytes * b
             comm = 0.0
-            if m.reduce == "all_reduce":
+            if md.reduce == "all_reduce":
                 comm = all_reduce_time(out, t, link)
-            elif m.reduce == "reduce_scatter":
+            elif md.reduce == "reduce_scatter":
                 comm = reduce_scatter_time(out, t, link) + all_gather_time(out, t, link)
-            update = params / (t if m.split_params else 1) * update_rate / max(num_micro_batches, 1)
-            op_cost[(i, m.name)] = (float(compute), float(comm), float(update))
-    comp: dict[tuple[int, str], float] = {}
-    out_bytes: dict[int, float] = defaultdict(float)
-    for u, _v, nbytes in seg.edges:
-        out_bytes[u] = max(out_bytes[u], nbytes)
-    for u, nbytes in out_bytes.items():
+            update = params / (div[i] if md.split_params else 1) * update_rate
+            op_cost[(i, md.name)] = (float(compute), float(comm), float(update))
+    comp: dict[tuple[int, Any, str], float] = {}
+    for u, _v, nbytes, key in seg.edges:
         big = nbytes * b
         rows = seg.nodes[u].rows * b
-        comp[(u, "fwd_allgather")] = all_gather_time(big, t, link)
-        comp[(u, "bwd_allgather")] = all_gather_time(big, t, link)
-        comp[(u, "bwd_allreduce")] = all_reduce_time(big, t, link)
-        comp[(u, "bwd_reducescatter")] = reduce_scatter_time(big, t, link)
-        comp[(u, "alltoall")] = 2 * all_to_all_time(big / t, t, link)
+        comp[(u, key, "fwd_allgather")] = all_gather_time(big, t, link)
+        comp[(u, key, "bwd_allgather")] = all_gather_time(big, t, link)
+        comp[(u, key, "bwd_allreduce")] = all_reduce_time(big, t, link)
+        comp[(u, key, "bwd_reducescatter")] = reduce_scatter_time(big, t, link)
         # Megatron's vocab-parallel cross entropy: all-reduce max, target logit and sum(exp), fp32 per token
-        comp[(u, "loss_parallel")] = 3 * all_reduce_time(rows * 4, t, link)
+        comp[(u, key, "loss_parallel")] = 3 * all_reduce_time(rows * 4, t, link)
     return _Costs(op_cost, comp, whole[n_nodes:n_nodes + n_groups], split[n_nodes:n_nodes + n_groups],
                   float(whole[size - 1]))
+
+
+def _shard_divisor(node: _Node, t: int) -> float:
+    """Work divisor of a split op: t, or n / ceil(n/t) for an unevenly sharded vocabulary of n rows."""
+    if node.op is None or not node.vocab_like:
+        return float(t)
+    n = (node.op.in_features if node.kind == "embedding" else node.op.out_features) or t
+    return n / -(-n // t)
+
+
+def _join_state(states: set[str]) -> str:
+    """State the non-parametric ops of a join run in, D (data, constants: sliced for free) aside: S when
+    every producer gives S; Q when every producer gives Q or R and one gives Q (replicated inputs are
+    sliced for free forward, their backward all-gather is charged on their edges); else R (whole)."""
+    states = states - {"D"}
+    if states == {"S"}:
+        return "S"
+    if "Q" in states and states <= {"Q", "R"}:
+        return "Q"
+    return "R"
 
 
 def _violates(seg: _SegmentData, modes: dict[int, Mode]) -> bool:
@@ -611,7 +724,7 @@ def _violates(seg: _SegmentData, modes: dict[int, Mode]) -> bool:
     for gi, members in enumerate(seg.groups):
         if seg.mixing[gi] and any(seg.nodes[u].op is not None and modes[u].gives == "Q" for u in members):
             return True
-    if any(_edge_components(seg, u, v, modes[u], modes[v]) is None for u, v, _ in seg.edges):
+    if any(_edge_components(seg, u, v, modes[u], modes[v]) is None for u, v, _, _ in seg.edges):
         return True
     return any(modes[a].shard_dim != modes[b].shard_dim for a, b in seg.ties)
 
@@ -623,14 +736,13 @@ def _evaluate(seg: _SegmentData, modes: dict[int, Mode], costs: _Costs) -> dict[
     for i, m in modes.items():
         c, k, u = costs.op[(i, m.name)]
         compute, comm, update = compute + c, comm + k, update + u
-    needed: set[tuple[int, str]] = set()
-    for u, v, _ in seg.edges:
+    needed: set[tuple[int, Any, str]] = set()
+    for u, v, _, key in seg.edges:
         for c in _edge_components(seg, u, v, modes[u], modes[v]) or ():
-            needed.add((u, c))
+            needed.add((u, key, c))
     comm += sum(costs.comp[k] for k in needed)
     for gi, members in enumerate(seg.groups):
-        states = {modes[u].gives for u in members}
-        sharded = len(states) == 1 and states <= {"S", "Q"}
+        sharded = bool(members) and _join_state({modes[u].gives for u in members}) != "R"
         compute += costs.group_split[gi] if sharded else costs.group_full[gi]
     return {"compute_s": compute, "comm_s": comm, "update_s": update, "total_s": compute + comm + update}
 
@@ -677,7 +789,7 @@ class PlacementILP:
         all q, so y[e,p,q] = x[u,p] AND x[v,q] (the layout pair the edge carries); y[e,p,q] = 0 for
         pairs whose conversion is not allowed."""
         m = self.model
-        for ei, (u, v, _) in enumerate(self.seg.edges):
+        for ei, (u, v, _, _) in enumerate(self.seg.edges):
             for p in self.modes[u]:
                 for q in self.modes[v]:
                     y = m.new_bool_var(f"y[{ei},{p.name},{q.name}]")
@@ -690,33 +802,38 @@ class PlacementILP:
                 m.add(sum(self.y[(ei, p.name, q.name)] for p in self.modes[u]) == self.x[(v, q.name)])
 
     def add_resharding(self) -> None:
-        """z[u,p,c] >= y[e,p,q] for every out-edge e of u and consumer mode q with c in
-        reshard_components(gives(u,p), needs(v,q)): a collective is paid once per producer tensor."""
+        """z[u,k,p,c] >= y[e,p,q] for every out-edge e of u carrying tensor k and every consumer mode q
+        with c in reshard_components(gives(u,p), needs(v,q)): a collective is paid once per (producer,
+        tensor), so consumers reading one tensor (q, k, v after a norm) share it."""
         m = self.model
-        for ei, (u, v, _) in enumerate(self.seg.edges):
+        for ei, (u, v, _, tensor) in enumerate(self.seg.edges):
             for p in self.modes[u]:
                 for q in self.modes[v]:
                     for c in _edge_components(self.seg, u, v, p, q) or ():
-                        key = (u, p.name, c)
+                        key = (u, tensor, p.name, c)
                         if key not in self.z:
-                            self.z[key] = m.new_bool_var(f"z[{self.seg.nodes[u].path},{p.name},{c}]")
+                            self.z[key] = m.new_bool_var(f"z[{self.seg.nodes[u].path},{tensor},{p.name},{c}]")
                         m.add(self.z[key] >= self.y[(ei, p.name, q.name)])
 
     def _state_sum(self, u: int, state: str):
         return sum(self.x[(u, md.name)] for md in self.modes[u] if md.gives == state)
 
     def add_join_states(self) -> None:
-        """wS[g] <= sum_{p: gives(u,p)=S} x[u,p] and wQ[g] <= sum_{p: gives(u,p)=Q} x[u,p] for every
-        producer u in g, wS[g] + wQ[g] <= 1: non-parametric ops run sharded only if all their producers'
-        outputs are sharded the same way (the objective pushes w up to that AND)."""
+        """With X(u) = sum_{p: gives(u,p)=X} x[u,p]: wS[g] <= S(u) + D(u) and wQ[g] <= Q(u) + R(u) + D(u)
+        for every producer u in g, wS[g] <= sum_u S(u), wQ[g] <= sum_u Q(u), wS[g] + wQ[g] <= 1:
+        non-parametric ops run feature-sharded only if all their producers' outputs are (constants
+        aside), sequence-sharded only if one is and none is feature-sharded (_join_state; the objective
+        pushes w up to it)."""
         m = self.model
         for gi, members in enumerate(self.seg.groups):
             if not members:
                 continue
             ws, wq = m.new_bool_var(f"wS[{gi}]"), m.new_bool_var(f"wQ[{gi}]")
             for u in members:
-                m.add(ws <= self._state_sum(u, "S"))
-                m.add(wq <= self._state_sum(u, "Q"))
+                m.add(ws <= self._state_sum(u, "S") + self._state_sum(u, "D"))
+                m.add(wq <= self._state_sum(u, "Q") + self._state_sum(u, "R") + self._state_sum(u, "D"))
+            m.add(ws <= sum(self._state_sum(u, "S") for u in members))
+            m.add(wq <= sum(self._state_sum(u, "Q") for u in members))
             m.add(ws + wq <= 1)
             self.wS[gi], self.wQ[gi] = ws, wq
 
@@ -758,8 +875,8 @@ class PlacementILP:
         terms = []
         for (i, name), var in self.x.items():
             terms.append(self._int(sum(c.op[(i, name)])) * var)
-        for (u, _p, comp), var in self.z.items():
-            terms.append(self._int(c.comp[(u, comp)]) * var)
+        for (u, tensor, _p, comp), var in self.z.items():
+            terms.append(self._int(c.comp[(u, tensor, comp)]) * var)
         for gi in self.wS:
             gain = self._int(c.group_full[gi] - c.group_split[gi])
             terms.append(-gain * (self.wS[gi] + self.wQ[gi]))
@@ -849,7 +966,7 @@ class ShardingSolver:
         if not chosen:
             sol = SegmentSolution(name, t, sp, {}, float("inf"), {}, status)
         else:
-            br = _evaluate(seg, chosen, costs)
+            br = {k: float(v) for k, v in _evaluate(seg, chosen, costs).items()}
             sol = SegmentSolution(name, t, sp, {seg.nodes[i].path: md for i, md in chosen.items()
                                                 if seg.nodes[i].op is not None},
                                   br["total_s"], br, status)
@@ -875,7 +992,8 @@ class ShardingSolver:
 
     def segment_costs(self, tp: int, sequence_parallel: bool, micro_batch: int = 1) -> dict[str, float]:
         """Solved cost per micro-batch [s] of each segment (block representatives and 'ends')."""
-        return {n: self.solve_segment(n, tp, sequence_parallel, micro_batch).cost_s for n in self.segment_names()}
+        return {n: float(self.solve_segment(n, tp, sequence_parallel, micro_batch).cost_s)
+                for n in self.segment_names()}
 
     def choices(self, op_path: str, tp: int, sequence_parallel: bool, micro_batch: int = 1) -> list[Choice]:
         """Every placement of one op: the segment's optimal cost with the op fixed to each legal mode,
@@ -890,11 +1008,33 @@ class ShardingSolver:
         out = []
         for md in modes[i]:
             sol = self.solve_segment(name, tp, sp, micro_batch, fixed={rel: md.name})
+            why = "" if sol.modes else _infeasible_reason(seg, i, md)
             out.append(Choice(md.name, md.placement, sol.cost_s if sol.modes else None, sol.breakdown,
-                              chosen=best.modes.get(rel) == md))
+                              chosen=best.modes.get(rel) == md, illegal=why))
         for placement, why in illegal[i].items():
             out.append(Choice(placement, placement, None, {}, False, why))
         return out
+
+
+MODE_TEXT = {
+    "replicate": "whole weights, whole activations", "colwise": "output features sharded",
+    "rowwise": "input features sharded, output all-reduced",
+    "rowwise_rs": "input features sharded, output reduce-scattered to sequence shards",
+    "vocab": "table rows sharded, output all-reduced",
+    "vocab_rs": "table rows sharded, output reduce-scattered to sequence shards",
+    "sequence": "on sequence shards", "heads": "on head-sharded input", "expert": "expert group",
+}
+
+
+def _infeasible_reason(seg: _SegmentData, i: int, md: Mode) -> str:
+    """Why fixing op i to mode md leaves no legal layout of its segment."""
+    producers = sorted({seg.nodes[u].path for u, v, _, _ in seg.edges if v == i})
+    if md.needs == "S":
+        return (f"needs a feature-sharded input from a colwise op in {seg.nodes[i].parent or 'the root'}; "
+                f"its input comes from {', '.join(producers) or 'the model inputs'}")
+    if any(seg.mixing[g] for g, members in enumerate(seg.groups) if i in members) and md.gives == "Q":
+        return "its output feeds attention, which needs whole sequences"
+    return "no layout of the neighbouring ops accepts it (or the memory budget is exceeded)"
 
 
 # ============================================================================ public API
@@ -926,6 +1066,9 @@ def explain_choices(ctx: Any, plan: Any, op_path: str) -> str:
     tp, sp = plan.tp, bool(plan.sequence_parallel and plan.tp > 1)
     choices = solver.choices(op_path, tp, sp, plan.micro_batch)
     name, _rel = solver.segment_of(op_path)
+    block = graph.parametric_ops[op_path].block
+    if block is not None and name != block:  # speak of the op's own block, not the class representative
+        choices = [dataclasses.replace(c, illegal=c.illegal.replace(name + ".", block + ".")) for c in choices]
     in_plan = plan.placements.get(op_path)
     where = "the model's ends (embeddings, final norm, LM head)" if name == ENDS else \
         f"block class of {graph.parametric_ops[op_path].block} (representative {name})"
@@ -935,19 +1078,16 @@ def explain_choices(ctx: Any, plan: Any, op_path: str) -> str:
     legal = [c for c in choices if not c.illegal]
     best = min((c.cost_s for c in legal if c.cost_s is not None), default=None)
     for c in legal:
-        if c.cost_s is None:
-            lines.append(f"  {c.placement:<10} ({c.mode}) infeasible")
-            continue
         mark = "  <- plan" if in_plan is not None and c.placement == in_plan and c.chosen else \
             ("  <- solver" if c.chosen else "")
         b = c.breakdown
         delta = "" if best is None or c.cost_s == best else f" (+{(c.cost_s - best) * 1e3:.3f} ms)"
-        lines.append(f"  {c.placement:<10} {c.mode:<11} {c.cost_s * 1e3:10.3f} ms{delta}  compute "
-                     f"{b['compute_s'] * 1e3:.3f}, tp comm {b['comm_s'] * 1e3:.3f}, update "
-                     f"{b['update_s'] * 1e3:.3f}{mark}")
+        lines.append(f"  {c.placement:<10} {c.cost_s * 1e3:10.3f} ms{delta}  compute {b['compute_s'] * 1e3:.3f}, "
+                     f"tp comm {b['comm_s'] * 1e3:.3f}, update {b['update_s'] * 1e3:.3f}  "
+                     f"[{MODE_TEXT.get(c.mode, c.mode)}]{mark}")
     for c in choices:
         if c.illegal:
-            lines.append(f"  {c.placement:<10} illegal: {c.illegal}")
+            lines.append(f"  {c.placement:<10} not possible [{MODE_TEXT.get(c.mode, c.mode)}]: {c.illegal}")
     if tp == 1:
         lines.append("  (tp=1: nothing is sharded, every placement costs the same)")
     if in_plan is not None and not any(c.chosen and c.placement == in_plan for c in legal):

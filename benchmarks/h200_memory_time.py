@@ -313,6 +313,21 @@ def _profile_step(loop: MixedPrecisionLoop, batches: list, grad_out: torch.Tenso
             "kernel_count": len(kernels)}
 
 
+def _host_profile_step(loop: MixedPrecisionLoop, batches: list, grad_out: torch.Tensor | None) -> dict[str, Any]:
+    """Host time by op over one step (torch.profiler, CPU activity): where a host-bound step spends it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        loop.step(batches, grad_out)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    rows = [(e.key, e.self_cpu_time_total * 1e-6, e.count) for e in prof.key_averages()]
+    rows.sort(key=lambda r: -r[1])
+    return {"self_cpu_s_total": sum(r[1] for r in rows),
+            "top_self_cpu": [{"op": k[:100], "s": t, "count": c} for k, t, c in rows[:30]],
+            "aten_op_calls": sum(c for k, _, c in rows if k.startswith("aten::"))}
+
+
 def _kernel_class(name: str) -> str:
     n = name.lower()
     if "flash" in n or "fmha" in n or "attention" in n:
@@ -326,7 +341,8 @@ def _kernel_class(name: str) -> str:
     return "other"
 
 
-def measure_config(cfg: Config, device: torch.device, steps: int, warmup: int, profile_step: bool) -> dict[str, Any]:
+def measure_config(cfg: Config, device: torch.device, steps: int, warmup: int, profile_step: bool,
+                   host_profile: bool = False) -> dict[str, Any]:
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.synchronize()
@@ -374,6 +390,8 @@ def measure_config(cfg: Config, device: torch.device, steps: int, warmup: int, p
     if cuda and profile_step:
         row["profile"] = _profile_step(loop, batches, grad_out)
         row["accumulate_pass_s"] = loop.accumulate_seconds()
+    if cuda and host_profile:
+        row["host_profile"] = _host_profile_step(loop, batches, grad_out)
     del loop, model, batches, grad_out
     gc.collect()
     return row
@@ -417,7 +435,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     for cfg in configs:
         t0 = time.perf_counter()
         try:
-            row = measure_config(cfg, device, args.steps, args.warmup, not args.no_profile)
+            row = measure_config(cfg, device, args.steps, args.warmup, not args.no_profile,
+                                 cfg.name in args.host_profile.split(","))
         except Exception as e:  # an OOM or a kernel missing for one config must not lose the others
             row = {"name": cfg.name, "config": dataclasses.asdict(cfg), "error": f"{type(e).__name__}: {e}"[:2000],
                    "traceback": traceback.format_exc()[-3000:]}
@@ -580,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--warmup", type=int, default=2)
     m.add_argument("--smoke", action="store_true", help="tiny models on the CPU: exercise the code path")
     m.add_argument("--no-profile", action="store_true")
+    m.add_argument("--host-profile", default="", help="configs (comma-separated names) to profile on the host too")
     r = sub.add_parser("report")
     r.add_argument("--raw", required=True)
     r.add_argument("--profile", default=str(ROOT / "hardware_profiles" / "h200.yaml"))

@@ -212,7 +212,8 @@ def _dist_variant(spec, device: torch.device, tokens: torch.Tensor, args: argpar
 
     out: dict[str, Any] = {"step_times_s": []}
     try:
-        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1, device_id=device)
+        index = torch.device("cuda", torch.cuda.current_device())
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1, device_id=index)
         step = trainer_loop(spec, device, raw['batch'], raw['seq_len'])
         for _ in range(args.warmup):
             step(tokens)

@@ -1,14 +1,47 @@
-"""Compute time of one operator: a roofline with size-dependent efficiency.
+"""Compute time of one operator: a roofline with size-dependent efficiency, per kernel class.
 
-    t_op = max( F / (P_peak * e_gemm(F)),  Bytes / (BW_mem * e_mem) ) + t_launch      [seconds]
+    t_op = max( F / (P_peak * e_c(F)),  Bytes / (BW_mem * m_c) ) + t_copy + t_launch      [seconds]
 
 F in FLOPs, P_peak in FLOP/s for the compute dtype, Bytes moved to/from device memory, BW_mem in
-bytes/s. Matmul-class ops (mm, bmm, attention kernels, grouped expert GEMMs) reach
-e_gemm(F) = gemm_max * F / (F + gemm_half_flops): small GEMMs cannot fill the machine, large ones
-approach gemm_max. Other ops are bandwidth-bound at e_mem = memory_bound.
+bytes/s. Matrix-unit ops reach e_c(F) = max_c * F / (F + gemm_half_flops): small GEMMs cannot fill
+the machine, large ones approach max_c. Other ops are bandwidth-bound at the fraction m_c.
+
+Kernel classes c (`classify`); the profile's `efficiency` section gives the generic values, and a
+profile written by `autoparallel calibrate` may carry measured per-class values under `calibration`
+(absent keys keep the generic value, so uncalibrated profiles behave as before):
+
+  gemm              max = gemm_max                                   mm, addmm, bmm, baddbmm, conv, ...
+  gemm_unaligned    max = calibration.gemm_unaligned_max             a GEMM with M, N or K not a multiple
+                    of 8 elements: cuBLAS falls back to 1-element-aligned kernels (GPT-2's 50257 vocab)
+  attention_fwd/bwd max = calibration.attention_fwd_max / _bwd_max   fused attention kernels, on the FLOPs
+                    torch.utils.flop_counter counts for them (causal attention counted as full), with
+                    their own half-size calibration.attention_fwd_half_flops / _bwd_half_flops
+  softmax, log_softmax, cast, dropout, layer_norm, rms_norm and their backwards
+                    m = calibration.memory_fraction[class]           measured kernel families, on the
+                    bytes the tracer counts for the op (its inputs read, its outputs written)
+  other             m = memory_bound
+
+t_copy: an op that first copies its additive input into its output (baddbmm: cuBLAS then accumulates
+with beta = 1) moves copy_bytes more: written by a copy kernel (at the `broadcast_copy` fraction) and
+read once more by the GEMM.
+
+Host floor (`with_host_floor`): eager PyTorch issues every op from the host (Python, dispatcher,
+autograd engine); when the device runs ops faster than the host issues them, the host sets the pace:
+a phase of n ops takes at least n * calibration.host_us_per_op (host_us_per_op_moe in expert blocks,
+whose data-dependent GEMMs also pay host_us_per_new_gemm_shape each).
+
+Optimizer step (`update_time`): the mixed-precision update of a runtime that keeps fp32 master weights
+and a persistent gradient buffer (Megatron-LM's layout; CostModel._memory's accounting), per step:
+    N (28 / m + (4 + p) / m_cast + g / m) / BW          fused Adam(W): reads p, g, m, v, writes p, m, v in
+                                                        fp32; master -> p-byte copy; zero the buffer
+  + M N (p + 2 g) / (BW m_acc)                          each of M micro-batches adds its p-byte gradient
+                                                        into the g-byte buffer (m_acc = m_cast if p != g)
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -18,10 +51,72 @@ from hardware_profiles import HardwareProfile
 MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "_grouped_mm",
               "scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
 
+CLASSES = ("other", "gemm", "gemm_unaligned", "attention_fwd", "attention_bwd", "softmax", "softmax_backward",
+           "log_softmax", "log_softmax_backward", "cast", "dropout", "dropout_backward", "layer_norm",
+           "layer_norm_backward", "rms_norm", "rms_norm_backward")
+CLASS_CODE = {c: i for i, c in enumerate(CLASSES)}
+MEMORY_CLASSES = CLASSES[5:]
+_GEMM_BASES = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear")
+_BY_BASE = {
+    "_softmax": "softmax", "_softmax_backward_data": "softmax_backward",
+    "_log_softmax": "log_softmax", "_log_softmax_backward_data": "log_softmax_backward",
+    "_to_copy": "cast",
+    "native_dropout": "dropout", "native_dropout_backward": "dropout_backward",
+    "native_layer_norm": "layer_norm", "native_layer_norm_backward": "layer_norm_backward",
+    "fused_rms_norm": "rms_norm", "_fused_rms_norm": "rms_norm",
+    "fused_rms_norm_backward": "rms_norm_backward", "_fused_rms_norm_backward": "rms_norm_backward",
+}
+ADAM_BYTES = 28  # fused Adam(W) per fp32 parameter: reads p, g, m, v (16 B) and writes p, m, v (12 B)
+
+
+def _base(op_name: str) -> str:
+    """'aten.mm.default' -> 'mm'; 'autoparallel.fused_rms_norm.default' -> 'fused_rms_norm'."""
+    parts = op_name.split(".")
+    return parts[1] if len(parts) >= 2 else op_name
+
 
 def is_matmul(op_name: str) -> bool:
     base = op_name.split(".")[1] if op_name.startswith("aten.") else op_name
     return any(base.startswith(m) or m in base for m in MATMUL_OPS)
+
+
+def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: float = 0.0) -> int:
+    """Kernel class code (CLASS_CODE) of one traced op (see the module docstring)."""
+    base = _base(op_name)
+    if "attention" in base or "scaled_dot_product" in base:
+        return CLASS_CODE["attention_bwd" if "backward" in base else "attention_fwd"]
+    if base in _GEMM_BASES:
+        return CLASS_CODE["gemm_unaligned" if _unaligned(out_shapes, flops) else "gemm"]
+    if is_matmul(op_name):
+        return CLASS_CODE["gemm"]
+    return CLASS_CODE[_BY_BASE.get(base, "other")]
+
+
+def _unaligned(out_shapes: Sequence[Sequence[int]], flops: float, multiple: int = 8) -> bool:
+    """A GEMM out [..., M, N] of F = 2 * batch * M * N * K FLOPs with M, N or K not a multiple of 8."""
+    if not out_shapes or len(out_shapes[0]) < 2 or flops <= 0:
+        return False
+    *batch, m, n = (int(d) for d in out_shapes[0])
+    k = flops / (2.0 * math.prod(batch) * m * n)
+    return m % multiple != 0 or n % multiple != 0 or abs(k - round(k)) > 1e-6 or round(k) % multiple != 0
+
+
+def copy_bytes_of(op_name: str, out_bytes: float) -> float:
+    """Bytes an op copies into its output before its kernel runs (baddbmm's additive input)."""
+    return out_bytes if _base(op_name) in ("baddbmm", "addbmm") else 0.0
+
+
+def calibrated(profile: HardwareProfile, key: str, default: float) -> float:
+    """A measured value from the profile's calibration section, else `default`."""
+    value = profile.calibration.get(key) if profile.calibration else None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else default
+
+
+def memory_fraction(profile: HardwareProfile, cls: str) -> float:
+    """Achieved fraction of memory bandwidth of a kernel class (calibrated, else memory_bound)."""
+    table = profile.calibration.get("memory_fraction") if profile.calibration else None
+    value = table.get(cls) if isinstance(table, dict) else None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else profile.efficiency.memory_bound
 
 
 def gemm_efficiency(flops: np.ndarray | float, profile: HardwareProfile) -> np.ndarray | float:
@@ -30,14 +125,80 @@ def gemm_efficiency(flops: np.ndarray | float, profile: HardwareProfile) -> np.n
     return eff.gemm_max * flops / (flops + eff.gemm_half_flops)
 
 
+def _class_tables(profile: HardwareProfile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(curve maximum, curve half-size [FLOPs], bandwidth fraction) per class code."""
+    eff = profile.efficiency
+    peak_max = np.full(len(CLASSES), eff.gemm_max)
+    half = np.full(len(CLASSES), eff.gemm_half_flops)
+    peak_max[CLASS_CODE["gemm_unaligned"]] = calibrated(profile, "gemm_unaligned_max", eff.gemm_max)
+    for phase in ("fwd", "bwd"):
+        code = CLASS_CODE[f"attention_{phase}"]
+        peak_max[code] = calibrated(profile, f"attention_{phase}_max", eff.gemm_max)
+        half[code] = calibrated(profile, f"attention_{phase}_half_flops", eff.gemm_half_flops)
+    mem = np.full(len(CLASSES), eff.memory_bound)
+    for cls in MEMORY_CLASSES:
+        mem[CLASS_CODE[cls]] = memory_fraction(profile, cls)
+    return peak_max, half, mem
+
+
 def op_times(flops: np.ndarray, bytes_moved: np.ndarray, matmul: np.ndarray, profile: HardwareProfile,
-             dtype: str) -> np.ndarray:
-    """Vectorized roofline time per op [s]; see the module docstring for the formula."""
+             dtype: str, op_class: np.ndarray | None = None, copy_bytes: np.ndarray | None = None) -> np.ndarray:
+    """Vectorized roofline time per op [s]; see the module docstring for the formula. Without
+    `op_class`, matmuls use the gemm curve and other ops memory_bound (the generic model)."""
     peak = profile.peak(dtype)
     eff = profile.efficiency
+    bw = profile.memory_bandwidth
+    if op_class is None:
+        curve_max, mem = np.full(len(flops), eff.gemm_max), np.full(len(flops), eff.memory_bound)
+        half = np.full(len(flops), eff.gemm_half_flops)
+    else:
+        maxes, halves, fracs = _class_tables(profile)
+        curve_max, half, mem = maxes[op_class], halves[op_class], fracs[op_class]
     with np.errstate(divide="ignore", invalid="ignore"):
-        e = np.where(matmul, gemm_efficiency(np.maximum(flops, 1.0), profile), eff.gemm_max)
+        f = np.maximum(flops, 1.0)
+        e = np.where(matmul, curve_max * f / (f + half), eff.gemm_max)
         t_compute = np.where(flops > 0, flops / (peak * e), 0.0)
-    t_memory = bytes_moved / (profile.memory_bandwidth * eff.memory_bound)
+    moved = bytes_moved if copy_bytes is None else bytes_moved + copy_bytes
+    t_memory = moved / (bw * mem)
     launch = np.where((flops > 0) | (bytes_moved > 0), eff.kernel_overhead_s, 0.0)
-    return np.maximum(t_compute, t_memory) + launch
+    t = np.maximum(t_compute, t_memory) + launch
+    if copy_bytes is not None and np.any(copy_bytes > 0):
+        frac = memory_fraction(profile, "broadcast_copy")
+        t = t + np.where(copy_bytes > 0, copy_bytes / (bw * frac) + eff.kernel_overhead_s, 0.0)
+    return t
+
+
+def with_host_floor(times: np.ndarray, profile: HardwareProfile, expert: np.ndarray | None = None,
+                    matmul: np.ndarray | None = None) -> np.ndarray:
+    """Per-op times stretched so that they sum to at least the host time of the phase (module docstring):
+    n_ops * host_us_per_op; phases with expert groups use host_us_per_op_moe (their per-expert Python
+    loops and host-synchronizing token counts cost more per op), and each expert GEMM pays
+    host_us_per_new_gemm_shape: its token count is data-dependent, so the BLAS library picks a kernel
+    for a new problem size on the host (the regime of a run whose heuristics cache has not yet seen
+    the counts; an upper bound for long runs)."""
+    host = calibrated(profile, "host_us_per_op", 0.0) * 1e-6
+    floor = host * len(times)
+    if expert is not None and len(expert) == len(times) and expert.any():
+        host = calibrated(profile, "host_us_per_op_moe", host * 1e6) * 1e-6
+        floor = host * len(times)
+        if matmul is not None:
+            extra = calibrated(profile, "host_us_per_new_gemm_shape", host * 1e6) * 1e-6 - host
+            floor += max(extra, 0.0) * float(np.count_nonzero(expert & matmul))
+    total = float(times.sum())
+    if floor <= total or total <= 0:
+        return times
+    return times * (floor / total)
+
+
+def update_time(params: float, accumulate_params: float, micro_batches: int, param_bytes: int, grad_bytes: int,
+                profile: HardwareProfile) -> float:
+    """Optimizer step + gradient accumulation per step [s] (module docstring). `params` are the local
+    parameters the optimizer updates, `accumulate_params` those whose gradients each micro-batch adds."""
+    bw = profile.memory_bandwidth
+    m_gen = profile.efficiency.memory_bound
+    m_cast = memory_fraction(profile, "cast")
+    per_param = ADAM_BYTES / m_gen + grad_bytes / m_gen
+    if param_bytes < 4:  # a 16-bit working copy of the fp32 master weights is rewritten every step
+        per_param += (4 + param_bytes) / m_cast
+    m_acc = m_cast if param_bytes != grad_bytes else m_gen
+    return (params * per_param + micro_batches * accumulate_params * (param_bytes + 2 * grad_bytes) / m_acc) / bw

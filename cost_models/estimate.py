@@ -14,6 +14,8 @@ Memory per device d (bytes):
   model states   N_d * (p + g + k) sharded by ZeRO stage over the data-parallel group (Rajbhandari
                  et al.: p = 2 bf16 params, g = grad bytes, k = 12 fp32 master + Adam moments)
   activations    in_flight(d) * sum_k A_k(recompute) + the largest block's rematerialized working set
+                 beyond the logits buffers (the two never coexist: the loss backward frees the logits
+                 before any block recomputes)
                  (1F1B: in_flight = min(m, p - d); interleaved: (p - d) + (p - 1)/v, Korthikanti 2022)
   buffers        fp32 logits on the last stage, ZeRO-3 all-gather buffers, allocator reserve
 """
@@ -37,7 +39,7 @@ from cost_models.comm import (
     reduce_scatter_time,
     send_recv_time,
 )
-from cost_models.compute import op_times
+from cost_models.compute import op_times, update_time, with_host_floor
 from cost_models.facts import attention_heads, num_experts, vocab_size
 from cost_models.segments import Segment, block_classes, split_segments
 from hardware_profiles import Cluster
@@ -209,10 +211,14 @@ class CostModel:
         # sharded ops run 1/tp; replicated ones 1/tp of the sequence under SP; experts run whole
         div = np.where(ops.tp_sharded, tp, np.where(ops.expert, 1, tp if sp else 1)).astype(float)
         flops = ops.flops * b / div
-        moved = ops.act_bytes * b / div + ops.param_bytes / np.where(ops.tp_sharded, tp, 1)
+        # per-sample bytes grow with the micro-batch, except those of weight-gradient-sized tensors,
+        # whose traced bytes are those of the whole traced batch
+        per_mb = np.where(ops.weight_sized, self.graph.batch, b) if len(ops.weight_sized) == len(ops.flops) else b
+        moved = ops.act_bytes * per_mb / div + ops.param_bytes / np.where(ops.tp_sharded, tp, 1)
         # expert weights: each EP rank holds E/ep experts and reads only those
         moved = moved - np.where(ops.expert, ops.param_bytes * (1 - 1 / ep) / np.where(ops.tp_sharded, tp, 1), 0)
-        return op_times(flops, moved, ops.matmul, self.profile, self.dtype), flops, div
+        t = op_times(flops, moved, ops.matmul, self.profile, self.dtype, ops.op_class, ops.copy_bytes * b / div)
+        return with_host_floor(t, self.profile, ops.expert, ops.matmul), flops, div
 
     # ---- whole plan ------------------------------------------------------------------------------------
     def check_plan(self, plan: Plan) -> None:
@@ -368,8 +374,11 @@ class CostModel:
         buffers = 0.0
         if plan.zero >= 3:  # gathered parameters of two blocks (current + prefetched), per device
             buffers += 2 * self.max_block_params(plan) * pb
-        if is_last:  # fp32 logits and their gradient for the loss (vocab-sharded under TP)
-            buffers += 2 * plan.micro_batch * plan.seq_len * self.vocab_size * 4 / plan.tp
+        logits = 2 * plan.micro_batch * plan.seq_len * self.vocab_size * 4 / plan.tp if is_last else 0.0
+        buffers += logits  # fp32 logits and their gradient for the loss (vocab-sharded under TP)
+        # A recomputed block's working set lives during that block's backward, after the loss backward
+        # has freed the logits buffers: the peak holds the larger of the two, not both.
+        working = max(0.0, working - logits)
         mem = {"params": pd + pe, "grads": gd + ge, "optimizer": od + oe, "activations": act,
                "working": working, "buffers": buffers}
         mem["allocator"] = ALLOCATOR_RESERVE * sum(mem.values())
@@ -382,7 +391,7 @@ class CostModel:
         sync hides behind backward work (exposed = max(0, t_sync - t_cover)): the last micro-batch's
         backward for ZeRO-0/1, every micro-batch's backward for ZeRO-2, all forward and backward work
         for ZeRO-3; recompute is not counted as cover, so more recompute never buys less exposure.
-        Adam reads/writes ~32 bytes per local parameter.
+        The optimizer step and the per-micro-batch gradient accumulation: compute.update_time.
         """
         span = plan.mesh_span()
         d_dense, d_exp = plan.dp * plan.ep, plan.dp
@@ -399,7 +408,8 @@ class CostModel:
             window = window if self.overlap_grad_sync else 0.0
             exposed = max(0.0, total - window)
             local = s["params"] / (d_dense if plan.zero >= 1 else 1)
-            opt = local * 32 / (self.profile.memory_bandwidth * self.profile.efficiency.memory_bound)
+            accumulated = s["params"] / (d_dense if plan.zero >= 2 else 1)
+            opt = update_time(local, accumulated, m, pb, gb, self.profile)
             worst_exposed, worst_total = max(worst_exposed, exposed), max(worst_total, total)
             worst_opt = max(worst_opt, opt)
         return worst_exposed, worst_total, worst_opt

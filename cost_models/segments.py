@@ -17,13 +17,14 @@ all-gather per distinct input of the colwise ops under SP); backward mirrors for
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from autoparallel.graph import OpGraph
-from cost_models.compute import is_matmul
+from cost_models.compute import classify, copy_bytes_of, is_matmul
 
 SHARDING_PLACEMENTS = ("colwise", "rowwise", "vocab")
 
@@ -39,12 +40,17 @@ class PhaseOps:
     expert: np.ndarray        # bool: inside an expert group
     saved_bytes: np.ndarray   # bytes kept for backward (fwd only; zeros for bwd)
     keep_selective: np.ndarray  # bool: still saved under selective recompute (fwd only)
+    op_class: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))  # compute.CLASSES code
+    copy_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # implicit input copy (baddbmm), per sample
+    # bool: a backward op on a weight-gradient-shaped tensor (select_backward of a stacked expert
+    # weight, accumulation of such gradients): its bytes do not grow with the micro-batch
+    weight_sized: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     @classmethod
     def empty(cls) -> PhaseOps:
         z = np.zeros(0)
         b = np.zeros(0, dtype=bool)
-        return cls(z, z, z, b, b, b, z, b)
+        return cls(z, z, z, b, b, b, z, b, np.zeros(0, dtype=np.int8), z, b)
 
 
 @dataclass
@@ -144,6 +150,8 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
         return any(module == e or module.startswith(e + ".") for e in experts)
 
     seg = Segment(name=name, fwd=PhaseOps.empty(), bwd=PhaseOps.empty())
+    weight_shapes = {tuple(int(d) for d in shape) for op in graph.parametric_ops.values()
+                     for shape in op.shapes.values()}
     for phase in ("fwd", "bwd"):
         ids = [n for n in sorted(g.nodes) if seg_of.get(n) == name and g.nodes[n].get("phase") == phase]
         attrs = [g.nodes[n] for n in ids]
@@ -157,7 +165,15 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             tp_sharded=np.array([sharded.get(n, False) for n in ids], dtype=bool),
             expert=np.array([in_expert(a.get("module", "")) for a in attrs], dtype=bool),
             saved_bytes=np.array([a.get("saved_bytes", 0) for a in attrs], dtype=float) * per_sample,
-            keep_selective=np.array([_keep_under_selective(a, graph.seq_len) for a in attrs], dtype=bool),
+            keep_selective=np.array([_keep_under_selective(a, graph.seq_len, graph.batch) for a in attrs],
+                                    dtype=bool),
+            op_class=np.array([classify(a.get("op", ""), a.get("out_shapes", ()), a.get("flops", 0.0))
+                               for a in attrs], dtype=np.int8),
+            copy_bytes=np.array([copy_bytes_of(a.get("op", ""), _out_bytes(a)) for a in attrs], dtype=float)
+            * per_sample,
+            weight_sized=np.array([phase == "bwd" and not is_matmul(a.get("op", "")) and bool(a.get("out_shapes"))
+                                   and tuple(int(d) for d in a["out_shapes"][0]) in weight_shapes
+                                   for a in attrs], dtype=bool),
         )
         setattr(seg, phase, ops)
         if phase == "fwd":
@@ -168,12 +184,18 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
     return seg
 
 
-def _keep_under_selective(attrs: dict, seq_len: int) -> bool:
+def _keep_under_selective(attrs: dict, seq_len: int, batch: int = 1) -> bool:
     """Selective recompute (Korthikanti et al. 2022) recomputes the attention core: the ops whose
     outputs grow with seq_len^2 (scores, softmax, dropout), cheap to redo and the largest activations.
-    Everything else stays saved. With fused (flash) attention nothing is quadratic: selective = none."""
+    Everything else stays saved. With fused (flash) attention nothing is quadratic: selective = none.
+
+    Quadratic: two dims equal seq_len and at least 2 * seq_len^2 elements per traced sample (heads x
+    seq x seq). The size test keeps a [batch, seq, hidden] tensor whose hidden size happens to equal
+    seq_len (seq^2 elements per sample) out of the attention core; single-head attention scores are
+    then kept too, which over-states its memory rather than under-stating it."""
     for shape in attrs.get("out_shapes", []):
-        if seq_len > 1 and sum(1 for d in shape if int(d) == seq_len) >= 2:
+        dims = [int(d) for d in shape]
+        if seq_len > 1 and sum(1 for d in dims if d == seq_len) >= 2 and math.prod(dims) >= 2 * seq_len**2 * max(batch, 1):
             return False
     return True
 

@@ -21,7 +21,8 @@ from hardware_profiles import Efficiency, load_profile, profile_from_yaml, valid
 TINY = cal.CalibrationPlan(
     gemm_shapes=((32, 32, 32), (64, 64, 64), (128, 128, 128)), gemm_wgrad_shapes=((32, 64, 128),),
     other_dtype_shapes=((32, 32, 32),), bandwidth_bytes=(2**14, 2**18), attention_shapes=((1, 2, 1, 32, 16),),
-    collective_bytes=(1024,), reps=2, warmup=1, large_bandwidth_bytes=2**16)
+    collective_bytes=(1024,), reps=2, warmup=1, large_bandwidth_bytes=2**16, class_bytes=2**18,
+    host_inner=1)
 
 
 def _profile_with(gmax: float, half: float, mem: float, overhead: float):
@@ -89,6 +90,13 @@ def test_calibrate_end_to_end_on_cpu_writes_a_valid_profile():
     assert len(meas.gemm) == 3 + 1 + 3 and {s.dtype for s in meas.gemm} == {"bf16", "fp16", "tf32", "fp32"}
     assert {s.op for s in meas.bandwidth} == {"copy", "add", "scale", "silu", "cast"}
     assert meas.attention and meas.attention[0].fwd_flops == 4 * 2 * 32 * 32 * 16
+    # every kernel family the cost model distinguishes was measured, and its fraction written
+    from cost_models.compute import MEMORY_CLASSES
+    assert set(MEMORY_CLASSES) <= set(meas.kernel_classes)
+    assert set(MEMORY_CLASSES) | {"broadcast_copy"} <= set(prof.calibration["memory_fraction"])
+    assert meas.host_fwd_s > 0 and prof.calibration["host_us_per_op"] > 0
+    assert prof.calibration["host_us_per_op_moe"] > 0 and prof.calibration["host_us_per_new_gemm_shape"] > 0
+    assert 0 < prof.calibration["attention_fwd_max"] <= 1
     assert any(line.startswith("gemm 1/7") for line in lines) and any("collectives: skipped" in x for x in lines)
     again = cal.Measurements.from_dict(json.loads(json.dumps(meas.to_dict())))
     assert again == meas
