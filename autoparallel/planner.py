@@ -157,7 +157,6 @@ class Planner:
         self.model_name = model_name or graph.model_name
         self.progress = progress
         self.placements = placements
-        self._placement_cache: dict[bool, dict[str, str]] = {}
         self._check_pins()
 
     # ---- the space ----------------------------------------------------------------------------------------
@@ -254,13 +253,13 @@ class Planner:
                     model_fingerprint=getattr(self.graph, "fingerprint", "") or "")
 
     def _placements(self, cfg: MeshConfig) -> dict[str, str]:
+        """Per-op placements for this tp and SP from the sharding solver (issue 5), solved once per
+        (tp, SP) at one micro-batch and shared by every configuration with that pair (the same dict
+        object, so the cost model's segment analysis is reused)."""
         if self.placements is not None:
             return self.placements
-        sp = cfg.sequence_parallel and cfg.tp > 1
-        if sp not in self._placement_cache:
-            from autoparallel.placements import megatron_placements
-            self._placement_cache[sp] = megatron_placements(self.graph, sp)
-        return self._placement_cache[sp]
+        return self.cm.placements_for(Plan(model="", hardware="", gpus=cfg.tp, gpus_per_node=cfg.tp, global_batch=1,
+                                           seq_len=1, dp=1, tp=cfg.tp, sequence_parallel=cfg.sequence_parallel))
 
     # ---- bounds -------------------------------------------------------------------------------------------
     def lower_bound(self, cfg: MeshConfig) -> float:

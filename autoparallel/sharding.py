@@ -1090,6 +1090,8 @@ def explain_choices(ctx: Any, plan: Any, op_path: str) -> str:
             lines.append(f"  {c.placement:<10} not possible [{MODE_TEXT.get(c.mode, c.mode)}]: {c.illegal}")
     if tp == 1:
         lines.append("  (tp=1: nothing is sharded, every placement costs the same)")
+    if graph.parametric_ops[op_path].kind == "experts":
+        lines.append(f"  (expert groups shard over the plan's ep={plan.ep} ranks; inside a tp group they run whole)")
     if in_plan is not None and not any(c.chosen and c.placement == in_plan for c in legal):
         lines.append(f"  the plan records {in_plan!r} (not the solver's choice at these settings)")
     return "\n".join(lines)

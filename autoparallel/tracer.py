@@ -40,8 +40,8 @@ from torch.utils.flop_counter import flop_registry
 from torch.utils.weak import WeakIdKeyDictionary
 
 from autoparallel.errors import UserError
-from autoparallel.plan import fingerprint
 from autoparallel.graph import ExpertGroup, OpGraph, ParamOp
+from autoparallel.plan import fingerprint
 
 __all__ = ["trace", "find_blocks"]
 

@@ -486,7 +486,8 @@ def predict(cfg: Config, profile: Any) -> dict[str, Any]:
         parts = dict(est.breakdown)
     allocated = sum(v for k, v in mem.items() if k != "allocator")
     return {"time_s": time_s, "memory_allocated_bytes": allocated, "memory_with_reserve_bytes": sum(mem.values()),
-            "memory_parts_bytes": mem, "time_parts_s": parts, "plan": plan.to_dict(),
+            "memory_parts_bytes": mem, "time_parts_s": parts,
+            "plan": {k: v for k, v in plan.to_dict().items() if k not in ("placements", "recompute")},
             "model_flops_per_step": s0["flops_model"] * plan.num_micro_batches}
 
 
@@ -545,13 +546,23 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     raw = json.loads(Path(args.raw).read_text())
+    repeats: dict[str, list[float]] = {}
+    for path in args.repeat:  # the same configurations measured in other sessions: run-to-run spread
+        data = json.loads(Path(path).read_text())
+        for session in data.get("sessions", [data]):
+            for row in session["rows"]:
+                if "step_time_s" in row:
+                    repeats.setdefault(row["name"], []).append(row["step_time_s"])
     pairs = []
     for row in raw["rows"]:
         cfg = Config(**row["config"])
         pred = predict(cfg, profile)
-        entry = {"name": row["name"], "config": row["config"], "measured": {k: v for k, v in row.items()
-                                                                            if k not in ("name", "config")},
-                 "predicted": pred}
+        # the raw file keeps the profiles' kernel lists; the pairs keep the per-class sums
+        measured = {k: v for k, v in row.items() if k not in ("name", "config", "host_profile")}
+        if "profile" in measured:
+            measured["profile"] = {k: v for k, v in measured["profile"].items() if k != "top_kernels_s"}
+        entry = {"name": row["name"], "config": row["config"], "measured": measured,
+                 "predicted": pred, "other_sessions_step_time_s": repeats.get(row["name"], [])}
         if "error" not in row:
             m_mem, p_mem = row["peak_allocated_bytes"], pred["memory_allocated_bytes"]
             entry["memory_error"] = (p_mem - m_mem) / m_mem if m_mem else None
@@ -570,7 +581,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     pick = planner_pick([{"name": p["name"], "config": p["config"]} for p in group], profile) if group else {}
     chosen = next((p for p in group if p["name"] == pick.get("measured_row")), cm_pick)
     summary = {
-        "profile": str(args.profile), "device": raw.get("device"), "torch": raw.get("torch"),
+        "profile": _relative(args.profile), "device": raw.get("device"), "torch": raw.get("torch"),
         "configs": len(pairs), "measured": len(ok),
         "memory_mae": statistics.mean(mem_err) if mem_err else None, "memory_max_abs_error": max(mem_err, default=None),
         "memory_within_10pct": sum(e <= 0.10 for e in mem_err),
@@ -586,7 +597,38 @@ def cmd_report(args: argparse.Namespace) -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({"summary": summary, "pairs": pairs}, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
+    if args.tables:
+        Path(args.tables).write_text(markdown_tables(pairs))
     return 0
+
+
+def _relative(path: str) -> str:
+    p = Path(path).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+
+
+def markdown_tables(pairs: list[dict]) -> str:
+    """The memory and time tables of docs/benchmarks_h200.md."""
+    def shape(c: dict) -> str:
+        extra = f", {c['micro_batches']} micro-batches" if c["micro_batches"] > 1 else ""
+        return f"mb {c['micro_batch']} x seq {c['seq_len']}{extra}, recompute {c['recompute']}"
+
+    lines = ["| configuration | run | predicted GiB | measured GiB | error | predicted + 3% reserve | measured reserved |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for p in pairs:
+        m, pr = p["measured"], p["predicted"]
+        lines.append(f"| {p['name']} | {shape(p['config'])} | {pr['memory_allocated_bytes'] / GIB:.2f} | "
+                     f"{m['peak_allocated_bytes'] / GIB:.2f} | {p['memory_error']:+.1%} | "
+                     f"{pr['memory_with_reserve_bytes'] / GIB:.2f} | {m['peak_reserved_bytes'] / GIB:.2f} |")
+    lines += ["", "| configuration | predicted ms | measured ms | error | other sessions ms | GPU kernels ms |",
+              "|---|---:|---:|---:|---|---:|"]
+    for p in pairs:
+        m, pr = p["measured"], p["predicted"]
+        others = ", ".join(f"{t * 1e3:.0f}" for t in p["other_sessions_step_time_s"]) or "-"
+        kern = m.get("profile", {}).get("total_kernel_s")
+        lines.append(f"| {p['name']} | {pr['time_s'] * 1e3:.1f} | {m['step_time_s'] * 1e3:.1f} | "
+                     f"{p['time_error']:+.1%} | {others} | {kern * 1e3:.0f} |" if kern else "")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -603,6 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("report")
     r.add_argument("--raw", required=True)
     r.add_argument("--profile", default=str(ROOT / "hardware_profiles" / "h200.yaml"))
+    r.add_argument("--repeat", action="append", default=[], help="raw JSON of the same configs from another session")
+    r.add_argument("--tables", default="", help="also write the markdown tables to this file")
     args = ap.parse_args(argv)
     return cmd_measure(args) if args.cmd == "measure" else cmd_report(args)
 

@@ -159,13 +159,17 @@ def write_markdown(result: dict) -> str:
             lines.append(f"| {r['model']} | {r['tp']} | {'on' if r['sp'] else 'off'} | {r['solver_step_s'] * 1e3:.3f} | "
                          f"{r['megatron_step_s'] * 1e3:.3f} | {r['ratio']:.4f} | "
                          f"{'; '.join(r['differences']) or 'identical'} |")
-        lines += [
-            "",
-            "Where they differ: the Megatron rule replicates q_proj/k_proj of qk-norm models (qwen3: the "
-            "projection feeds a norm, not a Linear) while the solver shards them by heads; on tiny widths "
-            "(tiny-*) the solver keeps blocks replicated because an all-reduce's latency exceeds the GEMM time "
-            "it saves; the vocabulary of GPT-2 (50257 rows) shards unevenly in both.",
-        ]
+        where: dict[str, set[str]] = {}
+        for r in rows:
+            for d in r["differences"]:
+                where.setdefault(d, set()).add(r["model"])
+        lines += ["", "Distinct differences from the Megatron rule over all rows (op: solver (rule): models):", ""]
+        lines += [f"- `{d.split(':')[0]}`:{d.split(':', 1)[1]}: {', '.join(sorted(ms))}"
+                  for d, ms in sorted(where.items())] or ["- none"]
+        lines += ["", "Reading them: the Megatron rule makes a Linear colwise only when it feeds another Linear, so "
+                  "it replicates q_proj/k_proj of qk-norm models (they feed a norm) while the solver shards them "
+                  "by heads; at width 64 (tiny-*) an all-reduce's latency exceeds the GEMM time sharding saves, "
+                  "so the solver keeps those models whole at every degree."]
     return "\n".join(lines) + "\n"
 
 
@@ -177,7 +181,14 @@ def main() -> None:
     ap.add_argument("--catalog-seq-len", type=int, default=1024)
     ap.add_argument("--no-catalog", action="store_true", help="skip the catalog comparison (slow: traces 24 models)")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--markdown-only", action="store_true",
+                    help="rewrite docs/benchmarks_sharding.md from benchmarks/results/sharding_speed.json")
     args = ap.parse_args()
+    if args.markdown_only:
+        result = json.loads((ROOT / "benchmarks" / "results" / "sharding_speed.json").read_text())
+        result["speed"]["per_degree_s_median"] = {int(k): v for k, v in result["speed"]["per_degree_s_median"].items()}
+        (ROOT / "docs" / "benchmarks_sharding.md").write_text(write_markdown(result))
+        return
     result = {
         "machine": f"{platform.machine()}, {torch.get_num_threads()} CPU threads, Python {platform.python_version()}, "
                    f"torch {torch.__version__}",

@@ -124,6 +124,7 @@ class CostModel:
         self.dtype = dtype
         self._segments: dict[tuple, dict[str, Segment]] = {}
         self._seg_keys: dict[tuple, tuple] = {}
+        self._solved_placements: dict[tuple[int, bool], dict[str, str]] = {}
         self.block_class = block_classes(graph)          # class id per block, in block order
         self.heads, self.kv_heads = attention_heads(graph)
         self.num_experts = num_experts(graph)
@@ -183,8 +184,12 @@ class CostModel:
             # dispatch + combine of every token copy routed by this rank
             per_rank = seg.ep_alltoall_bytes * b
             ep_comm_fwd = 2 * all_to_all_time(per_rank, ep, link_for(self.profile, ep_span))
+        # all-gathers of feature-sharded tensors entering replicated modules (layouts beyond Megatron's):
+        # forward only, a gather's backward is a local slice
+        gather = sum(all_gather_time(x * b, tp, tp_link) for x in seg.tp_gather_bytes) if tp > 1 else 0.0
+        tp_comm_fwd += gather
         fwd_s = fwd_t.sum() + tp_comm_fwd + ep_comm_fwd
-        bwd_s = bwd_t.sum() + tp_comm_fwd + ep_comm_fwd
+        bwd_s = bwd_t.sum() + tp_comm_fwd - gather + ep_comm_fwd
 
         saved = seg.fwd.saved_bytes * b / fwd_div
         act_all = float(saved.sum())
@@ -201,7 +206,7 @@ class CostModel:
             recompute_s, rec_flops, act, working = 0.0, 0.0, act_all, 0.0
         return SegmentCost(
             fwd_s=float(fwd_s), bwd_s=float(bwd_s), recompute_s=float(recompute_s),
-            tp_comm_s=2 * tp_comm_fwd + (tp_comm_fwd if recompute == "full" else 0.0),
+            tp_comm_s=2 * tp_comm_fwd - gather + (tp_comm_fwd if recompute == "full" else 0.0),
             ep_comm_s=2 * ep_comm_fwd + (ep_comm_fwd if recompute == "full" else 0.0),
             act_bytes=act, working_bytes=working,
             flops_fwd=float(fwd_flops.sum()), flops_bwd=float(bwd_flops.sum()), flops_recompute=rec_flops)
@@ -284,10 +289,14 @@ class CostModel:
 
     # ---- per pipeline rank -----------------------------------------------------------------------------
     def placements_for(self, plan: Plan) -> dict[str, str]:
+        """The plan's placements, else the sharding solver's for its tp and SP (cached per pair)."""
         if plan.placements:
             return plan.placements
-        from autoparallel.placements import megatron_placements
-        return megatron_placements(self.graph, plan.sequence_parallel)
+        sp = plan.sequence_parallel and plan.tp > 1
+        if (plan.tp, sp) not in self._solved_placements:
+            from autoparallel.sharding import solve_placements
+            self._solved_placements[plan.tp, sp] = solve_placements(self.graph, self.cluster, plan.tp, sp)
+        return self._solved_placements[plan.tp, sp]
 
     def virtual_stage_segments(self, plan: Plan) -> list[list[tuple[str, str]]]:
         """(segment name, recompute) per virtual stage, in order."""
@@ -374,7 +383,7 @@ class CostModel:
         buffers = 0.0
         if plan.zero >= 3:  # gathered parameters of two blocks (current + prefetched), per device
             buffers += 2 * self.max_block_params(plan) * pb
-        logits = 2 * plan.micro_batch * plan.seq_len * self.vocab_size * 4 / plan.tp if is_last else 0.0
+        logits = self.logits_bytes(plan) if is_last else 0.0
         buffers += logits  # fp32 logits and their gradient for the loss (vocab-sharded under TP)
         # A recomputed block's working set lives during that block's backward, after the loss backward
         # has freed the logits buffers: the peak holds the larger of the two, not both.
@@ -383,6 +392,19 @@ class CostModel:
                "working": working, "buffers": buffers}
         mem["allocator"] = ALLOCATOR_RESERVE * sum(mem.values())
         return mem
+
+    def logits_bytes(self, plan: Plan) -> float:
+        """fp32 logits and their gradient on the last stage (vocab-sharded under TP) [bytes]."""
+        return 2 * plan.micro_batch * plan.seq_len * self.vocab_size * 4 / plan.tp
+
+    def optimizer_seconds_per_param(self, plan: Plan) -> float:
+        """Optimizer step + gradient accumulation per step, per parameter a rank holds [s]
+        (compute.update_time; linear in the parameters, so the planner can use it per block)."""
+        pb = DTYPE_BYTES.get(plan.param_dtype, 2)
+        gb = DTYPE_BYTES.get(plan.grad_reduce_dtype, 4)
+        d = plan.dp * plan.ep
+        return update_time(1.0 / (d if plan.zero >= 1 else 1), 1.0 / (d if plan.zero >= 2 else 1),
+                           plan.num_micro_batches, pb, gb, self.profile)
 
     def _data_parallel_time(self, plan: Plan, stages: list[dict]) -> tuple[float, float, float]:
         """(exposed DP comm, total DP comm, optimizer step) per step, slowest stage [s].
@@ -407,9 +429,7 @@ class CostModel:
             window = {0: s["bwd"], 1: s["bwd"], 2: s["bwd"] * m}.get(plan.zero, s["fwd_bwd"] * m)
             window = window if self.overlap_grad_sync else 0.0
             exposed = max(0.0, total - window)
-            local = s["params"] / (d_dense if plan.zero >= 1 else 1)
-            accumulated = s["params"] / (d_dense if plan.zero >= 2 else 1)
-            opt = update_time(local, accumulated, m, pb, gb, self.profile)
+            opt = s["params"] * self.optimizer_seconds_per_param(plan)
             worst_exposed, worst_total = max(worst_exposed, exposed), max(worst_total, total)
             worst_opt = max(worst_opt, opt)
         return worst_exposed, worst_total, worst_opt

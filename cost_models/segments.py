@@ -9,6 +9,10 @@ Tensor-parallel propagation over the forward ops, in execution order, given plac
   colwise op       -> its output is feature-sharded (S); the op runs at 1/tp
   rowwise / vocab  -> consumes S, output is partial -> all-reduce (reduce-scatter under SP) -> R
   other op         -> S if any input is S (attention on sharded heads, SwiGLU on sharded features)
+  replicate / sequence module -> R: a feature-sharded input is all-gathered first (tp_gather_bytes),
+                     except a norm beside colwise siblings (qk-norm on sharded heads: S if any input S)
+  input from another segment -> R: the residual stream never enters a segment feature-sharded (a
+                     colwise output leaving its segment is all-gathered there: tp_gather_bytes)
   R ops            -> replicated; under sequence parallelism they run on 1/tp of the sequence
 Backward ops inherit the flag of their forward op (`fwd_node`, else their module's forward ops).
 Collectives per block forward: one per rowwise/vocab output (all-reduce, or reduce-scatter + one
@@ -60,6 +64,8 @@ class Segment:
     bwd: PhaseOps
     tp_collective_bytes: list[float] = field(default_factory=list)  # fwd TP collectives, per sample
     tp_allgather_bytes: list[float] = field(default_factory=list)   # SP-only extra all-gathers (fwd)
+    tp_gather_bytes: list[float] = field(default_factory=list)      # all-gathers of feature-sharded
+    #                                  outputs consumed whole (fwd only; backward slices), SP or not
     ep_alltoall_bytes: float = 0.0   # bytes one rank sends per all-to-all (dispatch), per sample
     dense_params: float = 0.0        # parameters not sharded by tp
     tp_params: float = 0.0           # parameters sharded tp-way
@@ -96,25 +102,44 @@ def split_segments(graph: OpGraph, placements: dict[str, str], sequence_parallel
     for b, c in zip(graph.blocks, block_classes(graph)):
         reps.setdefault(c, b)
     seg_of = {n: (a["block"] if a["region"] == "block" else a["region"]) for n, a in g.nodes(data=True)}
-    sharded = _propagate_tp(graph, placements, seg_of)
+    sharded, gathered = _propagate_tp(graph, placements, seg_of)
     segments: dict[str, Segment] = {}
     for name in ["pre", *reps.values(), "post"]:
         segments[name] = _build_segment(graph, name, seg_of, sharded, placements, sequence_parallel)
+        segments[name].tp_gather_bytes = [_out_bytes(g.nodes[p]) / max(graph.batch, 1)
+                                          for p in sorted(gathered) if seg_of.get(p) == name]
     return segments
 
 
-def _propagate_tp(graph: OpGraph, placements: dict[str, str], seg_of: dict[int, str]) -> dict[int, bool]:
-    """Forward propagation of feature sharding (see module docstring); bwd ops inherit."""
+def _propagate_tp(graph: OpGraph, placements: dict[str, str],
+                  seg_of: dict[int, str]) -> tuple[dict[int, bool], set[int]]:
+    """Forward propagation of feature sharding (see module docstring); bwd ops inherit. Also returns
+    the feature-sharded forward ops whose output is all-gathered for a whole consumer."""
     g = _digraph(graph)
     out_sharded: dict[int, bool] = {}
     op_sharded: dict[int, bool] = {}
+    gathered: set[int] = set()
     fwd_by_module: dict[str, list[bool]] = defaultdict(list)
+    colwise_parents = {p.rpartition(".")[0] for p, v in placements.items() if v == "colwise"}
+    norms = {p for p, op in graph.parametric_ops.items() if op.kind == "norm"}
     for n in sorted(g.nodes):
         a = g.nodes[n]
         if a.get("phase") != "fwd":
             continue
-        pl = _placement_of(a.get("module", ""), placements)
-        ins = [out_sharded.get(p, False) for p in g.predecessors(n)]
+        module = a.get("module", "")
+        pl = _placement_of(module, placements)
+        ins = []
+        for p in g.predecessors(n):
+            s = out_sharded.get(p, False)
+            if s and seg_of.get(p) != seg_of.get(n):  # leaves its segment: gathered there
+                gathered.add(p)
+                s = False
+            ins.append(s)
+        whole = pl in ("replicate", "sequence") and not (module in norms
+                                                         and module.rpartition(".")[0] in colwise_parents)
+        if whole and any(ins):  # a replicated module computes on whole inputs
+            gathered.update(p for p in g.predecessors(n) if out_sharded.get(p, False))
+            ins = [False] * len(ins)
         if pl == "colwise":
             op_sharded[n], out_sharded[n] = True, True
         elif pl in ("rowwise", "vocab"):
@@ -137,7 +162,7 @@ def _propagate_tp(graph: OpGraph, placements: dict[str, str], seg_of: dict[int, 
         else:
             flags = fwd_by_module.get(a.get("module", ""), [])
             op_sharded[n] = bool(flags) and sum(flags) * 2 > len(flags)
-    return op_sharded
+    return op_sharded, gathered
 
 
 def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: dict[int, bool],

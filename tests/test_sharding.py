@@ -346,3 +346,19 @@ def test_step_time_not_above_megatron_layout(name):
             assert ours.step_time_s <= fixed.step_time_s * (1 + 1e-9), (tp, sp)
             checked += 1
     assert checked >= 4
+
+
+def test_cost_model_gathers_a_colwise_output_consumed_whole(user_graphs):
+    """cost_models.segments: a colwise patch embedding's output is all-gathered before it leaves the
+    model's first segment, so the replicated nn.MultiheadAttention blocks after it are costed whole
+    (before, the sharded flag leaked through every later op and the whole network ran at 1/tp)."""
+    g = user_graphs["mha"]
+    ctx = context(g, "h100-sxm", 4, 256, graph=g)
+    pl = {p: "replicate" for p in g.parametric_ops}
+    segs_rep = ctx.cost_model.segments(pl, False)
+    segs_col = ctx.cost_model.segments(dict(pl, patch="colwise"), False)
+    block = g.blocks[0]
+    assert not segs_col[block].fwd.tp_sharded.any() and not segs_col[block].bwd.tp_sharded.any()
+    assert segs_col["pre"].tp_gather_bytes and not segs_rep["pre"].tp_gather_bytes
+    # the patch output [8, 256, 1024] bf16 of the traced batch, per graph.batch
+    assert segs_col["pre"].tp_gather_bytes[0] == pytest.approx(8 * 256 * 1024 * 2 / g.batch)
