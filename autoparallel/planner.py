@@ -530,8 +530,11 @@ class StageModel:
         if d == (self.S - 1) % c.pp:
             p, e = self.params_of("post")
             mem += (p - e) * dense_b + e * exp_b + infl * self.cost("post", "none").act_bytes
-            mem += 2 * c.micro_batch * self.pl.seq_len * self.cm.vocab_size * 4 / c.tp
         return mem
+
+    def logits_floor(self, d: int) -> float:
+        """The working-set term's floor on rank d: the logits buffers on the last stage (CostModel._memory)."""
+        return self.cm.logits_bytes(self.plan0) if d == (self.S - 1) % self.cfg.pp else 0.0
 
     def block_memory(self, cls: int) -> float:
         p, e = self.params_of(self.rep[cls])
@@ -618,7 +621,8 @@ class StageModel:
         valid = NF <= K
         rest = K - NF
         base = cap - K * self.block_memory(c) - NF * act["full"]   # for none/selective + working set
-        w_full = np.where(NF > 0, work["full"], 0.0)
+        w_full = np.maximum(np.where(NF > 0, work["full"], 0.0),
+                            np.array([self.logits_floor(d) for d in range(p)])[:, None, None])
         shape = np.broadcast_shapes(base.shape, K.shape)
         best_t = np.full(shape, np.inf)
         best_na = np.zeros(shape, dtype=np.int64)
@@ -829,10 +833,8 @@ class StageModel:
         c = self.cfg
         ds, _, es, _ = self.dp_time_linear()
         pa, pe = self.params_of(rep)
-        bw = self.cm.profile.memory_bandwidth * self.cm.profile.efficiency.memory_bound
-        zero_div = c.dp * c.ep if c.zero >= 1 else 1
         sync = ds * (pa - pe) + (es * pe if c.dp > 1 else 0.0)
-        return sync, pa * 32 / bw / zero_div, self.cover(self.cost(rep, "none"))
+        return sync, pa * self.cm.optimizer_seconds_per_param(self.plan0), self.cover(self.cost(rep, "none"))
 
     def _device_constants(self, d: int) -> tuple[float, float, float, float]:
         if not hasattr(self, "_consts"):
@@ -844,8 +846,6 @@ class StageModel:
         its ends' sync, optimizer time of its ends, backward cover of its ends)."""
         c, p = self.cfg, self.cfg.pp
         ds, dc, es, ec = self.dp_time_linear()
-        bw = self.cm.profile.memory_bandwidth * self.cm.profile.efficiency.memory_bound
-        zero_div = c.dp * c.ep if c.zero >= 1 else 1
         time_ = self.p2p_per_virtual_stage * c.vpp
         sync = dc if c.dp * c.ep > 1 else 0.0
         if c.dp > 1 and self.params_of(self.rep[self.classes[0]])[1] > 0:
@@ -858,7 +858,7 @@ class StageModel:
             time_ += sc.total_s
             pa, pe = self.params_of(name)
             sync += ds * (pa - pe) + es * pe
-            opt += pa * 32 / bw / zero_div
+            opt += pa * self.cm.optimizer_seconds_per_param(self.plan0)
             cover += self.cover(sc)
         return time_, sync, opt, cover
 
@@ -969,6 +969,7 @@ class StageModel:
         for d in range(p):
             infl = in_flight_micro_batches(d, p, self.cfg.vpp, self.m)
             W = model.NewIntVar(0, cap * 4 + 1, f"W{d}")
+            model.Add(W >= int(math.ceil(self.logits_floor(d) / self.mem_unit)))
             expr = int(math.ceil(self.fixed_memory(d) / self.mem_unit)) + W
             for s in range(d, self.S, p):
                 for c in self.classes:
@@ -984,8 +985,6 @@ class StageModel:
         behind all compute); O >= optimizer_d = local params * 32 B / (mem BW * eff). Both in ns."""
         c = self.cfg
         ds, dc, es, ec = self.dp_time_linear()
-        bw = self.cm.profile.memory_bandwidth * self.cm.profile.efficiency.memory_bound
-        zero_div = c.dp * c.ep if c.zero >= 1 else 1
         big = int(RESOLUTION * 1e4)
         E = model.NewIntVar(0, big, "E")
         Opt = model.NewIntVar(0, big, "Opt")
@@ -1001,7 +1000,7 @@ class StageModel:
             for name in ends:
                 pa, pe = self.params_of(name)
                 const += ds * (pa - pe) + es * pe
-                opt_const = pa * 32 / bw / zero_div
+                opt_const = pa * self.cm.optimizer_seconds_per_param(self.plan0)
                 opt += int(round(self.ns * opt_const))
                 overlap += int(round(self.ns * self.cover(self.cost(name, "none"))))
             has_exp_blocks = False
@@ -1011,7 +1010,7 @@ class StageModel:
                     has_exp_blocks |= pe > 0
                     coef = ds * (pa - pe) + (es * pe if has_exp else 0.0)
                     sync += int(round(self.ns * coef)) * cnt[s, cls]
-                    opt += int(round(self.ns * pa * 32 / bw / zero_div)) * cnt[s, cls]
+                    opt += int(round(self.ns * pa * self.cm.optimizer_seconds_per_param(self.plan0))) * cnt[s, cls]
                     for r in self.modes:
                         sc = self.cost(self.rep[cls], r)
                         ov = self.cover(sc)

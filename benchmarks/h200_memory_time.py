@@ -613,7 +613,7 @@ def markdown_tables(pairs: list[dict]) -> str:
         extra = f", {c['micro_batches']} micro-batches" if c["micro_batches"] > 1 else ""
         return f"mb {c['micro_batch']} x seq {c['seq_len']}{extra}, recompute {c['recompute']}"
 
-    lines = ["| configuration | run | predicted GiB | measured GiB | error | predicted + 3% reserve | measured reserved |",
+    lines = ["| configuration | shape | predicted GiB | measured GiB | error | predicted + 3% reserve | measured reserved |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for p in pairs:
         m, pr = p["measured"], p["predicted"]

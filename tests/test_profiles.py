@@ -354,4 +354,4 @@ def test_every_dtype_alias_has_a_schema_key():
 def test_efficiency_seconds_and_usable_memory_are_consistent():
     p = load_profile("h200")
     assert p.usable_memory_bytes == int(143155 * 2**20 * 0.95)
-    assert math.isclose(p.efficiency.kernel_overhead_s, 4e-6)
+    assert math.isclose(p.efficiency.kernel_overhead_s, 1.066e-6)  # calibrated on the H200 (calibrate)
