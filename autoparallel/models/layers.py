@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import nn
 
 from autoparallel.specs import ModelSpec
@@ -67,6 +68,9 @@ class Attention(nn.Module):
         self.k_norm = nn.RMSNorm(d, eps=spec.norm_eps) if spec.qk_norm else None
         self.attn_impl = spec.attn_impl
         self.dropout = spec.dropout
+        # Set by the trainer for selective recompute (eager attention only: flash attention keeps
+        # no seq x seq activations, so there is nothing to recompute).
+        self.recompute_core = False
 
     def forward(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:
         B, S, _ = x.shape
@@ -83,20 +87,28 @@ class Attention(nn.Module):
         if self.attn_impl == "sdpa":
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True,
                                                  enable_gqa=q.shape[1] != k.shape[1])
-        else:  # eager, as Megatron-LM runs it: materialized scores, fused scale-mask-softmax, dropout
-            rep = q.shape[1] // k.shape[1]
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-            H = q.shape[1]
-            # One GEMM computes scale * q @ k^T + causal bias (Megatron's baddbmm + fused mask);
-            # softmax stays in the activation dtype like its fused kernel (fp32 math inside).
-            bias = torch.full((S, S), float("-inf"), dtype=q.dtype, device=x.device).triu(1)
-            scores = torch.baddbmm(bias.unsqueeze(0), q.reshape(B * H, S, -1), k.reshape(B * H, S, -1).transpose(1, 2),
-                                   alpha=1.0 / math.sqrt(self.head_dim))
-            probs = scores.softmax(dim=-1)
-            if p > 0:
-                probs = dropout(probs, p)
-            out = torch.bmm(probs, v.reshape(B * H, S, -1)).view(B, H, S, -1)
+        elif self.recompute_core and torch.is_grad_enabled():
+            # Megatron's selective recompute: keep q, k, v; redo the seq x seq core in backward.
+            out = torch.utils.checkpoint.checkpoint(self._eager_core, q, k, v, p, use_reentrant=False)
+        else:
+            out = self._eager_core(q, k, v, p)
         return self.o_proj(out.transpose(1, 2).reshape(B, S, -1))
+
+    def _eager_core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: float) -> torch.Tensor:
+        """Eager attention as Megatron-LM runs it: materialized scores, fused scale-mask-softmax, dropout."""
+        B, _, S, _ = q.shape
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        H = q.shape[1]
+        # One GEMM computes scale * q @ k^T + causal bias (Megatron's baddbmm + fused mask);
+        # softmax stays in the activation dtype like its fused kernel (fp32 math inside).
+        bias = torch.full((S, S), float("-inf"), dtype=q.dtype, device=q.device).triu(1)
+        scores = torch.baddbmm(bias.unsqueeze(0), q.reshape(B * H, S, -1), k.reshape(B * H, S, -1).transpose(1, 2),
+                               alpha=1.0 / math.sqrt(self.head_dim))
+        probs = scores.softmax(dim=-1)
+        if p > 0:
+            probs = dropout(probs, p)
+        return torch.bmm(probs, v.reshape(B * H, S, -1)).view(B, H, S, -1)
 
 
 class MLP(nn.Module):

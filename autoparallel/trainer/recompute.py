@@ -3,9 +3,12 @@
   none       keep every activation.
   full       torch.utils.checkpoint (non-reentrant) of the whole block: only its input is saved,
              the block's forward is re-run in backward.
-  selective  per-op selective activation checkpointing (torchtitan's "op" SAC): the outputs of the
-             compute-heavy ops (matmuls, fused attention) and of reduce-scatters are saved, everything
-             cheap (norms, activations, elementwise ops, rotary) is recomputed in backward.
+  selective  Megatron-LM's selective recompute, what the cost model charges: blocks whose attention
+             modules expose `recompute_core` (the project's models) recompute only the seq x seq
+             attention core of eager attention in backward (with flash/SDPA attention there is nothing
+             to recompute, as the cost model says). Other user blocks get per-op selective
+             checkpointing (torchtitan's "op" SAC): the outputs of the compute-heavy ops (matmuls,
+             fused attention) and of reduce-scatters are saved, everything cheap is recomputed.
 """
 
 from __future__ import annotations
@@ -67,6 +70,11 @@ def apply_recompute(part: nn.Module, layout: ModelLayout, modes: tuple[str, ...]
             continue
         if mode == "full":
             wrapped = checkpoint_wrapper(block)
+        elif any(hasattr(m, "recompute_core") for m in block.modules()):
+            for m in block.modules():
+                if hasattr(m, "recompute_core"):
+                    m.recompute_core = True
+            continue
         else:
             wrapped = _wrap_selective_around(block, unit_ids, save)
         container.register_module(key, wrapped)
