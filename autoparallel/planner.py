@@ -157,6 +157,7 @@ class Planner:
         self.model_name = model_name or graph.model_name
         self.progress = progress
         self.placements = placements
+        self._placement_cache: dict[tuple[int, bool], dict[str, str]] = {}
         self._check_pins()
 
     # ---- the space ----------------------------------------------------------------------------------------
@@ -258,8 +259,12 @@ class Planner:
         object, so the cost model's segment analysis is reused)."""
         if self.placements is not None:
             return self.placements
-        return self.cm.placements_for(Plan(model="", hardware="", gpus=cfg.tp, gpus_per_node=cfg.tp, global_batch=1,
-                                           seq_len=1, dp=1, tp=cfg.tp, sequence_parallel=cfg.sequence_parallel))
+        key = (cfg.tp, cfg.sequence_parallel and cfg.tp > 1)
+        if key not in self._placement_cache:
+            self._placement_cache[key] = self.cm.placements_for(
+                Plan(model="", hardware="", gpus=cfg.tp, gpus_per_node=cfg.tp, global_batch=1, seq_len=1, dp=1,
+                     tp=cfg.tp, sequence_parallel=key[1]))
+        return self._placement_cache[key]
 
     # ---- bounds -------------------------------------------------------------------------------------------
     def lower_bound(self, cfg: MeshConfig) -> float:

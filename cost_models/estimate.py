@@ -125,6 +125,7 @@ class CostModel:
         self._segments: dict[tuple, dict[str, Segment]] = {}
         self._seg_keys: dict[tuple, tuple] = {}
         self._solved_placements: dict[tuple[int, bool], dict[str, str]] = {}
+        self._sharding = None
         self.block_class = block_classes(graph)          # class id per block, in block order
         self.heads, self.kv_heads = attention_heads(graph)
         self.num_experts = num_experts(graph)
@@ -294,8 +295,10 @@ class CostModel:
             return plan.placements
         sp = plan.sequence_parallel and plan.tp > 1
         if (plan.tp, sp) not in self._solved_placements:
-            from autoparallel.sharding import solve_placements
-            self._solved_placements[plan.tp, sp] = solve_placements(self.graph, self.cluster, plan.tp, sp)
+            from autoparallel.sharding import ShardingSolver
+            if self._sharding is None:  # one solver per cost model: its per-block-class caches are shared
+                self._sharding = ShardingSolver(self.graph, self.cluster, self.dtype)
+            self._solved_placements[plan.tp, sp] = self._sharding.placements(plan.tp, sp)
         return self._solved_placements[plan.tp, sp]
 
     def virtual_stage_segments(self, plan: Plan) -> list[list[tuple[str, str]]]:
