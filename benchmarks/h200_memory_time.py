@@ -167,45 +167,12 @@ def build_piece(cfg: Config, device: torch.device) -> tuple[nn.Module, ModelSpec
         if spec.attn_impl != "eager":
             raise ValueError("selective recompute is measured on eager attention (with SDPA the cost model's "
                              "selective recompute is a no-op)")
+        # the model's own switch (what the trainer sets): the seq x seq core under torch.utils.checkpoint,
+        # selective recompute as Korthikanti et al. (and the cost model) define it
         for block in model.layers.values():
-            block.attn.forward = partial(_checkpointed_core_attention, block.attn)
+            block.attn.recompute_core = True
     model.train()
     return model, spec
-
-
-def _attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, head_dim: int, p: float) -> torch.Tensor:
-    """The eager branch of autoparallel.models.layers.Attention.forward from q, k, v [B, H, S, D] on:
-    scores = scale q k^T + causal bias, softmax, dropout, probs @ v -> [B, H, S, D]."""
-    B, H, S, _ = q.shape
-    rep = H // k.shape[1]
-    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    bias = torch.full((S, S), float("-inf"), dtype=q.dtype, device=q.device).triu(1)
-    scores = torch.baddbmm(bias.unsqueeze(0), q.reshape(B * H, S, -1), k.reshape(B * H, S, -1).transpose(1, 2),
-                           alpha=1.0 / math.sqrt(head_dim))
-    probs = scores.softmax(dim=-1)
-    if p > 0:
-        probs = torch.native_dropout(probs, p, True)[0]
-    return torch.bmm(probs, v.reshape(B * H, S, -1)).view(B, H, S, -1)
-
-
-def _checkpointed_core_attention(attn: nn.Module, x: torch.Tensor, rope: Any = None) -> torch.Tensor:
-    """Attention.forward (eager) with its seq x seq core under torch.utils.checkpoint: selective
-    recompute as Korthikanti et al. (and the cost model) define it."""
-    from torch.utils.checkpoint import checkpoint
-
-    from autoparallel.models.layers import apply_rope
-    B, S, _ = x.shape
-    q = attn.q_proj(x).view(B, S, -1, attn.head_dim)
-    k = attn.k_proj(x).view(B, S, -1, attn.head_dim)
-    v = attn.v_proj(x).view(B, S, -1, attn.head_dim)
-    if attn.q_norm is not None:
-        q, k = attn.q_norm(q), attn.k_norm(k)
-    if rope is not None:
-        q, k = apply_rope(q, rope), apply_rope(k, rope)
-    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    p = attn.dropout if attn.training else 0.0
-    out = checkpoint(_attention_core, q, k, v, attn.head_dim, p, use_reentrant=False)
-    return attn.o_proj(out.transpose(1, 2).reshape(B, S, -1))
 
 
 # =========================================================================== the training loop
