@@ -11,7 +11,6 @@ counts blocks of each class per stage, so depth does not blow it up.
 
 from __future__ import annotations
 
-import itertools
 import math
 import sys
 import time
@@ -1040,4 +1039,4 @@ def solve(graph: OpGraph, cluster: Cluster, global_batch: int, seq_len: int,
 
 
 __all__ = ["Planner", "PlanResult", "SolverInfo", "Candidate", "MeshConfig", "StageModel", "solve", "parse_fix",
-           "why_slower", "itertools"]
+           "why_slower"]

@@ -22,7 +22,6 @@ Memory per device d (bytes):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -484,9 +483,4 @@ def estimate(graph: OpGraph, cluster: Cluster, plan: Plan, max_memory_bytes: flo
     return CostModel(graph, cluster, dtype, overlap_grad_sync).estimate(plan, max_memory_bytes)
 
 
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-__all__ = ["CostModel", "Estimate", "SegmentCost", "estimate", "balanced_stages", "in_flight_micro_batches",
-           "math"]
+__all__ = ["CostModel", "Estimate", "SegmentCost", "estimate", "balanced_stages", "in_flight_micro_batches"]
