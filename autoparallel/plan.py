@@ -95,13 +95,16 @@ class Plan:
     def mesh_span(self) -> dict[str, str]:
         """Where each mesh dim lies: 'intra' when all its ranks share a node, else 'inter'.
 
-        A dim's group spans (product of its size and all inner dims' sizes) consecutive ranks.
+        A dim's groups cover blocks of (its size x all inner dims' sizes) consecutive ranks; they stay
+        inside nodes only when such a block fits a node and nodes split into whole blocks (tp=6 on
+        8-GPU nodes puts ranks 6..11 in one group, across two nodes).
         """
         span, inner = {}, 1
         for dim in reversed(MESH_DIMS):
             size = self.mesh_shape[dim]
             inner *= size
-            span[dim] = "intra" if size == 1 or inner <= self.gpus_per_node else "inter"
+            aligned = inner <= self.gpus_per_node and self.gpus_per_node % inner == 0
+            span[dim] = "intra" if size == 1 or aligned else "inter"
         return {d: span[d] for d in MESH_DIMS}
 
     def validate(self, num_blocks: int | None = None) -> None:
