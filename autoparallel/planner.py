@@ -220,7 +220,11 @@ class Planner:
                                 for sp in ((False, True) if tp > 1 else (False,)):
                                     if f.get("sequence_parallel", sp) != sp:
                                         continue
-                                    if "sequence_parallel" not in f and tp > 1 and not sp and self._sp_dominates():
+                                    even = self.cm.vocab_splits_evenly(tp)
+                                    if sp and not even:
+                                        continue  # the trainer runs replicated vocab ends only without SP
+                                    if "sequence_parallel" not in f and tp > 1 and not sp and even \
+                                            and self._sp_dominates():
                                         continue
                                     # fp32 gradient reduction unless pinned: bf16 is always cheaper under
                                     # the cost model but costs accuracy, a trade only the user can make

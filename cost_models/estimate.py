@@ -238,6 +238,9 @@ class CostModel:
         if kv_heads and kv_heads % plan.tp and plan.tp > 1:
             raise UserError(f"tp={plan.tp} does not divide the {kv_heads} key/value heads; pick tp from "
                             f"{_divisors_upto(kv_heads, plan.gpus)}")
+        if plan.sequence_parallel and plan.tp > 1 and not self.vocab_splits_evenly(plan.tp):
+            raise UserError(f"sequence parallel at tp={plan.tp} needs the vocabulary ({self.vocab_size} rows) to "
+                            f"divide tp; pad the vocabulary to a multiple of {plan.tp} or drop sequence parallel")
         experts = self.num_experts
         if plan.ep > 1 and not experts:
             raise UserError(f"ep={plan.ep} but the model has no expert layers; use ep=1")
@@ -297,8 +300,24 @@ class CostModel:
             from autoparallel.sharding import ShardingSolver
             if self._sharding is None:  # one solver per cost model: its per-block-class caches are shared
                 self._sharding = ShardingSolver(self.graph, self.cluster, self.dtype)
-            self._solved_placements[plan.tp, sp] = self._sharding.placements(plan.tp, sp)
+            self._solved_placements[plan.tp, sp] = self._runnable(self._sharding.placements(plan.tp, sp), plan.tp)
         return self._solved_placements[plan.tp, sp]
+
+    def vocab_splits_evenly(self, tp: int) -> bool:
+        """Whether the vocabulary divides tp. When it does not, the trainer keeps the embedding and LM
+        head replicated, which it supports only without sequence parallelism."""
+        return not self.vocab_size or self.vocab_size % tp == 0
+
+    def _runnable(self, placements: dict[str, str], tp: int) -> dict[str, str]:
+        """The trainer shards evenly: a vocabulary the solver would split unevenly (GPT-2's 50257 rows
+        at tp > 1) stays replicated, so every plan the planner emits is one the trainer runs."""
+        out = dict(placements)
+        for path, pl in placements.items():
+            op = self.graph.parametric_ops.get(path)
+            rows = op.in_features if op is not None and op.kind == "embedding" else (op.out_features if op else None)
+            if pl in ("vocab", "colwise") and rows and rows % tp:
+                out[path] = "replicate"
+        return out
 
     def virtual_stage_segments(self, plan: Plan) -> list[list[tuple[str, str]]]:
         """(segment name, recompute) per virtual stage, in order."""

@@ -338,14 +338,15 @@ def test_step_time_not_above_megatron_layout(name):
         if (heads and heads % tp) or (kv and kv % tp):
             continue
         solver = ShardingSolver(g, ctx.cluster)
-        for sp in (False, True):
+        # SP needs the vocabulary to divide tp (the trainer runs replicated vocab ends only without SP)
+        for sp in (False, True) if ctx.cost_model.vocab_splits_evenly(tp) else (False,):
             plan = Plan(model=name, hardware="h100-sxm", gpus=tp, gpus_per_node=8, global_batch=1, seq_len=512,
                         tp=tp, sequence_parallel=sp, recompute=("none",) * len(g.blocks))
             ours = ctx.cost_model.estimate(replace(plan, placements=solver.placements(tp, sp)))
             fixed = ctx.cost_model.estimate(replace(plan, placements=megatron_placements(g, sp)))
             assert ours.step_time_s <= fixed.step_time_s * (1 + 1e-9), (tp, sp)
             checked += 1
-    assert checked >= 4
+    assert checked >= 2
 
 
 def test_cost_model_gathers_a_colwise_output_consumed_whole(user_graphs):
