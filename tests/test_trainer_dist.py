@@ -37,6 +37,7 @@ WORLD2: list[Config] = [
     Config("llama-fsdp2-zero1", "tiny-llama", {"dp": 2, "zero": 1, "micro_batch": 1}),
     Config("gpt-fsdp2-zero2", "tiny-gpt", {"dp": 2, "zero": 2, "micro_batch": 2}),
     Config("gpt-tp2-nosp-userloss", "tiny-gpt", {"tp": 2, "micro_batch": 4}, user_loss=True),
+    Config("gpt-tp2-replicated-vocab-ends", "tiny-gpt", {"tp": 2, "micro_batch": 4, "replicate_ends": True}),
     # kill-and-resume: save after step k, rebuild model (another seed) + trainer under another plan, load
     Config("llama-resume-dp2-to-tp2sp", "tiny-llama", {"dp": 2, "micro_batch": 2},
            resume={"stop": 2, "plan": {"tp": 2, "sp": True, "micro_batch": 4}}),

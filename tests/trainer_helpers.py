@@ -119,7 +119,10 @@ def num_blocks(model: nn.Module) -> int:
 
 def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: int = 1, vpp: int = 1,
               micro_batch: int = 1, zero: int = 0, sp: bool = False, recompute: str = "none",
-              stage_layers: tuple[int, ...] = (), global_batch: int = GLOBAL_BATCH) -> Plan:
+              stage_layers: tuple[int, ...] = (), global_batch: int = GLOBAL_BATCH,
+              replicate_ends: bool = False) -> Plan:
+    """replicate_ends: token embedding and LM head replicated, as the planner leaves a vocabulary that
+    does not divide tp (cost_models.estimate.CostModel._runnable)."""
     from autoparallel.trainer.structure import model_fingerprint
 
     n = num_blocks(model)
@@ -130,8 +133,14 @@ def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: in
                 global_batch=global_batch, seq_len=SEQ, dp=dp, tp=tp, pp=pp, ep=ep, vpp=vpp,
                 micro_batch=micro_batch, zero=zero, sequence_parallel=sp, recompute=(recompute,) * n,
                 stage_layers=stage_layers, grad_reduce_dtype="fp32", param_dtype="fp32",
-                placements=placements(model, sp) if tp > 1 or ep > 1 else {},
+                placements=_ends_replicated(placements(model, sp), replicate_ends) if tp > 1 or ep > 1 else {},
                 model_fingerprint=model_fingerprint(model))
+
+
+def _ends_replicated(placements: dict[str, str], replicate: bool) -> dict[str, str]:
+    if not replicate:
+        return placements
+    return {p: ("replicate" if p in ("tok_embeddings", "lm_head") else v) for p, v in placements.items()}
 
 
 def user_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
