@@ -24,7 +24,7 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message} (see --help)")
 
 
-def _add_model_args(p: argparse.ArgumentParser, batch_name: str = "--batch") -> None:
+def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="catalog name (llama3-8b), HF config.json / YAML path, or package.module:callable")
     p.add_argument("--seq-len", type=int, default=2048)
 

@@ -58,4 +58,4 @@ def _is_token_embedding(graph: OpGraph, path: str) -> bool:
 
 def _is_lm_head(graph: OpGraph, path: str) -> bool:
     """A Linear outside every block, after the last block: the output projection."""
-    return not any(path == b or path.startswith(b + ".") for b in graph.blocks) and path.split(".")[-1] != ""
+    return not any(path == b or path.startswith(b + ".") for b in graph.blocks)

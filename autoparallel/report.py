@@ -92,13 +92,8 @@ def explain_op(ctx: Any, plan: Plan, op_path: str) -> str:
         close = difflib.get_close_matches(op_path, list(graph.parametric_ops), n=3)
         raise UserError(f"--explain {op_path!r}: not a parametric op of the model"
                         + (f"; did you mean {', '.join(close)}?" if close else ""))
-    try:
-        from autoparallel.sharding import explain_choices
-    except ImportError:
-        explain_choices = None
-    if explain_choices is not None:
-        return explain_choices(ctx, plan, op_path)
-    return f"{op_path}: placement {plan.placements.get(op_path, 'replicate')} (Megatron layout)"
+    from autoparallel.sharding import explain_choices
+    return explain_choices(ctx, plan, op_path)
 
 
 # ---- compare ---------------------------------------------------------------------------------------------

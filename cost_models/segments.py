@@ -85,11 +85,6 @@ def _segment_of_module(module: str, blocks: list[str]) -> str | None:
     return None
 
 
-def _placement_of(module: str, placements: dict[str, str]) -> str | None:
-    """Placement of the parametric module owning an op (None for non-parametric modules)."""
-    return placements.get(module)
-
-
 def block_classes(graph: OpGraph) -> list[int]:
     """Identical-block class id of each block, in block order."""
     return [graph.block_class[b] for b in graph.blocks]
@@ -127,7 +122,7 @@ def _propagate_tp(graph: OpGraph, placements: dict[str, str],
         if a.get("phase") != "fwd":
             continue
         module = a.get("module", "")
-        pl = _placement_of(module, placements)
+        pl = placements.get(module)
         ins = []
         for p in g.predecessors(n):
             s = out_sharded.get(p, False)
