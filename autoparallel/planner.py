@@ -157,6 +157,7 @@ class Planner:
         self.progress = progress
         self.placements = placements
         self._placement_cache: dict[tuple[int, bool], dict[str, str]] = {}
+        self._stage_models: dict[MeshConfig, StageModel] = {}
         self._check_pins()
 
     # ---- the space ----------------------------------------------------------------------------------------
@@ -283,7 +284,10 @@ class Planner:
         return (m - 1 / v) * max(total / p, tau) + total / v + sm.sync_bound()
 
     def _stage_model(self, cfg: MeshConfig) -> StageModel:
-        return StageModel(self, cfg)
+        """One StageModel per configuration: the bound and the solve share its cached costs."""
+        if cfg not in self._stage_models:
+            self._stage_models[cfg] = StageModel(self, cfg)
+        return self._stage_models[cfg]
 
     # ---- search -------------------------------------------------------------------------------------------
     def solve(self, top_k: int = 3, time_limit_s: float = 60.0) -> PlanResult:
@@ -296,7 +300,6 @@ class Planner:
         best: list[Candidate] = []    # feasible, sorted by step time
         misses: list[MeshConfig] = []   # configurations that did not fit, for the explanation
         solved = 0
-        pruned_lb: list[float] = []
         last_say = time.perf_counter()
         proven = True
         for lb, _, cfg in bounded:
@@ -313,7 +316,6 @@ class Planner:
             if len(sm.classes) == 1 and best:
                 lb2 = sm.relaxed_bound()
                 if lb2 >= best[0].estimate.step_time_s:
-                    pruned_lb.append(lb2)
                     continue
             plan = sm.solve()
             if plan is None:
