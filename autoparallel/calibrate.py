@@ -8,6 +8,9 @@ What is measured (each timed with device events after warm-up, median of repeats
   bandwidth     copy, add, scale, SiLU and a bf16 -> fp32 cast over 1 MiB .. 1 GiB tensors
   launch        per-kernel cost of tiny kernels replayed from a CUDA graph (what the GPU pays between
                 back-to-back kernels) and the eager dispatch cost of one tiny op (what the host pays)
+  grouped GEMMs torch._grouped_mm as the MoE experts call it (bf16, balanced groups): the forward /
+                input-gradient layout [G*m, k] x [G, k, n] and the weight-gradient layout
+                [k, G*m] x [G*m, n] -> [G, k, n]
   attention     F.scaled_dot_product_attention (flash backend, causal) forward and backward
   collectives   all-reduce, all-gather, reduce-scatter over the default process group, only when
                 torch.distributed is initialized with world size > 1 (run under torchrun)
@@ -21,6 +24,7 @@ What is fitted, with the cost model's own formulas (cost_models/compute.py, cost
                      t_model = max(F / (P * e(F)), bytes / (BW * memory_bound)) + kernel_overhead and
                      e(F) = gemm_max * F / (F + gemm_half_flops)   (so t_compute = (F + F_half) / (P gemm_max):
                      a fixed per-GEMM cost plus a rate); grid search, then a finer grid around the best
+  gemm_grouped_max   the curve maximum of the grouped GEMMs (gemm_half_flops fixed, on their total FLOPs)
   attention_fwd / attention_bwd
                      the same saturating curve's maximum for the attention kernels, on the FLOPs that
                      torch.utils.flop_counter (and so the tracer) counts for them: it counts causal
@@ -76,6 +80,7 @@ class CalibrationPlan:
     large_bandwidth_bytes: int = 64 * 2**20   # operands at least this large define memory_bound
     class_bytes: int = 256 * 2**20            # main-tensor bytes of each kernel-family measurement
     host_inner: int = 20                      # tiny-model steps per timed repeat of the host measurement
+    grouped_gemm_shapes: tuple[tuple[int, int, int, int], ...] = ()  # (groups, rows per group, N, K)
 
     @classmethod
     def full(cls) -> CalibrationPlan:
@@ -90,6 +95,11 @@ class CalibrationPlan:
             attention_shapes=((8, 12, 12, 1024, 64), (4, 16, 16, 2048, 64), (4, 16, 16, 2048, 128),
                               (2, 32, 8, 4096, 128), (1, 32, 32, 8192, 128), (2, 16, 4, 8192, 128)),
             collective_bytes=tuple(2**20 * m for m in (1, 8, 64, 256, 1024)),
+            # expert shapes: 8 x (1024 -> 2816) as the benchmark MoE, mixtral's 8 x (4096 -> 14336),
+            # qwen3-30b-a3b's 128 x (2048 -> 768); both projection directions
+            grouped_gemm_shapes=((8, 4096, 2816, 1024), (8, 4096, 1024, 2816), (8, 2048, 2816, 1024),
+                                 (8, 8192, 14336, 4096), (8, 8192, 4096, 14336), (128, 256, 768, 2048),
+                                 (128, 256, 2048, 768), (128, 1024, 768, 2048)),
             large_bandwidth_bytes=256 * 2**20)
 
     @classmethod
@@ -123,6 +133,25 @@ class GemmSample:
     def bytes(self) -> float:
         size = {"bf16": 2, "fp16": 2}.get(self.dtype, 4)
         return float(size * (self.m * self.k + self.k * self.n + self.m * self.n))
+
+
+@dataclass(frozen=True)
+class GroupedGemmSample:
+    groups: int
+    m: int              # rows per group (balanced routing)
+    n: int
+    k: int
+    layout: str         # "fwd": [G*m, k] x [G, k, n] -> [G*m, n]; "wgrad": [k, G*m] x [G*m, n] -> [G, k, n]
+    seconds: float
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.groups * self.m * self.n * self.k
+
+    @property
+    def bytes(self) -> float:
+        g, m, n, k = self.groups, self.m, self.n, self.k
+        return 2.0 * (g * m * k + g * k * n + g * m * n)  # bf16; the same three tensors in both layouts
 
 
 @dataclass(frozen=True)
@@ -161,6 +190,7 @@ class Measurements:
     torch_version: str
     date: str
     gemm: list[GemmSample] = field(default_factory=list)
+    grouped_gemm: list[GroupedGemmSample] = field(default_factory=list)
     bandwidth: list[BandwidthSample] = field(default_factory=list)
     launch_graph_s: float = 0.0     # per tiny kernel, replayed from a graph (0: not measured)
     launch_eager_s: float = 0.0     # per tiny eager op (host dispatch bound)
@@ -180,7 +210,7 @@ class Measurements:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Measurements:
-        kinds = {"gemm": GemmSample, "bandwidth": BandwidthSample, "attention": AttentionSample,
+        kinds = {"gemm": GemmSample, "grouped_gemm": GroupedGemmSample, "bandwidth": BandwidthSample, "attention": AttentionSample,
                  "collectives": CollectiveSample}
         kw = {k: v for k, v in d.items() if k not in kinds}
         m = cls(**kw)
@@ -285,6 +315,32 @@ def measure_gemms(device: torch.device, plan: CalibrationPlan, say: Say, l2_byte
             del sets
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    return out
+
+
+def measure_grouped_gemms(device: torch.device, plan: CalibrationPlan, say: Say) -> list[GroupedGemmSample]:
+    """torch._grouped_mm in bf16 with balanced groups, in the layouts GroupedExperts' forward and backward
+    run (the weight is the transposed view of a stacked [G, n, k] parameter, as in the model)."""
+    out: list[GroupedGemmSample] = []
+    jobs = [(s, layout) for s in plan.grouped_gemm_shapes for layout in ("fwd", "wgrad")]
+    bf16 = torch.bfloat16
+    for i, ((g, m, n, k), layout) in enumerate(jobs):
+        offs = torch.arange(1, g + 1, device=device, dtype=torch.int32) * m
+        if layout == "fwd":
+            a = torch.randn(g * m, k, device=device, dtype=bf16)
+            b = torch.randn(g, n, k, device=device, dtype=bf16).transpose(-2, -1)
+        else:
+            a = torch.randn(g * m, k, device=device, dtype=bf16).t()
+            b = torch.randn(g * m, n, device=device, dtype=bf16)
+
+        def call(a=a, b=b, offs=offs) -> torch.Tensor:
+            return torch._grouped_mm(a, b, offs=offs)
+
+        sample = GroupedGemmSample(g, m, n, k, layout, time_on_device(call, device, plan.reps, plan.warmup))
+        out.append(sample)
+        say(f"grouped gemm {i + 1}/{len(jobs)} {layout} {g}x({m}x{n}x{k}): "
+            f"{sample.flops / sample.seconds / 1e12:.1f} TFLOP/s")
+        del a, b
     return out
 
 
@@ -596,6 +652,7 @@ def measure(device: torch.device, plan: CalibrationPlan, say: Say) -> Measuremen
     meas.launch_graph_s, meas.launch_eager_s = measure_launch(device, say)
     meas.bandwidth = measure_bandwidth(device, plan, say)
     meas.gemm = measure_gemms(device, plan, say, l2)
+    meas.grouped_gemm = measure_grouped_gemms(device, plan, say)
     meas.attention = measure_attention(device, plan, say)
     meas.kernel_classes = measure_kernel_classes(device, plan, say)
     meas.host_fwd_s, meas.host_bwd_s = measure_host(device, plan, say)
@@ -623,6 +680,7 @@ class Fit:
     collective_span: str = "intra"
     per_dtype_gemm: dict[str, float] = field(default_factory=dict)  # best achieved fraction of peak
     gemm_unaligned: float | None = None  # curve maximum of GEMMs with a dim not a multiple of 8
+    gemm_grouped: float | None = None    # curve maximum of torch._grouped_mm (MoE experts)
     memory_fractions: dict[str, float] = field(default_factory=dict)  # kernel family -> bandwidth fraction
     host_s_per_op: float = 0.0           # host seconds per dispatched op of an eager training step
     host_moe_s_per_op: float = 0.0       # the same in a mixture-of-experts model
@@ -716,13 +774,15 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
     if not bf16:
         raise UserError("calibrate: no aligned bf16 GEMM samples to fit gemm_max / gemm_half_flops")
 
-    def arrays(samples: list[GemmSample]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def arrays(samples: list[GemmSample] | list[GroupedGemmSample]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return (np.array([x.flops for x in samples]), np.array([x.bytes for x in samples]),
                 np.array([x.seconds for x in samples]))
 
     gmax, half, rms = fit_gemm_curve(*arrays(bf16), peak, bw, mem_eff, overhead)
     unaligned = [s for s in meas.gemm if s.dtype == "bf16" and not is_aligned(s)]
     u_max = fit_curve_max(*arrays(unaligned), peak, bw, mem_eff, overhead, half) if unaligned else None
+    grouped = meas.grouped_gemm
+    g_max = fit_curve_max(*arrays(grouped), peak, bw, mem_eff, overhead, half) if grouped else None
     per_dtype: dict[str, float] = {}
     for s in meas.gemm:
         try:
@@ -755,6 +815,7 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
                kernel_overhead_s=overhead, gemm_rms_log_error=rms, attention_fwd=att_fwd, attention_bwd=att_bwd,
                collective_efficiency=coll_eff, collective_latency_s=coll_lat,
                collective_span=meas.collective_span, per_dtype_gemm=per_dtype, gemm_unaligned=u_max,
+               gemm_grouped=g_max,
                attention_fwd_half=att_fwd_half, attention_bwd_half=att_bwd_half,
                memory_fractions=fractions, host_s_per_op=host, host_moe_s_per_op=host_moe)
 
@@ -793,6 +854,8 @@ def profile_extra(base: Any, meas: Measurements, f: Fit) -> dict[str, Any]:
         cal["attention_flops"] = "torch.utils.flop_counter convention: causal counted as full"
     if f.gemm_unaligned is not None:
         cal["gemm_unaligned_max"] = _r(f.gemm_unaligned, 3)
+    if f.gemm_grouped is not None:
+        cal["gemm_grouped_max"] = _r(f.gemm_grouped, 3)
     if f.memory_fractions:
         cal["memory_fraction"] = {k: _r(v, 3) for k, v in sorted(f.memory_fractions.items())}
     if f.host_s_per_op:

@@ -374,9 +374,36 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        if func is torch.ops.aten._grouped_mm.default:
+            out = _grouped_mm_meta(*args, **kwargs)
+        else:
+            out = func(*args, **kwargs)
         self.tracer.record(func, args, kwargs, out)
         return out
+
+
+def _grouped_mm_meta(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: torch.Tensor | None = None,
+                     bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The output of aten._grouped_mm without its meta kernel's CUDA checks (bf16 only, 16-byte strides),
+    so models in any dtype and width trace; the CPU kernel accepts them too. Shapes as the kernel's:
+    2D x 3D -> [M, N]; 3D x 2D -> [M, N_total]; 2D x 2D (groups along K) -> [G, M, N]; 3D x 3D -> bmm."""
+    if mat_a.dim() == 2 and mat_b.dim() == 2:
+        shape = (offs.shape[0], mat_a.shape[0], mat_b.shape[1])
+    elif mat_a.dim() == 3 and mat_b.dim() == 3:
+        shape = (mat_a.shape[0], mat_a.shape[1], mat_b.shape[-1])
+    else:
+        shape = (mat_a.shape[-2], mat_b.shape[-1])
+    return mat_a.new_empty(shape, dtype=out_dtype or mat_a.dtype)
+
+
+def _grouped_mm_flops(mat_a: torch.Tensor, mat_b: torch.Tensor, *args: Any, out_val: torch.Tensor,
+                      **kwargs: Any) -> float:
+    """2 * sum over groups of m * n * k: 2 * numel(out) * K, except for 2D x 2D (groups along the
+    contraction, out [G, M, N]) where each output element of group g sums only that group's K rows:
+    2 * M * N * K_total. (torch.utils.flop_counter has no formula for this op.)"""
+    if mat_a.dim() == 2 and mat_b.dim() == 2:
+        return 2.0 * mat_a.shape[0] * mat_a.shape[1] * mat_b.shape[1]
+    return 2.0 * out_val.numel() * mat_a.shape[-1]
 
 
 class _Tracer:
@@ -485,7 +512,8 @@ class _Tracer:
                     if n > params.get(info[0], (0, 0))[0]:
                         params[info[0]] = (n, n * t.element_size())
         flops = 0.0
-        f = flop_registry.get(getattr(func, "_overloadpacket", func))
+        packet = getattr(func, "_overloadpacket", func)
+        f = _grouped_mm_flops if packet is torch.ops.aten._grouped_mm else flop_registry.get(packet)
         if f is not None:
             try:
                 flops = float(f(*args, **kwargs, out_val=out))

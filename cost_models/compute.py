@@ -13,6 +13,8 @@ profile written by `autoparallel calibrate` may carry measured per-class values 
   gemm              max = gemm_max                                   mm, addmm, bmm, baddbmm, conv, ...
   gemm_unaligned    max = calibration.gemm_unaligned_max             a GEMM with M, N or K not a multiple
                     of 8 elements: cuBLAS falls back to 1-element-aligned kernels (GPT-2's 50257 vocab)
+  gemm_grouped      max = calibration.gemm_grouped_max               torch._grouped_mm (MoE experts: one
+                    kernel over all groups), on the FLOPs of all groups together
   attention_fwd/bwd max = calibration.attention_fwd_max / _bwd_max   fused attention kernels, on the FLOPs
                     torch.utils.flop_counter counts for them (causal attention counted as full), with
                     their own half-size calibration.attention_fwd_half_flops / _bwd_half_flops
@@ -27,8 +29,8 @@ read once more by the GEMM.
 
 Host floor (`with_host_floor`): eager PyTorch issues every op from the host (Python, dispatcher,
 autograd engine); when the device runs ops faster than the host issues them, the host sets the pace:
-a phase of n ops takes at least n * calibration.host_us_per_op (host_us_per_op_moe in expert blocks,
-whose data-dependent GEMMs also pay host_us_per_new_gemm_shape each).
+a phase of n ops takes at least n * calibration.host_us_per_op (host_us_per_op_moe in expert blocks;
+an expert GEMM with a data-dependent shape, from a per-expert loop, also pays host_us_per_new_gemm_shape).
 
 Optimizer step (`update_time`): the mixed-precision update of a runtime that keeps fp32 master weights
 and a persistent gradient buffer (Megatron-LM's layout; CostModel._memory's accounting), per step:
@@ -51,11 +53,10 @@ from hardware_profiles import HardwareProfile
 MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "_grouped_mm",
               "scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
 
-CLASSES = ("other", "gemm", "gemm_unaligned", "attention_fwd", "attention_bwd", "softmax", "softmax_backward",
-           "log_softmax", "log_softmax_backward", "cast", "dropout", "dropout_backward", "layer_norm",
-           "layer_norm_backward", "rms_norm", "rms_norm_backward")
+MEMORY_CLASSES = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "cast", "dropout",
+                  "dropout_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward")
+CLASSES = ("other", "gemm", "gemm_unaligned", "gemm_grouped", "attention_fwd", "attention_bwd") + MEMORY_CLASSES
 CLASS_CODE = {c: i for i, c in enumerate(CLASSES)}
-MEMORY_CLASSES = CLASSES[5:]
 _GEMM_BASES = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear")
 _BY_BASE = {
     "_softmax": "softmax", "_softmax_backward_data": "softmax_backward",
@@ -87,6 +88,8 @@ def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: floa
         return CLASS_CODE["attention_bwd" if "backward" in base else "attention_fwd"]
     if base in _GEMM_BASES:
         return CLASS_CODE["gemm_unaligned" if _unaligned(out_shapes, flops) else "gemm"]
+    if base == "_grouped_mm":
+        return CLASS_CODE["gemm_grouped"]
     if is_matmul(op_name):
         return CLASS_CODE["gemm"]
     return CLASS_CODE[_BY_BASE.get(base, "other")]
@@ -131,6 +134,7 @@ def _class_tables(profile: HardwareProfile) -> tuple[np.ndarray, np.ndarray, np.
     peak_max = np.full(len(CLASSES), eff.gemm_max)
     half = np.full(len(CLASSES), eff.gemm_half_flops)
     peak_max[CLASS_CODE["gemm_unaligned"]] = calibrated(profile, "gemm_unaligned_max", eff.gemm_max)
+    peak_max[CLASS_CODE["gemm_grouped"]] = calibrated(profile, "gemm_grouped_max", eff.gemm_max)
     for phase in ("fwd", "bwd"):
         code = CLASS_CODE[f"attention_{phase}"]
         peak_max[code] = calibrated(profile, f"attention_{phase}_max", eff.gemm_max)
@@ -169,21 +173,21 @@ def op_times(flops: np.ndarray, bytes_moved: np.ndarray, matmul: np.ndarray, pro
 
 
 def with_host_floor(times: np.ndarray, profile: HardwareProfile, expert: np.ndarray | None = None,
-                    matmul: np.ndarray | None = None) -> np.ndarray:
+                    dynamic_gemm: np.ndarray | None = None) -> np.ndarray:
     """Per-op times stretched so that they sum to at least the host time of the phase (module docstring):
-    n_ops * host_us_per_op; phases with expert groups use host_us_per_op_moe (their per-expert Python
-    loops and host-synchronizing token counts cost more per op), and each expert GEMM pays
-    host_us_per_new_gemm_shape: its token count is data-dependent, so the BLAS library picks a kernel
-    for a new problem size on the host (the regime of a run whose heuristics cache has not yet seen
-    the counts; an upper bound for long runs)."""
+    n_ops * host_us_per_op; phases with expert groups use host_us_per_op_moe, and each `dynamic_gemm`
+    (an expert GEMM of a per-expert loop, whose token count is data-dependent) pays
+    host_us_per_new_gemm_shape: the BLAS library picks a kernel for a new problem size on the host (the
+    regime of a run whose heuristics cache has not yet seen the counts; an upper bound for long runs).
+    Grouped expert GEMMs (torch._grouped_mm) have static shapes and pay nothing extra."""
     host = calibrated(profile, "host_us_per_op", 0.0) * 1e-6
     floor = host * len(times)
     if expert is not None and len(expert) == len(times) and expert.any():
         host = calibrated(profile, "host_us_per_op_moe", host * 1e6) * 1e-6
         floor = host * len(times)
-        if matmul is not None:
+        if dynamic_gemm is not None:
             extra = calibrated(profile, "host_us_per_new_gemm_shape", host * 1e6) * 1e-6 - host
-            floor += max(extra, 0.0) * float(np.count_nonzero(expert & matmul))
+            floor += max(extra, 0.0) * float(np.count_nonzero(dynamic_gemm))
     total = float(times.sum())
     if floor <= total or total <= 0:
         return times

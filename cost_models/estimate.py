@@ -38,7 +38,7 @@ from cost_models.comm import (
     reduce_scatter_time,
     send_recv_time,
 )
-from cost_models.compute import op_times, update_time, with_host_floor
+from cost_models.compute import CLASS_CODE, op_times, update_time, with_host_floor
 from cost_models.facts import attention_heads, num_experts, vocab_size
 from cost_models.segments import Segment, block_classes, split_segments
 from hardware_profiles import Cluster
@@ -223,7 +223,8 @@ class CostModel:
         # expert weights: each EP rank holds E/ep experts and reads only those
         moved = moved - np.where(ops.expert, ops.param_bytes * (1 - 1 / ep) / np.where(ops.tp_sharded, tp, 1), 0)
         t = op_times(flops, moved, ops.matmul, self.profile, self.dtype, ops.op_class, ops.copy_bytes * b / div)
-        return with_host_floor(t, self.profile, ops.expert, ops.matmul), flops, div
+        dynamic_gemm = ops.expert & ops.matmul & (ops.op_class != CLASS_CODE["gemm_grouped"])
+        return with_host_floor(t, self.profile, ops.expert, dynamic_gemm), flops, div
 
     # ---- whole plan ------------------------------------------------------------------------------------
     def check_plan(self, plan: Plan) -> None:

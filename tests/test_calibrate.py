@@ -21,6 +21,7 @@ from hardware_profiles import Efficiency, load_profile, profile_from_yaml, valid
 TINY = cal.CalibrationPlan(
     gemm_shapes=((32, 32, 32), (64, 64, 64), (128, 128, 128)), gemm_wgrad_shapes=((32, 64, 128),),
     other_dtype_shapes=((32, 32, 32),), bandwidth_bytes=(2**14, 2**18), attention_shapes=((1, 2, 1, 32, 16),),
+    grouped_gemm_shapes=((4, 16, 32, 64),),
     collective_bytes=(1024,), reps=2, warmup=1, large_bandwidth_bytes=2**16, class_bytes=2**18,
     host_inner=1)
 
@@ -97,6 +98,9 @@ def test_calibrate_end_to_end_on_cpu_writes_a_valid_profile():
     assert meas.host_fwd_s > 0 and prof.calibration["host_us_per_op"] > 0
     assert prof.calibration["host_us_per_op_moe"] > 0 and prof.calibration["host_us_per_new_gemm_shape"] > 0
     assert 0 < prof.calibration["attention_fwd_max"] <= 1
+    assert [(s.layout, s.flops) for s in meas.grouped_gemm] == [("fwd", 2 * 4 * 16 * 32 * 64),
+                                                                ("wgrad", 2 * 4 * 16 * 32 * 64)]
+    assert 0 < prof.calibration["gemm_grouped_max"] <= 1
     assert any(line.startswith("gemm 1/7") for line in lines) and any("collectives: skipped" in x for x in lines)
     again = cal.Measurements.from_dict(json.loads(json.dumps(meas.to_dict())))
     assert again == meas

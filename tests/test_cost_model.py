@@ -13,7 +13,7 @@ from autoparallel.errors import UserError
 from autoparallel.plan import Plan
 from autoparallel.specs import load_model_spec
 from cost_models.comm import Link, all_gather_time, all_reduce_time, send_recv_time
-from cost_models.compute import op_times
+from cost_models.compute import CLASS_CODE, classify, op_times, with_host_floor
 from cost_models.estimate import model_state_bytes
 from hardware_profiles import list_profiles, load_profile
 
@@ -35,6 +35,26 @@ def test_roofline_formula():
     e = eff.gemm_max * 1e12 / (1e12 + eff.gemm_half_flops)
     assert t[0] == pytest.approx(1e12 / (h100.peak("bf16") * e) + eff.kernel_overhead_s)
     assert t[1] == pytest.approx(3.35e9 / (h100.memory_bandwidth * eff.memory_bound) + eff.kernel_overhead_s)
+
+
+def test_grouped_gemm_class_and_host_floor_of_expert_gemms():
+    h200 = load_profile("h200")
+    grouped = classify("aten._grouped_mm.default", [[4096, 2816]], 2.0 * 4096 * 2816 * 1024)
+    assert grouped == CLASS_CODE["gemm_grouped"] and classify("aten.mm.default", [[64, 64]], 2.0 * 64**3) == 1
+    flops, moved, mm = np.array([1e11]), np.array([1e8]), np.array([True])
+    t = op_times(flops, moved, mm, h200, "bf16", np.array([grouped], dtype=np.int8))
+    e = h200.calibration["gemm_grouped_max"] * 1e11 / (1e11 + h200.efficiency.gemm_half_flops)
+    assert t[0] == pytest.approx(1e11 / (h200.peak("bf16") * e) + h200.efficiency.kernel_overhead_s)
+    # a phase of 10 tiny expert ops: the host sets the pace; a per-expert loop's data-dependent GEMMs
+    # (2 of them) pay the new-shape cost on top, grouped GEMMs do not
+    cal = h200.calibration
+    times, expert = np.full(10, 1e-7), np.ones(10, dtype=bool)
+    dynamic = np.zeros(10, dtype=bool)
+    assert with_host_floor(times, h200, expert, dynamic).sum() == pytest.approx(10 * cal["host_us_per_op_moe"] * 1e-6)
+    dynamic[:2] = True
+    extra = 2 * (cal["host_us_per_new_gemm_shape"] - cal["host_us_per_op_moe"]) * 1e-6
+    assert with_host_floor(times, h200, expert, dynamic).sum() == pytest.approx(
+        10 * cal["host_us_per_op_moe"] * 1e-6 + extra)
 
 
 def test_alpha_beta_collectives():

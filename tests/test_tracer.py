@@ -184,10 +184,17 @@ def test_moe_expert_groups_and_mixed_block_classes():
     ex = g.parametric_ops["layers.1.mlp.experts"]
     assert ex.kind == "experts" and ex.num_experts == 4 and ex.shapes["w1"] == (4, 32, 64)
     assert ("layers.1.mlp_norm", "layers.1.mlp.experts") in g.param_op_edges
-    # per-expert matmuls read one expert's slice of the stacked weights, not the whole tensor
+    # three grouped GEMMs, each reading one stacked weight, 2 * (T * k) * h * f FLOPs each
     expert_mm = [a for _, a in g.nodes(phase="fwd") if a["module"] == "layers.1.mlp.experts"
-                 and a["op"] == "aten.mm.default"]
+                 and a["op"] == "aten._grouped_mm.default"]
+    assert len(expert_mm) == 3
     assert sum(a["param_count"] for a in expert_mm) == ex.param_count
+    tokens = g.batch * g.seq_len * eg.top_k
+    assert [a["flops"] for a in expert_mm] == [2.0 * tokens * 64 * 32] * 3
+    # backward: per projection one grouped GEMM for the input gradient, one (2D x 2D) for the weights
+    bwd = [a for _, a in g.nodes(phase="bwd") if a["op"] == "aten._grouped_mm.default"
+           and a["module"] == "layers.1.mlp.experts"]
+    assert len(bwd) == 6 and sum(a["flops"] for a in bwd) == 2 * sum(a["flops"] for a in expert_mm)
     assert g.parameters == parameter_count(spec)
 
 

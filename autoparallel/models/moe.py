@@ -9,8 +9,8 @@ Per MoE layer, for T = B*S tokens and top-k routing over E experts:
 Layers with spec.moe_layers[i] False use a dense SwiGLU MLP of width intermediate_size.
 
 GroupedExperts has torchtitan's interface, so expert parallelism can wrap it with all-to-all
-dispatch/combine without touching the routing. Everything is deterministic on CPU (stable sort,
-fixed summation order).
+dispatch/combine without touching the routing, and its compute (torch._grouped_mm, one kernel per
+projection) has static shapes. Everything is deterministic on CPU (stable sort, fixed summation order).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch._subclasses.fake_tensor import is_fake
 
 from autoparallel.models.layers import MLP, Transformer
 from autoparallel.specs import ModelSpec
@@ -43,7 +42,7 @@ class Router(nn.Module):
 
 
 def _local(w: torch.Tensor) -> torch.Tensor:
-    # Under expert/tensor parallelism the weights are DTensors; the per-expert loop works on the
+    # Under expert/tensor parallelism the weights are DTensors; the grouped GEMMs work on the
     # local shard (torchtitan does the same). Duck-typed so non-distributed builds need no import.
     return w.to_local() if hasattr(w, "to_local") else w
 
@@ -63,20 +62,21 @@ class GroupedExperts(nn.Module):
             nn.init.normal_(w, std=std)
 
     def forward(self, x: torch.Tensor, num_tokens_per_expert: torch.Tensor) -> torch.Tensor:
-        """x [N, h] sorted by expert, num_tokens_per_expert [E] (local experts) -> [N, h]."""
+        """x [N, h] sorted by expert, num_tokens_per_expert [E] (local experts) -> [N, h].
+
+        One grouped GEMM per projection (torchtitan's grouped_mm path): static shapes and no host
+        synchronization, since the group boundaries stay on the device as offsets. On meta tensors only
+        the shapes matter (the FLOPs of all groups together do not depend on the split)."""
         w1, w2, w3 = _local(self.w1), _local(self.w2), _local(self.w3)
-        E = w1.shape[0]
-        if num_tokens_per_expert.device.type == "meta" or is_fake(num_tokens_per_expert):
-            # Meta/fake tensors carry no values, so the real split is unknowable while tracing; assume
-            # balanced routing (what load-balancing losses aim for), remainder to the first experts.
-            n = x.shape[0]
-            counts = [n // E + (e < n % E) for e in range(E)]
-        else:
-            counts = num_tokens_per_expert.tolist()
-        outs = []
-        for e, xe in enumerate(torch.split(x, counts, dim=0)):
-            outs.append((F.silu(xe @ w1[e].T) * (xe @ w3[e].T)) @ w2[e].T)
-        return torch.cat(outs, dim=0)
+        device = x.device.type
+        if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
+            # _grouped_mm is not on autocast's list: cast as autocast casts the inputs of F.linear.
+            dtype = torch.get_autocast_dtype(device)
+            x, w1, w2, w3 = (t.to(dtype) for t in (x, w1, w2, w3))
+        offs = torch.cumsum(num_tokens_per_expert, dim=0, dtype=torch.int32)
+        gate = torch._grouped_mm(x, w1.transpose(-2, -1), offs=offs)
+        up = torch._grouped_mm(x, w3.transpose(-2, -1), offs=offs)
+        return torch._grouped_mm(F.silu(gate) * up, w2.transpose(-2, -1), offs=offs)
 
 
 class MoE(nn.Module):
