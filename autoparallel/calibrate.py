@@ -570,19 +570,17 @@ _HOST_PROBES = {
 }
 
 
-def measure_host(device: torch.device, plan: CalibrationPlan, say: Say, probe: str = "dense") -> tuple[float, float]:
-    """Host seconds per dispatched aten op of a training step (forward, backward) of a model whose
-    kernels are too small to matter: what eager PyTorch costs per op on this host. `probe`: a tiny dense
-    llama-like model, or a mixture-of-experts one of tiny width fed a realistic 8 x 2048 tokens with
-    routing that changes every step, so that its per-expert Python loop, its host-synchronizing token
-    counts and its data-dependent GEMM shapes cost what they cost in training."""
+def _host_times(device: torch.device, plan: CalibrationPlan, probe: str, layers: int
+                ) -> tuple[float, float, int, int]:
+    """(forward seconds, backward seconds, forward ops, backward ops) of one eager training step of the
+    probe model with `layers` blocks (ops counted at the dispatcher, as the tracer counts them)."""
     import torch.nn.functional as F
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from autoparallel.models import build_model
     from autoparallel.specs import load_model_spec
 
-    model = build_model(load_model_spec(_HOST_PROBES[probe])).to(device)
+    model = build_model(load_model_spec(dict(_HOST_PROBES[probe], num_hidden_layers=layers))).to(device)
     rows, seq = (1, 16) if probe == "dense" or device.type == "cpu" else (8, 2048)
     gen = torch.Generator(device="cpu").manual_seed(0)
     pool = [torch.randint(0, 128, (rows, seq + 1), generator=gen).to(device) for _ in range(16)]
@@ -609,10 +607,25 @@ def measure_host(device: torch.device, plan: CalibrationPlan, say: Say, probe: s
     inner = plan.host_inner if rows == 1 else max(1, plan.host_inner // 4)  # the realistic probe is slower
     t_f = time_call(fwd, device, reps=plan.reps, warmup=plan.warmup, inner=inner)
     t_fb = time_call(lambda: fwd().backward(), device, reps=plan.reps, warmup=plan.warmup, inner=inner)
-    per_f = t_f / count_f.n
-    per_b = max(t_fb - t_f, 0.0) / max(count_b.n, 1)
+    return t_f, max(t_fb - t_f, 0.0), count_f.n, count_b.n
+
+
+def measure_host(device: torch.device, plan: CalibrationPlan, say: Say, probe: str = "dense") -> tuple[float, float]:
+    """Host seconds per dispatched aten op of a training step (forward, backward) of a model whose
+    kernels are too small to matter: what eager PyTorch costs per op on this host. `probe`: a tiny dense
+    llama-like model, or a mixture-of-experts one of tiny width fed a realistic 8 x 2048 tokens with
+    routing that changes every step.
+
+    The marginal cost of a block's ops: the probe runs at 2 and 6 blocks and the per-op time is
+    (t_6 - t_2) / (n_6 - n_2), so the step's fixed costs (embedding, loss, Python call overhead), which a
+    2-block model spreads over few ops, do not inflate it. The per-op ratio of the deeper probe stands
+    in where noise makes the difference non-positive."""
+    (f2, b2, nf2, nb2), (f6, b6, nf6, nb6) = (_host_times(device, plan, probe, n) for n in (2, 6))
+    per_f = (f6 - f2) / (nf6 - nf2) if f6 > f2 and nf6 > nf2 else f6 / max(nf6, 1)
+    per_b = (b6 - b2) / (nb6 - nb2) if b6 > b2 and nb6 > nb2 else b6 / max(nb6, 1)
     say(f"host ({probe}): {per_f * 1e6:.1f} us per forward op, {per_b * 1e6:.1f} us per backward op "
-        f"({count_f.n} + {count_b.n} ops per step, {rows} x {seq} tokens)")
+        f"(marginal over 2 -> 6 blocks: {nf2} -> {nf6} forward, {nb2} -> {nb6} backward ops; "
+        f"whole 2-block step {f2 / nf2 * 1e6:.1f} / {b2 / max(nb2, 1) * 1e6:.1f} us per op)")
     return per_f, per_b
 
 

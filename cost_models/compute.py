@@ -29,8 +29,9 @@ read once more by the GEMM.
 
 Host floor (`with_host_floor`): eager PyTorch issues every op from the host (Python, dispatcher,
 autograd engine); when the device runs ops faster than the host issues them, the host sets the pace:
-a phase of n ops takes at least n * calibration.host_us_per_op (host_us_per_op_moe in expert blocks;
-an expert GEMM with a data-dependent shape, from a per-expert loop, also pays host_us_per_new_gemm_shape).
+a phase of n ops takes at least n * the calibrated host time per op of that phase (forward or backward;
+the MoE probe's in expert blocks); an expert GEMM with a data-dependent shape, from a per-expert loop,
+also pays host_us_per_new_gemm_shape.
 
 Optimizer step (`update_time`): the mixed-precision update of a runtime that keeps fp32 master weights
 and a persistent gradient buffer (Megatron-LM's layout; CostModel._memory's accounting), per step:
@@ -172,22 +173,33 @@ def op_times(flops: np.ndarray, bytes_moved: np.ndarray, matmul: np.ndarray, pro
     return t
 
 
-def with_host_floor(times: np.ndarray, profile: HardwareProfile, expert: np.ndarray | None = None,
+def host_seconds_per_op(profile: HardwareProfile, phase: str, expert: bool = False) -> float:
+    """Host seconds to issue one eager op in a forward ("fwd", also recompute) or backward ("bwd") phase:
+    the calibration's per-phase pair host_us_per_op[_moe]_fwd_bwd, else its blend host_us_per_op[_moe];
+    0 for an uncalibrated profile (no floor). Backward ops cost more (the autograd engine, hooks)."""
+    key = "host_us_per_op_moe" if expert else "host_us_per_op"
+    pair = profile.calibration.get(key + "_fwd_bwd") if profile.calibration else None
+    if isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, (int, float)) and x > 0 for x in pair):
+        return float(pair[phase == "bwd"]) * 1e-6
+    if expert and key not in (profile.calibration or {}):
+        return host_seconds_per_op(profile, phase)
+    return calibrated(profile, key, 0.0) * 1e-6
+
+
+def with_host_floor(times: np.ndarray, profile: HardwareProfile, phase: str = "fwd", expert: np.ndarray | None = None,
                     dynamic_gemm: np.ndarray | None = None) -> np.ndarray:
     """Per-op times stretched so that they sum to at least the host time of the phase (module docstring):
-    n_ops * host_us_per_op; phases with expert groups use host_us_per_op_moe, and each `dynamic_gemm`
-    (an expert GEMM of a per-expert loop, whose token count is data-dependent) pays
+    n_ops * host_seconds_per_op (the MoE rate in phases with expert groups), and each `dynamic_gemm` (an
+    expert GEMM of a per-expert loop, whose token count is data-dependent) pays
     host_us_per_new_gemm_shape: the BLAS library picks a kernel for a new problem size on the host (the
     regime of a run whose heuristics cache has not yet seen the counts; an upper bound for long runs).
     Grouped expert GEMMs (torch._grouped_mm) have static shapes and pay nothing extra."""
-    host = calibrated(profile, "host_us_per_op", 0.0) * 1e-6
+    moe = expert is not None and len(expert) == len(times) and bool(expert.any())
+    host = host_seconds_per_op(profile, phase, moe)
     floor = host * len(times)
-    if expert is not None and len(expert) == len(times) and expert.any():
-        host = calibrated(profile, "host_us_per_op_moe", host * 1e6) * 1e-6
-        floor = host * len(times)
-        if dynamic_gemm is not None:
-            extra = calibrated(profile, "host_us_per_new_gemm_shape", host * 1e6) * 1e-6 - host
-            floor += max(extra, 0.0) * float(np.count_nonzero(dynamic_gemm))
+    if moe and dynamic_gemm is not None:
+        extra = calibrated(profile, "host_us_per_new_gemm_shape", host * 1e6) * 1e-6 - host
+        floor += max(extra, 0.0) * float(np.count_nonzero(dynamic_gemm))
     total = float(times.sum())
     if floor <= total or total <= 0:
         return times

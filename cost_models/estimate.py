@@ -168,8 +168,8 @@ class CostModel:
         """
         seg = self._segments[placements_key][name]
         b = float(micro_batch)
-        fwd_t, fwd_flops, fwd_div = self._phase_times(seg.fwd, tp, ep, sp, b)
-        bwd_t, bwd_flops, _ = self._phase_times(seg.bwd, tp, ep, sp, b)
+        fwd_t, fwd_flops, fwd_div = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b)
+        bwd_t, bwd_flops, _ = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b)
 
         tp_link = link_for(self.profile, tp_span)
         tp_comm_fwd = 0.0
@@ -211,7 +211,7 @@ class CostModel:
             act_bytes=act, working_bytes=working,
             flops_fwd=float(fwd_flops.sum()), flops_bwd=float(bwd_flops.sum()), flops_recompute=rec_flops)
 
-    def _phase_times(self, ops, tp: int, ep: int, sp: bool, b: float):
+    def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float):
         """Per-op times [s], per-op FLOPs and the per-op divisor (tp for sharded work)."""
         # sharded ops run 1/tp; replicated ones 1/tp of the sequence under SP; experts run whole
         div = np.where(ops.tp_sharded, tp, np.where(ops.expert, 1, tp if sp else 1)).astype(float)
@@ -224,7 +224,7 @@ class CostModel:
         moved = moved - np.where(ops.expert, ops.param_bytes * (1 - 1 / ep) / np.where(ops.tp_sharded, tp, 1), 0)
         t = op_times(flops, moved, ops.matmul, self.profile, self.dtype, ops.op_class, ops.copy_bytes * b / div)
         dynamic_gemm = ops.expert & ops.matmul & (ops.op_class != CLASS_CODE["gemm_grouped"])
-        return with_host_floor(t, self.profile, ops.expert, dynamic_gemm), flops, div
+        return with_host_floor(t, self.profile, phase, ops.expert, dynamic_gemm), flops, div
 
     # ---- whole plan ------------------------------------------------------------------------------------
     def check_plan(self, plan: Plan) -> None:
