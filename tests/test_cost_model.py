@@ -45,16 +45,22 @@ def test_grouped_gemm_class_and_host_floor_of_expert_gemms():
     t = op_times(flops, moved, mm, h200, "bf16", np.array([grouped], dtype=np.int8))
     e = h200.calibration["gemm_grouped_max"] * 1e11 / (1e11 + h200.efficiency.gemm_half_flops)
     assert t[0] == pytest.approx(1e11 / (h200.peak("bf16") * e) + h200.efficiency.kernel_overhead_s)
-    # a phase of 10 tiny expert ops: the host sets the pace; a per-expert loop's data-dependent GEMMs
-    # (2 of them) pay the new-shape cost on top, grouped GEMMs do not
+    # a phase of 10 tiny expert ops: the host sets the pace at that phase's calibrated rate; a per-expert
+    # loop's data-dependent GEMMs (2 of them) pay the new-shape cost on top, grouped GEMMs do not
     cal = h200.calibration
+    fwd_us, bwd_us = cal["host_us_per_op_moe_fwd_bwd"]
     times, expert = np.full(10, 1e-7), np.ones(10, dtype=bool)
     dynamic = np.zeros(10, dtype=bool)
-    assert with_host_floor(times, h200, expert, dynamic).sum() == pytest.approx(10 * cal["host_us_per_op_moe"] * 1e-6)
+    assert with_host_floor(times, h200, "fwd", expert, dynamic).sum() == pytest.approx(10 * fwd_us * 1e-6)
+    assert with_host_floor(times, h200, "bwd", expert, dynamic).sum() == pytest.approx(10 * bwd_us * 1e-6)
+    dense_fwd = cal["host_us_per_op_fwd_bwd"][0]
+    assert with_host_floor(times, h200, "fwd").sum() == pytest.approx(10 * dense_fwd * 1e-6)
     dynamic[:2] = True
-    extra = 2 * (cal["host_us_per_new_gemm_shape"] - cal["host_us_per_op_moe"]) * 1e-6
-    assert with_host_floor(times, h200, expert, dynamic).sum() == pytest.approx(
-        10 * cal["host_us_per_op_moe"] * 1e-6 + extra)
+    extra = 2 * (cal["host_us_per_new_gemm_shape"] - fwd_us) * 1e-6
+    assert with_host_floor(times, h200, "fwd", expert, dynamic).sum() == pytest.approx(10 * fwd_us * 1e-6 + extra)
+    # device-bound phases keep their times; an uncalibrated profile has no floor
+    assert np.array_equal(with_host_floor(np.full(10, 1.0), h200, "bwd", expert, dynamic), np.full(10, 1.0))
+    assert np.array_equal(with_host_floor(times, load_profile("h100-sxm"), "fwd"), times)
 
 
 def test_alpha_beta_collectives():
