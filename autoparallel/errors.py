@@ -1,5 +1,20 @@
 """One exception type for bad user input: the CLI prints its message as one line and exits 2."""
 
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
 
 class UserError(Exception):
     """Bad input from the user: the message says what is wrong, where, and how to fix it."""
+
+
+def exit_on_user_error(main: Callable[[], object]) -> None:
+    """Run a script's `main()` as the CLI runs a command: a UserError becomes one `error: ...` line on
+    stderr and exit code 2 instead of a traceback (for examples and user scripts)."""
+    try:
+        main()
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

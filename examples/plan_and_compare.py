@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 import autoparallel
+from autoparallel.errors import exit_on_user_error
 from autoparallel.plan import Plan
 
 
@@ -44,4 +45,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_user_error(main)

@@ -19,6 +19,7 @@ import time
 import torch
 
 from autoparallel import AutoParallelTrainer
+from autoparallel.errors import exit_on_user_error
 from autoparallel.models import build_model, load_model_spec
 
 
@@ -89,4 +90,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    exit_on_user_error(main)
