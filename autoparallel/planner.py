@@ -246,7 +246,7 @@ class Planner:
         if not hasattr(self, "_sp_dom"):
             pl = self._placements(MeshConfig(2, 1, 1, 1, 1, 1, 0, True, "fp32"))
             segs = self.cm.segments(pl, True)
-            self._sp_dom = all(sorted(s.tp_allgather_bytes) == sorted(s.tp_collective_bytes) for s in segs.values())
+            self._sp_dom = all(sorted(s.tp_col_input_bytes) == sorted(s.tp_collective_bytes) for s in segs.values())
         return self._sp_dom
 
     def base_plan(self, cfg: MeshConfig) -> Plan:

@@ -161,8 +161,9 @@ class CostModel:
         """Per-op roofline on the shard each device runs, plus exposed TP and EP collectives.
 
         Sharded ops run 1/tp of their FLOPs and bytes; replicated ops run whole, or on 1/tp of the
-        sequence under sequence parallelism. TP: one all-reduce (SP: reduce-scatter + all-gather) of
-        each collective tensor forward and again backward, b*s*h*2 bytes each. EP: dispatch + combine
+        sequence under sequence parallelism. TP (b*s*h*2 bytes each): forward, an all-reduce of each
+        rowwise/vocab output; backward, an all-reduce of the gradient of each distinct colwise input;
+        under SP a reduce-scatter + all-gather pair in each direction. EP: dispatch + combine
         all-to-all forward and backward. Recompute re-runs forward ops in backward (full: the whole
         segment with its collectives; selective: the non-GEMM ops).
         """
@@ -172,13 +173,15 @@ class CostModel:
         bwd_t, bwd_flops, _ = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b)
 
         tp_link = link_for(self.profile, tp_span)
-        tp_comm_fwd = 0.0
+        tp_comm_fwd = tp_comm_bwd = 0.0
         if tp > 1:
-            if sp:
+            if sp:  # symmetric: each forward reduce-scatter is an all-gather backward and vice versa
                 tp_comm_fwd = sum(reduce_scatter_time(x * b, tp, tp_link) for x in seg.tp_collective_bytes)
-                tp_comm_fwd += sum(all_gather_time(x * b, tp, tp_link) for x in seg.tp_allgather_bytes)
-            else:
+                tp_comm_fwd += sum(all_gather_time(x * b, tp, tp_link) for x in seg.tp_col_input_bytes)
+                tp_comm_bwd = tp_comm_fwd
+            else:  # Megatron's g (all-reduce forward) and f (all-reduce of the input gradient backward)
                 tp_comm_fwd = sum(all_reduce_time(x * b, tp, tp_link) for x in seg.tp_collective_bytes)
+                tp_comm_bwd = sum(all_reduce_time(x * b, tp, tp_link) for x in seg.tp_col_input_bytes)
         ep_comm_fwd = 0.0
         if ep > 1 and seg.ep_alltoall_bytes:
             # dispatch + combine of every token copy routed by this rank
@@ -189,7 +192,7 @@ class CostModel:
         gather = sum(all_gather_time(x * b, tp, tp_link) for x in seg.tp_gather_bytes) if tp > 1 else 0.0
         tp_comm_fwd += gather
         fwd_s = fwd_t.sum() + tp_comm_fwd + ep_comm_fwd
-        bwd_s = bwd_t.sum() + tp_comm_fwd - gather + ep_comm_fwd
+        bwd_s = bwd_t.sum() + tp_comm_bwd + ep_comm_fwd
 
         saved = seg.fwd.saved_bytes * b / fwd_div
         act_all = float(saved.sum())
@@ -206,7 +209,7 @@ class CostModel:
             recompute_s, rec_flops, act, working = 0.0, 0.0, act_all, 0.0
         return SegmentCost(
             fwd_s=float(fwd_s), bwd_s=float(bwd_s), recompute_s=float(recompute_s),
-            tp_comm_s=2 * tp_comm_fwd - gather + (tp_comm_fwd if recompute == "full" else 0.0),
+            tp_comm_s=tp_comm_fwd + tp_comm_bwd + (tp_comm_fwd if recompute == "full" else 0.0),
             ep_comm_s=2 * ep_comm_fwd + (ep_comm_fwd if recompute == "full" else 0.0),
             act_bytes=act, working_bytes=working,
             flops_fwd=float(fwd_flops.sum()), flops_bwd=float(bwd_flops.sum()), flops_recompute=rec_flops)

@@ -15,8 +15,10 @@ Tensor-parallel propagation over the forward ops, in execution order, given plac
                      colwise output leaving its segment is all-gathered there: tp_gather_bytes)
   R ops            -> replicated; under sequence parallelism they run on 1/tp of the sequence
 Backward ops inherit the flag of their forward op (`fwd_node`, else their module's forward ops).
-Collectives per block forward: one per rowwise/vocab output (all-reduce, or reduce-scatter + one
-all-gather per distinct input of the colwise ops under SP); backward mirrors forward.
+Collectives (Megatron's g and f): forward, one all-reduce per rowwise/vocab output; backward, one
+all-reduce of the gradient of each distinct input of the colwise ops. Under SP those become forward
+reduce-scatters and all-gathers, and backward mirrors forward. (A vocab embedding thus costs no
+backward collective, a colwise LM head a backward one.)
 """
 
 from __future__ import annotations
@@ -62,8 +64,10 @@ class Segment:
     name: str                      # "pre", "post" or the representative block path
     fwd: PhaseOps
     bwd: PhaseOps
-    tp_collective_bytes: list[float] = field(default_factory=list)  # fwd TP collectives, per sample
-    tp_allgather_bytes: list[float] = field(default_factory=list)   # SP-only extra all-gathers (fwd)
+    tp_collective_bytes: list[float] = field(default_factory=list)  # rowwise/vocab outputs: reduced forward
+    # distinct inputs of colwise modules: all-gathered forward under SP, their gradients all-reduced
+    # backward without SP (Megatron's f operator), per sample
+    tp_col_input_bytes: list[float] = field(default_factory=list)
     tp_gather_bytes: list[float] = field(default_factory=list)      # all-gathers of feature-sharded
     #                                  outputs consumed whole (fwd only; backward slices), SP or not
     ep_alltoall_bytes: float = 0.0   # bytes one rank sends per all-to-all (dispatch), per sample
@@ -242,10 +246,10 @@ def _dtype_size(dt: str) -> int:
 
 def _collect_collectives(graph: OpGraph, seg: Segment, ids: list[int], placements: dict[str, str],
                          per_sample: float) -> None:
-    """One TP collective per rowwise/vocab module output; SP adds one all-gather per distinct
-    (replicated) input tensor of colwise modules; EP: one dispatch all-to-all per expert group."""
+    """TP: one forward collective per rowwise/vocab module output and one per distinct input tensor of
+    colwise modules (backward all-reduce; forward all-gather under SP); EP: one dispatch all-to-all per
+    expert group."""
     g = _digraph(graph)
-    idset = set(ids)
     last_op_of_module: dict[str, int] = {}
     for n in ids:
         last_op_of_module[g.nodes[n].get("module", "")] = n
@@ -258,9 +262,9 @@ def _collect_collectives(graph: OpGraph, seg: Segment, ids: list[int], placement
         a = g.nodes[n]
         if placements.get(a.get("module", "")) == "colwise":
             for p in g.predecessors(n):
-                if placements.get(g.nodes[p].get("module", "")) != "colwise" and (p not in idset or True):
+                if placements.get(g.nodes[p].get("module", "")) != "colwise":
                     col_inputs.add(p)
-    seg.tp_allgather_bytes = [_out_bytes(g.nodes[p]) * per_sample for p in sorted(col_inputs)]
+    seg.tp_col_input_bytes = [_first_out_bytes(g.nodes[p]) * per_sample for p in sorted(col_inputs)]
     experts = [p for p, op in graph.parametric_ops.items() if op.kind == "experts"
                and _segment_of_module(p, [seg.name]) is not None]
     for e in experts:

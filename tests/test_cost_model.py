@@ -10,9 +10,17 @@ import pytest
 
 from autoparallel.api import context, estimate_plan
 from autoparallel.errors import UserError
+from autoparallel.placements import megatron_placements
 from autoparallel.plan import Plan
 from autoparallel.specs import load_model_spec
-from cost_models.comm import Link, all_gather_time, all_reduce_time, send_recv_time
+from cost_models.comm import (
+    Link,
+    all_gather_time,
+    all_reduce_time,
+    link_for,
+    reduce_scatter_time,
+    send_recv_time,
+)
 from cost_models.compute import CLASS_CODE, classify, op_times, with_host_floor
 from cost_models.estimate import model_state_bytes
 from hardware_profiles import list_profiles, load_profile
@@ -100,6 +108,34 @@ def test_activation_bytes_match_korthikanti(gpt_ctx, tp, sp, rc, formula):
     key = cm.segments_key(placements, sp)
     cost = cm.segment_cost(key, "layers.0", tp, 1, sp, 1, rc, "intra", "intra")
     assert cost.act_bytes == pytest.approx(formula(tp), rel=0.05)
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_tp_collectives_are_megatrons_f_and_g(gpt_ctx, sp):
+    """Forward: an all-reduce per rowwise/vocab output (g); backward: one per distinct colwise input (f).
+    A vocab embedding has only the forward one, a colwise LM head only the backward one; a block has
+    two each way (attention and MLP). Under SP: reduce-scatter + all-gather, the same both ways."""
+    cm = gpt_ctx.cost_model
+    tp = 2
+    placements = megatron_placements(gpt_ctx.graph, sp)
+    assert placements["tok_embeddings"] == "vocab" and placements["lm_head"] == "colwise"
+    key = cm.segments_key(placements, sp)
+    segs = cm.segments(placements, sp)
+    act = S * H * 2  # one [s, h] bf16 tensor per sample
+    link = link_for(cm.profile, "intra")
+    pieces = (reduce_scatter_time(act, tp, link) + all_gather_time(act, tp, link)) if sp else None
+    ar = all_reduce_time(act, tp, link)
+    for name, fwd_n, bwd_n in (("pre", 1, 0), ("layers.0", 2, 2), ("post", 0, 1)):
+        seg = segs[name]
+        assert [pytest.approx(x) for x in seg.tp_collective_bytes] == [act] * fwd_n
+        assert [pytest.approx(x) for x in seg.tp_col_input_bytes] == [act] * bwd_n
+        cost = cm.segment_cost(key, name, tp, 1, sp, 1, "none", "intra", "intra")
+        if sp:
+            assert cost.tp_comm_s == pytest.approx(2 * (fwd_n * reduce_scatter_time(act, tp, link)
+                                                        + bwd_n * all_gather_time(act, tp, link)))
+            assert pieces == pytest.approx(ar)  # reduce-scatter + all-gather = all-reduce
+        else:
+            assert cost.tp_comm_s == pytest.approx((fwd_n + bwd_n) * ar)
 
 
 def test_pipeline_bubble_fraction(gpt_ctx):
