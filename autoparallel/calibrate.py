@@ -24,7 +24,9 @@ What is fitted, with the cost model's own formulas (cost_models/compute.py, cost
                      t_model = max(F / (P * e(F)), bytes / (BW * memory_bound)) + kernel_overhead and
                      e(F) = gemm_max * F / (F + gemm_half_flops)   (so t_compute = (F + F_half) / (P gemm_max):
                      a fixed per-GEMM cost plus a rate); grid search, then a finer grid around the best
-  gemm_grouped_max   the curve maximum of the grouped GEMMs (gemm_half_flops fixed, on their total FLOPs)
+  gemm_grouped_max, gemm_grouped_half_flops
+                     the same curve for the grouped GEMMs on one group's FLOPs, bytes and time (F/G,
+                     bytes/G, t/G), which is the cost model's t = (F + G F_half) / (P max)
   attention_fwd / attention_bwd
                      the same saturating curve's maximum for the attention kernels, on the FLOPs that
                      torch.utils.flop_counter (and so the tracer) counts for them: it counts causal
@@ -693,7 +695,8 @@ class Fit:
     collective_span: str = "intra"
     per_dtype_gemm: dict[str, float] = field(default_factory=dict)  # best achieved fraction of peak
     gemm_unaligned: float | None = None  # curve maximum of GEMMs with a dim not a multiple of 8
-    gemm_grouped: float | None = None    # curve maximum of torch._grouped_mm (MoE experts)
+    gemm_grouped: float | None = None    # curve maximum of torch._grouped_mm (MoE experts), per group
+    gemm_grouped_half: float | None = None  # its half-size [FLOPs of one group]
     memory_fractions: dict[str, float] = field(default_factory=dict)  # kernel family -> bandwidth fraction
     host_s_per_op: float = 0.0           # host seconds per dispatched op of an eager training step
     host_moe_s_per_op: float = 0.0       # the same in a mixture-of-experts model
@@ -795,7 +798,11 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
     unaligned = [s for s in meas.gemm if s.dtype == "bf16" and not is_aligned(s)]
     u_max = fit_curve_max(*arrays(unaligned), peak, bw, mem_eff, overhead, half) if unaligned else None
     grouped = meas.grouped_gemm
-    g_max = fit_curve_max(*arrays(grouped), peak, bw, mem_eff, overhead, half) if grouped else None
+    g_max = g_half = None
+    if grouped:  # per group (the launch overhead once per kernel): F/G, bytes/G, (t - overhead)/G
+        per_group = [np.array([x.flops / x.groups for x in grouped]), np.array([x.bytes / x.groups for x in grouped]),
+                     np.array([max(x.seconds - overhead, 1e-9) / x.groups for x in grouped])]
+        g_max, g_half, _ = fit_gemm_curve(*per_group, peak, bw, mem_eff, 0.0)
     per_dtype: dict[str, float] = {}
     for s in meas.gemm:
         try:
@@ -828,7 +835,7 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
                kernel_overhead_s=overhead, gemm_rms_log_error=rms, attention_fwd=att_fwd, attention_bwd=att_bwd,
                collective_efficiency=coll_eff, collective_latency_s=coll_lat,
                collective_span=meas.collective_span, per_dtype_gemm=per_dtype, gemm_unaligned=u_max,
-               gemm_grouped=g_max,
+               gemm_grouped=g_max, gemm_grouped_half=g_half,
                attention_fwd_half=att_fwd_half, attention_bwd_half=att_bwd_half,
                memory_fractions=fractions, host_s_per_op=host, host_moe_s_per_op=host_moe)
 
@@ -869,6 +876,7 @@ def profile_extra(base: Any, meas: Measurements, f: Fit) -> dict[str, Any]:
         cal["gemm_unaligned_max"] = _r(f.gemm_unaligned, 3)
     if f.gemm_grouped is not None:
         cal["gemm_grouped_max"] = _r(f.gemm_grouped, 3)
+        cal["gemm_grouped_half_flops"] = _r(f.gemm_grouped_half or 1.0, 3)
     if f.memory_fractions:
         cal["memory_fraction"] = {k: _r(v, 3) for k, v in sorted(f.memory_fractions.items())}
     if f.host_s_per_op:
@@ -931,12 +939,48 @@ def calibrate(device: torch.device, base: Any, plan: CalibrationPlan, say: Say =
     return profile_to_yaml(base, extra=profile_extra(base, meas, f)), meas, f
 
 
-def run_calibration(base: str | None = None, output: str = "calibrated.yaml", quick: bool = False) -> Any:
+def _base_for(device_name: str, total_memory: int) -> str:
+    base = match_base_profile(device_name, total_memory)
+    if base is None:
+        from hardware_profiles import list_profiles
+        raise UserError(f"calibrate: no shipped profile matches the device {device_name!r}; pass --base "
+                        f"NAME (one of {', '.join(list_profiles())}) or a YAML path to start from")
+    return base
+
+
+def _refit(path: str, base: str | None, output: str) -> Any:
+    """Fit a saved measurements file and write the profile (`calibrate --from-measurements`)."""
+    from hardware_profiles import load_profile, profile_to_yaml, validate_profile_file
+
+    try:
+        meas = Measurements.from_dict(json.loads(Path(path).read_text()))
+    except OSError as e:
+        raise UserError(f"calibrate: cannot read {path} ({e.strerror}); pass the .measurements.json that "
+                        f"`autoparallel calibrate` wrote") from None
+    except (ValueError, TypeError, KeyError) as e:
+        raise UserError(f"calibrate: {path} is not a calibration measurements file ({e}); pass the "
+                        f".measurements.json that `autoparallel calibrate` wrote") from None
+    profile = load_profile(base or _base_for(meas.device_name, 0))
+    f = fit(meas, profile)
+    out = Path(output)
+    try:
+        out.write_text(profile_to_yaml(profile, extra=profile_extra(profile, meas, f)))
+    except OSError as e:
+        raise UserError(f"calibrate: cannot write {output} ({e.strerror}); pass a writable --output path") from None
+    _stderr(f"refitted {path} (measured {meas.date} on {meas.device_name}): wrote {out}")
+    return validate_profile_file(out)
+
+
+def run_calibration(base: str | None = None, output: str = "calibrated.yaml", quick: bool = False,
+                    measurements: str | None = None) -> Any:
     """`autoparallel calibrate`: measure the local accelerator, write a profile YAML to `output` and the
-    raw measurements to `output` with suffix .measurements.json; progress on stderr. Returns the
-    written HardwareProfile."""
+    raw measurements to `output` with suffix .measurements.json; progress on stderr. With
+    `measurements` (a saved .measurements.json) nothing is measured: the file is refitted, e.g. after
+    the cost model's formulas changed. Returns the written HardwareProfile."""
     from hardware_profiles import load_profile, validate_profile_file
 
+    if measurements is not None:
+        return _refit(measurements, base, output)
     device = detect_accelerator()
     if device is None:
         raise UserError("calibrate: no accelerator found on this host (torch sees no CUDA, ROCm or other "
@@ -944,11 +988,7 @@ def run_calibration(base: str | None = None, output: str = "calibrated.yaml", qu
     if base is None:
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
         total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else 0
-        base = match_base_profile(name, total)
-        if base is None:
-            from hardware_profiles import list_profiles
-            raise UserError(f"calibrate: no shipped profile matches the local device {name!r}; pass --base "
-                            f"NAME (one of {', '.join(list_profiles())}) or a YAML path to start from")
+        base = _base_for(name, total)
         _stderr(f"base profile: {base} (detected from {name!r})")
     profile = load_profile(base)
     plan = CalibrationPlan.quick() if quick else CalibrationPlan.full()

@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--base", default=None, help="profile to start from (default: detected)")
     cal.add_argument("--output", default="calibrated.yaml")
     cal.add_argument("--quick", action="store_true", help="fewer shapes, for a smoke test")
+    cal.add_argument("--from-measurements", default=None, metavar="JSON",
+                     help="refit a saved .measurements.json (no accelerator needed) instead of measuring")
     return ap
 
 
@@ -182,7 +184,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from autoparallel.calibrate import run_calibration
-    run_calibration(base=args.base, output=args.output, quick=args.quick)
+    run_calibration(base=args.base, output=args.output, quick=args.quick, measurements=args.from_measurements)
     return 0
 
 

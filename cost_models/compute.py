@@ -14,7 +14,9 @@ profile written by `autoparallel calibrate` may carry measured per-class values 
   gemm_unaligned    max = calibration.gemm_unaligned_max             a GEMM with M, N or K not a multiple
                     of 8 elements: cuBLAS falls back to 1-element-aligned kernels (GPT-2's 50257 vocab)
   gemm_grouped      max = calibration.gemm_grouped_max               torch._grouped_mm (MoE experts: one
-                    kernel over all groups), on the FLOPs of all groups together
+                    kernel over G groups): the curve is evaluated at the FLOPs of one group, F / G, with
+                    half-size calibration.gemm_grouped_half_flops, so t = (F + G F_half) / (P max): each
+                    group pays a fixed cost, as G separate GEMMs would (small experts run slowly)
   attention_fwd/bwd max = calibration.attention_fwd_max / _bwd_max   fused attention kernels, on the FLOPs
                     torch.utils.flop_counter counts for them (causal attention counted as full), with
                     their own half-size calibration.attention_fwd_half_flops / _bwd_half_flops
@@ -136,6 +138,7 @@ def _class_tables(profile: HardwareProfile) -> tuple[np.ndarray, np.ndarray, np.
     half = np.full(len(CLASSES), eff.gemm_half_flops)
     peak_max[CLASS_CODE["gemm_unaligned"]] = calibrated(profile, "gemm_unaligned_max", eff.gemm_max)
     peak_max[CLASS_CODE["gemm_grouped"]] = calibrated(profile, "gemm_grouped_max", eff.gemm_max)
+    half[CLASS_CODE["gemm_grouped"]] = calibrated(profile, "gemm_grouped_half_flops", eff.gemm_half_flops)
     for phase in ("fwd", "bwd"):
         code = CLASS_CODE[f"attention_{phase}"]
         peak_max[code] = calibrated(profile, f"attention_{phase}_max", eff.gemm_max)
@@ -147,9 +150,11 @@ def _class_tables(profile: HardwareProfile) -> tuple[np.ndarray, np.ndarray, np.
 
 
 def op_times(flops: np.ndarray, bytes_moved: np.ndarray, matmul: np.ndarray, profile: HardwareProfile,
-             dtype: str, op_class: np.ndarray | None = None, copy_bytes: np.ndarray | None = None) -> np.ndarray:
+             dtype: str, op_class: np.ndarray | None = None, copy_bytes: np.ndarray | None = None,
+             groups: np.ndarray | None = None) -> np.ndarray:
     """Vectorized roofline time per op [s]; see the module docstring for the formula. Without
-    `op_class`, matmuls use the gemm curve and other ops memory_bound (the generic model)."""
+    `op_class`, matmuls use the gemm curve and other ops memory_bound (the generic model). `groups`:
+    the number of groups of each grouped GEMM (1 elsewhere); its efficiency is that of one group."""
     peak = profile.peak(dtype)
     eff = profile.efficiency
     bw = profile.memory_bandwidth
@@ -160,7 +165,7 @@ def op_times(flops: np.ndarray, bytes_moved: np.ndarray, matmul: np.ndarray, pro
         maxes, halves, fracs = _class_tables(profile)
         curve_max, half, mem = maxes[op_class], halves[op_class], fracs[op_class]
     with np.errstate(divide="ignore", invalid="ignore"):
-        f = np.maximum(flops, 1.0)
+        f = np.maximum(flops if groups is None else flops / np.maximum(groups, 1), 1.0)
         e = np.where(matmul, curve_max * f / (f + half), eff.gemm_max)
         t_compute = np.where(flops > 0, flops / (peak * e), 0.0)
     moved = bytes_moved if copy_bytes is None else bytes_moved + copy_bytes

@@ -225,7 +225,10 @@ class CostModel:
         moved = ops.act_bytes * per_mb / div + ops.param_bytes / np.where(ops.tp_sharded, tp, 1)
         # expert weights: each EP rank holds E/ep experts and reads only those
         moved = moved - np.where(ops.expert, ops.param_bytes * (1 - 1 / ep) / np.where(ops.tp_sharded, tp, 1), 0)
-        t = op_times(flops, moved, ops.matmul, self.profile, self.dtype, ops.op_class, ops.copy_bytes * b / div)
+        # a grouped expert GEMM runs the E/ep local experts as its groups
+        groups = np.maximum(ops.groups / ep, 1.0) if len(ops.groups) == len(flops) else None
+        t = op_times(flops, moved, ops.matmul, self.profile, self.dtype, ops.op_class, ops.copy_bytes * b / div,
+                     groups)
         dynamic_gemm = ops.expert & ops.matmul & (ops.op_class != CLASS_CODE["gemm_grouped"])
         return with_host_floor(t, self.profile, phase, ops.expert, dynamic_gemm), flops, div
 

@@ -51,12 +51,13 @@ class PhaseOps:
     # bool: a backward op on a weight-gradient-shaped tensor (select_backward of a stacked expert
     # weight, accumulation of such gradients): its bytes do not grow with the micro-batch
     weight_sized: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    groups: np.ndarray = field(default_factory=lambda: np.zeros(0))  # experts of its group (0 outside)
 
     @classmethod
     def empty(cls) -> PhaseOps:
         z = np.zeros(0)
         b = np.zeros(0, dtype=bool)
-        return cls(z, z, z, b, b, b, z, b, np.zeros(0, dtype=np.int8), z, b)
+        return cls(z, z, z, b, b, b, z, b, np.zeros(0, dtype=np.int8), z, b, z)
 
 
 @dataclass
@@ -170,8 +171,12 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
     per_sample = 1.0 / max(graph.batch, 1)
     experts = {p for p, op in graph.parametric_ops.items() if op.kind == "experts"}
 
-    def in_expert(module: str) -> bool:
-        return any(module == e or module.startswith(e + ".") for e in experts)
+    def experts_of(module: str) -> int:
+        """The expert count of the group `module` belongs to, 0 outside expert groups."""
+        for e in experts:
+            if module == e or module.startswith(e + "."):
+                return graph.parametric_ops[e].num_experts or 1
+        return 0
 
     seg = Segment(name=name, fwd=PhaseOps.empty(), bwd=PhaseOps.empty())
     weight_shapes = {tuple(int(d) for d in shape) for op in graph.parametric_ops.values()
@@ -187,7 +192,8 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             flops=flops, act_bytes=act, param_bytes=pbytes,
             matmul=np.array([is_matmul(a.get("op", "")) for a in attrs], dtype=bool),
             tp_sharded=np.array([sharded.get(n, False) for n in ids], dtype=bool),
-            expert=np.array([in_expert(a.get("module", "")) for a in attrs], dtype=bool),
+            expert=np.array([experts_of(a.get("module", "")) > 0 for a in attrs], dtype=bool),
+            groups=np.array([experts_of(a.get("module", "")) for a in attrs], dtype=float),
             saved_bytes=np.array([a.get("saved_bytes", 0) for a in attrs], dtype=float) * per_sample,
             keep_selective=np.array([_keep_under_selective(a, graph.seq_len, graph.batch) for a in attrs],
                                     dtype=bool),

@@ -45,6 +45,30 @@ def test_gemm_fit_recovers_the_cost_model_curve():
     assert rms < 0.01
 
 
+def test_grouped_gemm_fit_recovers_the_cost_model_curve():
+    """Samples timed by cost_models.compute.op_times with groups (per-group curve) fit back to its
+    gemm_grouped_max / gemm_grouped_half_flops."""
+    base = load_profile("h200")
+    truth = dataclasses.replace(base, calibration={**base.calibration, "gemm_grouped_max": 0.66,
+                                                   "gemm_grouped_half_flops": 7e8})
+    from cost_models.compute import CLASS_CODE
+    shapes = [(8, 4096, 2816, 1024), (8, 2048, 1024, 2816), (128, 256, 768, 2048), (128, 1024, 2048, 768),
+              (64, 512, 1408, 2048), (8, 8192, 14336, 4096)]
+    samples = []
+    for g, m, n, k in shapes:
+        s = cal.GroupedGemmSample(g, m, n, k, "fwd", 0.0)
+        t = op_times(np.array([s.flops]), np.array([s.bytes]), np.array([True]), truth, "bf16",
+                     np.array([CLASS_CODE["gemm_grouped"]], dtype=np.int8), groups=np.array([float(g)]))
+        samples.append(dataclasses.replace(s, seconds=float(t[0])))
+    copy = cal.BandwidthSample("copy", 2**30, 2**30 / (truth.memory_bandwidth * truth.efficiency.memory_bound))
+    meas = cal.Measurements("cuda:0", "H200", "x", "today", gemm=[cal.GemmSample(4096, 4096, 4096, "bf16", "nn", 2e-4),
+                                                                  cal.GemmSample(1024, 1024, 1024, "bf16", "nn", 1e-5)],
+                            grouped_gemm=samples, bandwidth=[copy], launch_graph_s=truth.efficiency.kernel_overhead_s)
+    f = cal.fit(meas, truth, TINY)
+    assert f.gemm_grouped == pytest.approx(0.66, abs=0.01)
+    assert f.gemm_grouped_half == pytest.approx(7e8, rel=0.1)
+
+
 def test_gemm_fit_is_robust_to_noise_and_reports_it():
     truth = _profile_with(0.80, 6.3e9, 0.8, 4e-6)
     rng = np.random.default_rng(0)
@@ -117,6 +141,25 @@ def test_run_calibration_writes_profile_and_measurements(tmp_path, monkeypatch):
     raw = json.loads((tmp_path / "cal.measurements.json").read_text())
     assert len(raw["gemm"]) == 7 and raw["device_name"] == "cpu"
     assert "Efficiencies fitted by `autoparallel calibrate` on cpu" in prof.notes
+    # refit the saved measurements without measuring (no accelerator needed): the same profile
+    monkeypatch.setattr(cal, "detect_accelerator", lambda: None)
+    again = tmp_path / "refit.yaml"
+    assert cli_main(["calibrate", "--from-measurements", str(tmp_path / "cal.measurements.json"), "--base", "h200",
+                     "--output", str(again)]) == 0
+    refit = validate_profile_file(again)
+    assert refit.efficiency == prof.efficiency and refit.calibration["gemm_grouped_max"] == \
+        prof.calibration["gemm_grouped_max"]
+
+
+def test_refit_of_a_bad_measurements_file_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    assert cli_main(["calibrate", "--from-measurements", str(bad), "--base", "h200",
+                     "--output", str(tmp_path / "o.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a calibration measurements file" in err[0]
+    assert cli_main(["calibrate", "--from-measurements", str(tmp_path / "missing.json"), "--base", "h200"]) == 2
+    assert "cannot read" in capsys.readouterr().err
 
 
 def test_no_accelerator_is_one_clear_error(monkeypatch, capsys):

@@ -49,10 +49,13 @@ def test_grouped_gemm_class_and_host_floor_of_expert_gemms():
     h200 = load_profile("h200")
     grouped = classify("aten._grouped_mm.default", [[4096, 2816]], 2.0 * 4096 * 2816 * 1024)
     assert grouped == CLASS_CODE["gemm_grouped"] and classify("aten.mm.default", [[64, 64]], 2.0 * 64**3) == 1
+    # 128 groups: the curve at one group's FLOPs, t = (F + G F_half) / (P max)
     flops, moved, mm = np.array([1e11]), np.array([1e8]), np.array([True])
-    t = op_times(flops, moved, mm, h200, "bf16", np.array([grouped], dtype=np.int8))
-    e = h200.calibration["gemm_grouped_max"] * 1e11 / (1e11 + h200.efficiency.gemm_half_flops)
-    assert t[0] == pytest.approx(1e11 / (h200.peak("bf16") * e) + h200.efficiency.kernel_overhead_s)
+    t = op_times(flops, moved, mm, h200, "bf16", np.array([grouped], dtype=np.int8), groups=np.array([128.0]))
+    g_max, g_half = h200.calibration["gemm_grouped_max"], h200.calibration["gemm_grouped_half_flops"]
+    assert t[0] == pytest.approx((1e11 + 128 * g_half) / (h200.peak("bf16") * g_max) + h200.efficiency.kernel_overhead_s)
+    one = op_times(flops, moved, mm, h200, "bf16", np.array([grouped], dtype=np.int8), groups=np.array([1.0]))
+    assert one[0] < t[0]  # the same FLOPs in one group run faster than in 128 small ones
     # a phase of 10 tiny expert ops: the host sets the pace at that phase's calibrated rate; a per-expert
     # loop's data-dependent GEMMs (2 of them) pay the new-shape cost on top, grouped GEMMs do not
     cal = h200.calibration
