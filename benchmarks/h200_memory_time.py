@@ -68,6 +68,13 @@ MOE_1B = {"name": "moe-1.2b-8e", "model_type": "qwen2_moe", "vocab_size": 32000,
           "num_hidden_layers": 12, "num_attention_heads": 16, "num_key_value_heads": 8, "num_experts": 8,
           "num_experts_per_tok": 2, "norm_topk_prob": False, "max_position_embeddings": 8192}
 
+# fine-grained experts (qwen3-moe style: 64 experts of width 512, top-8, every layer MoE): each grouped
+# GEMM runs 64 small groups, the regime where the per-group efficiency curve matters
+MOE_64E = {"name": "moe-1.3b-64e", "model_type": "qwen3_moe", "vocab_size": 32000, "hidden_size": 1024,
+           "intermediate_size": 4096, "moe_intermediate_size": 512, "num_hidden_layers": 12,
+           "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 64, "num_experts": 64,
+           "num_experts_per_tok": 8, "norm_topk_prob": True, "max_position_embeddings": 8192}
+
 
 def gpt_eager(name: str, hidden: int, layers: int, heads: int) -> dict:
     """A GPT-3 size with Megatron's eager attention and dropout 0.1 (selective recompute has work)."""
@@ -116,6 +123,8 @@ CONFIGS: tuple[Config, ...] = (
     Config("mistral-7b pp2-stage0 mb2 s2k full", "mistral-7b", 2, 2048, "full", micro_batches=2, pp=2),
     Config("moe-1.2b-8e mb8 s2k", MOE_1B, 8, 2048),
     Config("moe-1.2b-8e mb4 s4k full", MOE_1B, 4, 4096, "full"),
+    Config("moe-1.3b-64e mb4 s2k", MOE_64E, 4, 2048),
+    Config("moe-1.3b-64e mb8 s2k full", MOE_64E, 8, 2048, "full"),
 )
 
 
