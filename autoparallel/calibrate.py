@@ -206,6 +206,7 @@ class Measurements:
     host_moe_bwd_s: float = 0.0
     host_gemm_new_shape_s: float = 0.0   # host seconds per GEMM call of a never-seen / a repeated shape
     host_gemm_seen_shape_s: float = 0.0
+    large_bandwidth_bytes: int = 0       # the plan's threshold for memory_bound (so a refit agrees)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -539,6 +540,32 @@ def _class_kernels(rows: int, device: torch.device) -> dict[str, tuple[Callable[
     out["rms_norm_backward"] = (lambda: torch.autograd.grad(rn, (xh, w), gh, retain_graph=True),
                                 nh * 6.0 + rows_h * 4.0)
 
+    d = 64  # qk-norm: RMSNorm over one head's features
+    xn = xh.detach().reshape(-1, d).requires_grad_(True)
+    wn = torch.ones(d, device=device, dtype=bf, requires_grad=True)
+    gn = gh.reshape(-1, d)
+    rows_n = xn.shape[0]
+    out["rms_norm_narrow"] = (lambda: F.rms_norm(xn.detach(), (d,), wn.detach()), nh * 4.0 + rows_n * 4.0)
+    rnn = F.rms_norm(xn, (d,), wn)
+    out["rms_norm_narrow_backward"] = (lambda: torch.autograd.grad(rnn, (xn, wn), gn, retain_graph=True),
+                                       nh * 6.0 + rows_n * 4.0)
+
+    # MoE routing: gather each token's row k times (x[order // k]); the backward accumulates them back
+    k = 4
+    tokens = rows_h // k
+    src = xh.detach()[:tokens]
+    idx = torch.randperm(tokens * k, device=device) // k
+    vals = gh[: tokens * k]
+    zeros = torch.zeros_like(src)
+    out["index"] = (lambda: src[idx], tokens * h * 2.0 + idx.numel() * 8.0 + vals.numel() * 2.0)
+    out["index_put"] = (lambda: torch.index_put(zeros, (idx,), vals, accumulate=True),
+                        2 * tokens * h * 2.0 + idx.numel() * 8.0 + vals.numel() * 2.0)
+    # an input broadcast to the output: routing scores over the hidden dim, a [seq, h] table over a batch
+    col = torch.randn(rows_h, 1, device=device, dtype=bf)
+    xb = xh.detach().reshape(8, rows_h // 8, h)
+    table = torch.randn(rows_h // 8, h, device=device, dtype=bf)
+    out["broadcast_binary"] = (lambda: (xh.detach() * col, xb * table), 2 * nh * 4.0 + rows_h * 2.0 + table.numel() * 2.0)
+
     bias = torch.randn(1, s_attn, s_attn, device=device, dtype=bf)  # baddbmm's broadcast additive input
     batch = max(1, n // (s_attn * s_attn))
     dst = torch.empty(batch, s_attn, s_attn, device=device, dtype=bf)
@@ -664,6 +691,7 @@ def measure(device: torch.device, plan: CalibrationPlan, say: Say) -> Measuremen
         if device.type == "cuda" else 32 * 2**20
     meas = Measurements(device=str(device), device_name=name, torch_version=str(torch.__version__),
                         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    meas.large_bandwidth_bytes = plan.large_bandwidth_bytes
     meas.launch_graph_s, meas.launch_eager_s = measure_launch(device, say)
     meas.bandwidth = measure_bandwidth(device, plan, say)
     meas.gemm = measure_gemms(device, plan, say, l2)
@@ -784,7 +812,7 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
     peak = base.peak("bf16")
     bw = base.memory_bandwidth
     same_dtype = [s for s in meas.bandwidth if s.op != "cast"]  # casts are a class of their own
-    mem_eff = fit_memory_bound(same_dtype or meas.bandwidth, bw, plan.large_bandwidth_bytes)
+    mem_eff = fit_memory_bound(same_dtype or meas.bandwidth, bw, meas.large_bandwidth_bytes or plan.large_bandwidth_bytes)
     overhead = meas.launch_graph_s or meas.launch_eager_s
     bf16 = [s for s in meas.gemm if s.dtype == "bf16" and is_aligned(s)]
     if not bf16:

@@ -122,7 +122,7 @@ from cost_models.comm import (
     link_for,
     reduce_scatter_time,
 )
-from cost_models.compute import classify, copy_bytes_of, is_matmul, op_times, update_time
+from cost_models.compute import classify_node, copy_bytes_of, is_matmul, op_times, update_time
 from hardware_profiles import Cluster
 
 PARAM_BYTES, GRAD_BYTES = 2, 4  # Plan defaults (bf16 parameters, fp32 gradient reduction) for the update
@@ -634,8 +634,7 @@ def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData
         name=name, nodes=nodes, edges=edges, groups=groups, flops=flops,
         act_bytes=np.maximum(moved - pbytes, 0.0) / batch, param_bytes=pbytes,
         matmul=np.array([is_matmul(a.get("op", "")) for a in attrs], dtype=bool),
-        op_class=np.array([classify(a.get("op", ""), a.get("out_shapes", ()), a.get("flops", 0.0))
-                           for a in attrs], dtype=np.int8),
+        op_class=np.array([classify_node(a) for a in attrs], dtype=np.int8),
         copy_bytes=np.array([copy_bytes_of(a.get("op", ""), _out_bytes(a)) for a in attrs], dtype=float) / batch,
         owner=np.array([node_owner.get(n, -1) for n in seg_nodes], dtype=int), ties=ties, mixing=mixing)
 

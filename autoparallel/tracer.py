@@ -543,6 +543,10 @@ class _Tracer:
                 module = self.module_stack[-1]
         read = 0 if is_view else sum(_nbytes(t) for t in ins)
         written = 0 if is_view else sum(_nbytes(t) for t in outs)
+        # an elementwise op with an input broadcast to its output (x * cos of RoPE, routed tokens times
+        # their [T*k, 1] scores): GPUs run these on a slower, non-vectorized path
+        broadcast = (not is_view and flops == 0 and len(outs) == 1 and len(ins) >= 2
+                     and any(1 < t.numel() < outs[0].numel() for t in ins))
         self.nodes.append({
             "op": str(func),
             "module": module,
@@ -558,6 +562,7 @@ class _Tracer:
             "param_bytes": sum(b for _, b in params.values()),
             "saved_bytes": 0,
             "fwd_node": fwd_node,
+            "broadcast": broadcast,
         })
         if self.pending_saved and self.phase == "fwd":
             self.nodes[nid]["saved_bytes"] += self.pending_saved

@@ -20,7 +20,9 @@ profile written by `autoparallel calibrate` may carry measured per-class values 
   attention_fwd/bwd max = calibration.attention_fwd_max / _bwd_max   fused attention kernels, on the FLOPs
                     torch.utils.flop_counter counts for them (causal attention counted as full), with
                     their own half-size calibration.attention_fwd_half_flops / _bwd_half_flops
-  softmax, log_softmax, cast, dropout, layer_norm, rms_norm and their backwards
+  softmax, log_softmax, cast, dropout, layer_norm, rms_norm and their backwards, rms_norm_narrow
+  (<= 256 features: qk-norm), index (row gather), index_put (its accumulating backward),
+  broadcast_binary (an elementwise op with a broadcast input: RoPE, scaling by routing scores)
                     m = calibration.memory_fraction[class]           measured kernel families, on the
                     bytes the tracer counts for the op (its inputs read, its outputs written)
   other             m = memory_bound
@@ -57,7 +59,9 @@ MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution"
               "scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
 
 MEMORY_CLASSES = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "cast", "dropout",
-                  "dropout_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward")
+                  "dropout_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
+                  "rms_norm_narrow", "rms_norm_narrow_backward", "index", "index_put", "broadcast_binary")
+NARROW_NORM = 256  # RMSNorm over at most this many features (qk-norm over one head): a kernel of its own
 CLASSES = ("other", "gemm", "gemm_unaligned", "gemm_grouped", "attention_fwd", "attention_bwd") + MEMORY_CLASSES
 CLASS_CODE = {c: i for i, c in enumerate(CLASSES)}
 _GEMM_BASES = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear")
@@ -69,7 +73,9 @@ _BY_BASE = {
     "native_layer_norm": "layer_norm", "native_layer_norm_backward": "layer_norm_backward",
     "fused_rms_norm": "rms_norm", "_fused_rms_norm": "rms_norm",
     "fused_rms_norm_backward": "rms_norm_backward", "_fused_rms_norm_backward": "rms_norm_backward",
+    "index": "index", "index_put": "index_put", "index_put_": "index_put", "_index_put_impl_": "index_put",
 }
+_BROADCASTING = ("mul", "add", "sub", "rsub", "div", "where", "maximum", "minimum", "pow", "masked_fill")
 ADAM_BYTES = 28  # fused Adam(W) per fp32 parameter: reads p, g, m, v (16 B) and writes p, m, v (12 B)
 
 
@@ -84,8 +90,10 @@ def is_matmul(op_name: str) -> bool:
     return any(base.startswith(m) or m in base for m in MATMUL_OPS)
 
 
-def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: float = 0.0) -> int:
-    """Kernel class code (CLASS_CODE) of one traced op (see the module docstring)."""
+def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: float = 0.0,
+             broadcast: bool = False) -> int:
+    """Kernel class code (CLASS_CODE) of one traced op (see the module docstring); `broadcast`: the
+    tracer saw an elementwise op with an input broadcast to its output."""
     base = _base(op_name)
     if "attention" in base or "scaled_dot_product" in base:
         return CLASS_CODE["attention_bwd" if "backward" in base else "attention_fwd"]
@@ -95,7 +103,18 @@ def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: floa
         return CLASS_CODE["gemm_grouped"]
     if is_matmul(op_name):
         return CLASS_CODE["gemm"]
-    return CLASS_CODE[_BY_BASE.get(base, "other")]
+    cls = _BY_BASE.get(base, "other")
+    if cls.startswith("rms_norm") and out_shapes and out_shapes[0] and int(out_shapes[0][-1]) <= NARROW_NORM:
+        cls = cls.replace("rms_norm", "rms_norm_narrow")
+    elif cls == "other" and broadcast and base.rstrip("_") in _BROADCASTING:
+        cls = "broadcast_binary"
+    return CLASS_CODE[cls]
+
+
+def classify_node(attrs: dict) -> int:
+    """`classify` of a traced OpGraph node's attributes."""
+    return classify(attrs.get("op", ""), attrs.get("out_shapes", ()), attrs.get("flops", 0.0),
+                    attrs.get("broadcast", False))
 
 
 def _unaligned(out_shapes: Sequence[Sequence[int]], flops: float, multiple: int = 8) -> bool:

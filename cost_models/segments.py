@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autoparallel.graph import OpGraph
-from cost_models.compute import classify, copy_bytes_of, is_matmul
+from cost_models.compute import classify_node, copy_bytes_of, is_matmul
 
 SHARDING_PLACEMENTS = ("colwise", "rowwise", "vocab")
 
@@ -197,8 +197,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             saved_bytes=np.array([a.get("saved_bytes", 0) for a in attrs], dtype=float) * per_sample,
             keep_selective=np.array([_keep_under_selective(a, graph.seq_len, graph.batch) for a in attrs],
                                     dtype=bool),
-            op_class=np.array([classify(a.get("op", ""), a.get("out_shapes", ()), a.get("flops", 0.0))
-                               for a in attrs], dtype=np.int8),
+            op_class=np.array([classify_node(a) for a in attrs], dtype=np.int8),
             copy_bytes=np.array([copy_bytes_of(a.get("op", ""), _out_bytes(a)) for a in attrs], dtype=float)
             * per_sample,
             weight_sized=np.array([phase == "bwd" and not is_matmul(a.get("op", "")) and bool(a.get("out_shapes"))
