@@ -659,9 +659,13 @@ def segment_costs(seg: _SegmentData, modes: list[list[Mode]], t: int, link: Link
     size = n_nodes + n_groups + 1
     owner = np.where(seg.owner < 0, size - 1, seg.owner)
 
+    # a grouped expert GEMM runs its group's experts as GEMM groups (compute.op_times' per-group curve)
+    experts = np.array([float(n.op.num_experts or 1) if n.kind == "experts" and n.op is not None else 1.0
+                        for n in seg.nodes] + [1.0] * (n_groups + 1))[owner]
+
     def times(d: np.ndarray | float, pd: np.ndarray | float) -> np.ndarray:
         t_ops = op_times(seg.flops * b / d, seg.act_bytes * b / d + seg.param_bytes / pd, seg.matmul, profile, dtype,
-                         seg.op_class, seg.copy_bytes * b / d)
+                         seg.op_class, seg.copy_bytes * b / d, experts)
         return np.bincount(owner, weights=t_ops, minlength=size)
 
     # an unevenly sharded vocabulary runs its largest shard: ceil(n/t) of n rows

@@ -184,7 +184,9 @@ def op_times(flops: np.ndarray, bytes_moved: np.ndarray, matmul: np.ndarray, pro
         maxes, halves, fracs = _class_tables(profile)
         curve_max, half, mem = maxes[op_class], halves[op_class], fracs[op_class]
     with np.errstate(divide="ignore", invalid="ignore"):
-        f = np.maximum(flops if groups is None else flops / np.maximum(groups, 1), 1.0)
+        per_group = groups is not None and op_class is not None
+        f = np.maximum(np.where(op_class == CLASS_CODE["gemm_grouped"], flops / np.maximum(groups, 1), flops)
+                       if per_group else flops, 1.0)
         e = np.where(matmul, curve_max * f / (f + half), eff.gemm_max)
         t_compute = np.where(flops > 0, flops / (peak * e), 0.0)
     moved = bytes_moved if copy_bytes is None else bytes_moved + copy_bytes
