@@ -216,21 +216,21 @@ class CostModel:
 
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float):
         """Per-op times [s], per-op FLOPs and the per-op divisor (tp for sharded work)."""
+        expert = ops.expert
         # sharded ops run 1/tp; replicated ones 1/tp of the sequence under SP; experts run whole
-        div = np.where(ops.tp_sharded, tp, np.where(ops.expert, 1, tp if sp else 1)).astype(float)
+        div = np.where(ops.tp_sharded, tp, np.where(expert, 1, tp if sp else 1)).astype(float)
         flops = ops.flops * b / div
         # per-sample bytes grow with the micro-batch, except those of weight-gradient-sized tensors,
         # whose traced bytes are those of the whole traced batch
         per_mb = np.where(ops.weight_sized, self.graph.batch, b) if len(ops.weight_sized) == len(ops.flops) else b
         moved = ops.act_bytes * per_mb / div + ops.param_bytes / np.where(ops.tp_sharded, tp, 1)
         # expert weights: each EP rank holds E/ep experts and reads only those
-        moved = moved - np.where(ops.expert, ops.param_bytes * (1 - 1 / ep) / np.where(ops.tp_sharded, tp, 1), 0)
+        moved = moved - np.where(expert, ops.param_bytes * (1 - 1 / ep) / np.where(ops.tp_sharded, tp, 1), 0)
         # a grouped expert GEMM runs the E/ep local experts as its groups
-        groups = np.maximum(ops.groups / ep, 1.0) if len(ops.groups) == len(flops) else None
         t = op_times(flops, moved, ops.matmul, self.profile, self.dtype, ops.op_class, ops.copy_bytes * b / div,
-                     groups)
-        dynamic_gemm = ops.expert & ops.matmul & (ops.op_class != CLASS_CODE["gemm_grouped"])
-        return with_host_floor(t, self.profile, phase, ops.expert, dynamic_gemm), flops, div
+                     np.maximum(ops.groups / ep, 1.0))
+        dynamic_gemm = expert & ops.matmul & (ops.op_class != CLASS_CODE["gemm_grouped"])
+        return with_host_floor(t, self.profile, phase, expert, dynamic_gemm), flops, div
 
     # ---- whole plan ------------------------------------------------------------------------------------
     def check_plan(self, plan: Plan) -> None:

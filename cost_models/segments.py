@@ -43,7 +43,7 @@ class PhaseOps:
     param_bytes: np.ndarray   # weight bytes read
     matmul: np.ndarray        # bool: runs on matrix units
     tp_sharded: np.ndarray    # bool: runs at 1/tp under the placements
-    expert: np.ndarray        # bool: inside an expert group
+    groups: np.ndarray        # expert count of the expert group the op runs in (0 outside expert groups)
     saved_bytes: np.ndarray   # bytes kept for backward (fwd only; zeros for bwd)
     keep_selective: np.ndarray  # bool: still saved under selective recompute (fwd only)
     op_class: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))  # compute.CLASSES code
@@ -51,13 +51,17 @@ class PhaseOps:
     # bool: a backward op on a weight-gradient-shaped tensor (select_backward of a stacked expert
     # weight, accumulation of such gradients): its bytes do not grow with the micro-batch
     weight_sized: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
-    groups: np.ndarray = field(default_factory=lambda: np.zeros(0))  # experts of its group (0 outside)
+
+    @property
+    def expert(self) -> np.ndarray:
+        """bool: inside an expert group."""
+        return self.groups > 0
 
     @classmethod
     def empty(cls) -> PhaseOps:
         z = np.zeros(0)
         b = np.zeros(0, dtype=bool)
-        return cls(z, z, z, b, b, b, z, b, np.zeros(0, dtype=np.int8), z, b, z)
+        return cls(z, z, z, b, b, z, z, b, np.zeros(0, dtype=np.int8), z, b)
 
 
 @dataclass
@@ -192,7 +196,6 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             flops=flops, act_bytes=act, param_bytes=pbytes,
             matmul=np.array([is_matmul(a.get("op", "")) for a in attrs], dtype=bool),
             tp_sharded=np.array([sharded.get(n, False) for n in ids], dtype=bool),
-            expert=np.array([experts_of(a.get("module", "")) > 0 for a in attrs], dtype=bool),
             groups=np.array([experts_of(a.get("module", "")) for a in attrs], dtype=float),
             saved_bytes=np.array([a.get("saved_bytes", 0) for a in attrs], dtype=float) * per_sample,
             keep_selective=np.array([_keep_under_selective(a, graph.seq_len, graph.batch) for a in attrs],
