@@ -970,6 +970,13 @@ def calibrate(device: torch.device, base: Any, plan: CalibrationPlan, say: Say =
     return profile_to_yaml(base, extra=profile_extra(base, meas, f)), meas, f
 
 
+def _write(path: Path, text: str, output: str) -> None:
+    try:
+        path.write_text(text)
+    except OSError as e:
+        raise UserError(f"calibrate: cannot write {output} ({e.strerror}); pass a writable --output path") from None
+
+
 def _base_for(device_name: str, total_memory: int) -> str:
     base = match_base_profile(device_name, total_memory)
     if base is None:
@@ -994,10 +1001,7 @@ def _refit(path: str, base: str | None, output: str) -> Any:
     profile = load_profile(base or _base_for(meas.device_name, 0))
     f = fit(meas, profile)
     out = Path(output)
-    try:
-        out.write_text(profile_to_yaml(profile, extra=profile_extra(profile, meas, f)))
-    except OSError as e:
-        raise UserError(f"calibrate: cannot write {output} ({e.strerror}); pass a writable --output path") from None
+    _write(out, profile_to_yaml(profile, extra=profile_extra(profile, meas, f)), output)
     _stderr(f"refitted {path} (measured {meas.date} on {meas.device_name}): wrote {out}")
     return validate_profile_file(out)
 
@@ -1025,12 +1029,9 @@ def run_calibration(base: str | None = None, output: str = "calibrated.yaml", qu
     plan = CalibrationPlan.quick() if quick else CalibrationPlan.full()
     text, meas, f = calibrate(device, profile, plan)
     out = Path(output)
-    try:
-        out.write_text(text)
-        raw = out.with_suffix(".measurements.json")
-        raw.write_text(json.dumps(meas.to_dict(), indent=1) + "\n")
-    except OSError as e:
-        raise UserError(f"calibrate: cannot write {output} ({e.strerror}); pass a writable --output path") from None
+    raw = out.with_suffix(".measurements.json")
+    _write(out, text, output)
+    _write(raw, json.dumps(meas.to_dict(), indent=1) + "\n", output)
     _stderr(f"gemm_max {f.gemm_max:.3f}, gemm_half_flops {f.gemm_half_flops:.3g}, memory_bound "
             f"{f.memory_bound:.3f}, kernel overhead {f.kernel_overhead_s * 1e6:.2f} us "
             f"(GEMM fit rms log error {f.gemm_rms_log_error:.3f})")
