@@ -1,0 +1,300 @@
+"""AutoParallelTrainer itself against the cost model's prediction of the exact plan it runs (issue 12).
+
+Three steps, so that the GPUs only measure and every prediction is recomputed on any machine:
+
+    python benchmarks/trainer_sweep.py plans                    # CPU: plan every configuration -> plan files
+    python3 benchmarks/trainer_sweep.py measure --gpus 1 --out $OUT/single.jsonl          # one GPU
+    torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --out $OUT/dist.jsonl
+    python benchmarks/trainer_sweep.py report --raw RAW.jsonl [RAW.jsonl ...]    # CPU: predict, compare
+
+`plans` writes benchmarks/results/trainer_sweep_plans/NAME.yaml with the planner of this checkout and
+the `h200` profile (the planner's own pick where a configuration pins nothing, else its best plan
+under the pins). `measure` builds each model on the meta device, hands it and the plan file to
+AutoParallelTrainer (which materializes it and runs its default runtime: FSDP2 mixed precision,
+fused AdamW on CUDA) and times `trainer.step(batch)` on random tokens: warm-up steps, then timed steps
+between device synchronizations; peak memory is torch.cuda.max_memory_allocated over the timed steps
+(rank 0). `report` predicts each plan with CostModel.estimate and writes
+benchmarks/results/trainer_sweep_h200.json (one record per configuration: gpus, predicted{step_time_s,
+peak_memory_gib}, measured{...}) and docs/trainer_sweep.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PLANS = ROOT / "benchmarks" / "results" / "trainer_sweep_plans"
+RESULTS = ROOT / "benchmarks" / "results" / "trainer_sweep_h200.json"
+DOC = ROOT / "docs" / "trainer_sweep.md"
+PROFILE = "h200"
+BUDGET = "140GB"
+
+LLAMA_1_3B = {"name": "llama-1.3b", "model_type": "llama", "vocab_size": 32000, "hidden_size": 2048,
+              "intermediate_size": 5632, "num_hidden_layers": 26, "num_attention_heads": 16,
+              "num_key_value_heads": 4, "max_position_embeddings": 4096}
+GPT_350M = {"name": "gpt-350m", "model_type": "gpt2", "vocab_size": 50304, "n_positions": 2048, "n_embd": 1024,
+            "n_layer": 24, "n_head": 16}
+MOE_1B = {"name": "moe-1.2b-8e", "model_type": "qwen2_moe", "vocab_size": 32000, "hidden_size": 1024,
+          "intermediate_size": 4096, "moe_intermediate_size": 2816, "shared_expert_intermediate_size": 2816,
+          "num_hidden_layers": 12, "num_attention_heads": 16, "num_key_value_heads": 8, "num_experts": 8,
+          "num_experts_per_tok": 2, "norm_topk_prob": False, "max_position_embeddings": 8192}
+MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B)}
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    name: str
+    model: str                      # key of MODELS
+    gpus: int
+    rows: int                       # global batch (sequences per step)
+    seq: int = 2048
+    fix: dict[str, Any] = field(default_factory=dict)   # planner pins; {} = the planner's own plan
+    compile: bool = False
+    profile: bool = False           # also record one profiled step's kernel time per class
+
+    @property
+    def plan_file(self) -> Path:
+        return PLANS / f"{self.name}.yaml"
+
+
+def _c(name: str, model: str, gpus: int, rows: int, **kw: Any) -> SweepConfig:
+    return SweepConfig(name, model, gpus, rows, **kw)
+
+
+CONFIGS = [
+    # one GPU: micro-batching, every recompute mode, eager and compiled, three model kinds
+    _c("1g-llama-auto", "llama-1.3b", 1, 8, profile=True),
+    _c("1g-llama-auto-compiled", "llama-1.3b", 1, 8, compile=True),
+    _c("1g-llama-mb4x2", "llama-1.3b", 1, 8, fix={"micro_batch": 4}),
+    _c("1g-llama-selective", "llama-1.3b", 1, 8, fix={"micro_batch": 8, "recompute": "selective"}),
+    _c("1g-llama-full", "llama-1.3b", 1, 8, fix={"micro_batch": 8, "recompute": "full"}),
+    _c("1g-llama-mb2x4-full", "llama-1.3b", 1, 8, fix={"micro_batch": 2, "recompute": "full"}),
+    _c("1g-llama-b16", "llama-1.3b", 1, 16),
+    _c("1g-gpt-auto", "gpt-350m", 1, 8),
+    _c("1g-gpt-selective", "gpt-350m", 1, 8, fix={"micro_batch": 8, "recompute": "selective"}),
+    _c("1g-gpt-compiled", "gpt-350m", 1, 8, fix={"micro_batch": 8}, compile=True),
+    _c("1g-moe-auto", "moe-1.2b-8e", 1, 8, profile=True),
+    _c("1g-moe-full", "moe-1.2b-8e", 1, 8, fix={"micro_batch": 4, "recompute": "full"}),
+    # two GPUs: dp with ZeRO 0-3, tp2 + SP, pp2 1F1B and interleaved, ep2, eager and compiled
+    _c("2g-llama-auto", "llama-1.3b", 2, 16, profile=True),
+    _c("2g-llama-zero0", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 0, "micro_batch": 8}),
+    _c("2g-llama-zero1", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 1, "micro_batch": 4}),
+    _c("2g-llama-zero3", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 3, "micro_batch": 8}),
+    _c("2g-llama-zero2-full", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 2, "micro_batch": 8, "recompute": "full"}),
+    _c("2g-llama-tp2sp", "llama-1.3b", 2, 16, fix={"tp": 2, "sp": 1}, profile=True),
+    _c("2g-llama-tp2", "llama-1.3b", 2, 16, fix={"tp": 2, "sp": 0, "micro_batch": 4}),
+    _c("2g-llama-pp2", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 1, "micro_batch": 2}),
+    _c("2g-llama-pp2-vpp2", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 2, "micro_batch": 2}),
+    _c("2g-llama-auto-compiled", "llama-1.3b", 2, 16, compile=True),
+    _c("2g-gpt-auto", "gpt-350m", 2, 16),
+    _c("2g-gpt-tp2sp", "gpt-350m", 2, 16, fix={"tp": 2, "sp": 1}),
+    _c("2g-moe-ep2", "moe-1.2b-8e", 2, 16, fix={"ep": 2, "micro_batch": 8}),
+    _c("2g-moe-dp2", "moe-1.2b-8e", 2, 16, fix={"dp": 2, "micro_batch": 8}),
+]
+
+
+def _meta_model(cfg: SweepConfig):
+    import torch
+
+    from autoparallel.models import build_model, load_model_spec
+    with torch.device("meta"):
+        return build_model(load_model_spec(MODELS[cfg.model]))
+
+
+# ============================================================================ plans (CPU)
+def cmd_plans(args: argparse.Namespace) -> int:
+    from autoparallel.api import plan_model
+    PLANS.mkdir(parents=True, exist_ok=True)
+    for cfg in _selected(args.only):
+        model = _meta_model(cfg)
+        t = time.perf_counter()
+        plan = plan_model(model, hardware=PROFILE, gpus=cfg.gpus, gpus_per_node=cfg.gpus, global_batch=cfg.rows,
+                          seq_len=cfg.seq, max_memory_per_gpu=BUDGET, fix=cfg.fix or None)
+        plan.save(cfg.plan_file)
+        print(f"{cfg.name:28s} {_describe(plan)}  ({time.perf_counter() - t:.1f} s)", flush=True)
+    return 0
+
+
+def _describe(plan: Any) -> str:
+    rec = sorted(set(plan.recompute))
+    return (f"dp{plan.dp} tp{plan.tp} pp{plan.pp} vpp{plan.vpp} ep{plan.ep} mb{plan.micro_batch}x"
+            f"{plan.num_micro_batches} zero{plan.zero}{' sp' if plan.sequence_parallel else ''} "
+            f"recompute {'/'.join(rec)}")
+
+
+def _selected(only: str | None) -> list[SweepConfig]:
+    if not only:
+        return CONFIGS
+    names = set(only.split(","))
+    return [c for c in CONFIGS if c.name in names]
+
+
+# ============================================================================ measure (GPU)
+def _kernel_class(name: str) -> str:
+    n = name.lower()
+    if "flash" in n or "fmha" in n or "attention" in n:
+        return "attention"
+    if "adam" in n:
+        return "optimizer"
+    if "nccl" in n:
+        return "comm"
+    if any(k in n for k in ("gemm", "gemv", "cutlass", "xmma", "nvjet", "sm90_", "sm80_", "cublas")):
+        return "gemm"
+    if "copy" in n or "cast" in n or "to_copy" in n:
+        return "copy"
+    if "reduce" in n or "norm" in n or "softmax" in n:
+        return "reduce"
+    return "elementwise"
+
+
+def _profiled_step(trainer: Any, batch: Any) -> dict[str, Any]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        trainer.step(batch)
+        torch.cuda.synchronize()
+    kernels: dict[str, float] = {}
+    for e in prof.key_averages():
+        if e.device_type is not None and str(e.device_type).endswith("CUDA"):
+            t = getattr(e, "self_device_time_total", 0.0) * 1e-6
+            if t > 0:
+                kernels[e.key[:120]] = kernels.get(e.key[:120], 0.0) + t
+    classes: dict[str, float] = {}
+    for name, t in kernels.items():
+        classes[_kernel_class(name)] = classes.get(_kernel_class(name), 0.0) + t
+    top = sorted(kernels.items(), key=lambda kv: -kv[1])[:25]
+    return {"classes_s": classes, "kernel_s": sum(kernels.values()), "top_kernels_s": dict(top)}
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    import torch
+
+    from autoparallel import AutoParallelTrainer
+    rank = int(os.environ.get("RANK", "0"))
+    out = Path(args.out)
+    for cfg in _selected(args.only):
+        if cfg.gpus != args.gpus:
+            continue
+        rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus, "compile": cfg.compile}
+        try:
+            torch.cuda.empty_cache()
+            torch._dynamo.reset()  # each compiled configuration compiles afresh, within the recompile limit
+            model = _meta_model(cfg)
+            vocab = MODELS[cfg.model]["vocab_size"]
+            trainer = AutoParallelTrainer(model, optimizer=None, plan=cfg.plan_file, compile=cfg.compile)
+            gen = torch.Generator().manual_seed(0)
+            batches = [torch.randint(0, vocab, (cfg.rows, cfg.seq + 1), generator=gen) for _ in range(4)]
+            t0 = time.perf_counter()
+            losses = [trainer.step(batches[i % 4]) for i in range(args.warmup)]
+            torch.cuda.synchronize()
+            rec["warmup_s"] = time.perf_counter() - t0
+            torch.cuda.reset_peak_memory_stats()
+            times = []
+            for i in range(args.steps):
+                t = time.perf_counter()
+                losses.append(trainer.step(batches[i % 4]))
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - t)
+            rec["measured"] = {"step_time_s": statistics.median(times), "step_times_s": times,
+                               "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+                               "reserved_gib": torch.cuda.max_memory_reserved() / 2**30}
+            rec["losses"] = losses
+            if cfg.profile and args.profile:
+                rec["profile"] = _profiled_step(trainer, batches[0])
+            del trainer
+        except Exception as ex:  # one configuration's failure must not lose the others
+            rec["error"] = repr(ex)[:500]
+            rec["traceback"] = traceback.format_exc()[-2000:]
+        if rank == 0:
+            print(json.dumps({k: v for k, v in rec.items() if k not in ("traceback", "losses")})[:600], flush=True)
+            with out.open("a") as f:
+                f.write(json.dumps(rec) + "\n")
+    return 0
+
+
+# ============================================================================ report (CPU)
+def predict(cfg: SweepConfig) -> tuple[dict[str, float], Any]:
+    from autoparallel.api import context
+    from autoparallel.plan import Plan
+    plan = Plan.load(cfg.plan_file)
+    ctx = context(_meta_model(cfg), PROFILE, cfg.gpus, cfg.seq, gpus_per_node=cfg.gpus, max_memory_per_gpu=BUDGET)
+    est = ctx.cost_model.estimate(plan, ctx.budget_bytes)
+    return {"step_time_s": est.step_time_s, "peak_memory_gib": est.peak_memory_gib}, est
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    measured: dict[str, dict] = {}
+    for raw in args.raw:
+        for line in Path(raw).read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                measured[rec["name"]] = rec
+    records = []
+    for cfg in CONFIGS:
+        m = measured.get(cfg.name)
+        if m is None or "measured" not in m:
+            continue
+        pred, est = predict(cfg)
+        from autoparallel.plan import Plan
+        rec = {"name": cfg.name, "gpus": cfg.gpus, "model": cfg.model, "compile": cfg.compile,
+               "plan": _describe(Plan.load(cfg.plan_file)), "predicted": pred,
+               "measured": {k: m["measured"][k] for k in ("step_time_s", "peak_memory_gib")},
+               "breakdown": est.breakdown}
+        rec["time_error"] = pred["step_time_s"] / m["measured"]["step_time_s"] - 1
+        rec["memory_error"] = pred["peak_memory_gib"] / m["measured"]["peak_memory_gib"] - 1
+        if "profile" in m:
+            rec["profile"] = m["profile"]
+        records.append(rec)
+    failed = sorted(n for n, m in measured.items() if "error" in m)
+    RESULTS.write_text(json.dumps({"profile": PROFILE, "records": records, "failed": failed}, indent=1) + "\n")
+    lines = ["| configuration | gpus | plan | predicted ms | measured ms | error | predicted GiB | measured GiB | error |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in records:
+        lines.append(f"| {r['name']} | {r['gpus']} | {r['plan']}{' compiled' if r['compile'] else ''} | "
+                     f"{r['predicted']['step_time_s'] * 1e3:.1f} | {r['measured']['step_time_s'] * 1e3:.1f} | "
+                     f"{r['time_error']:+.1%} | {r['predicted']['peak_memory_gib']:.1f} | "
+                     f"{r['measured']['peak_memory_gib']:.1f} | {r['memory_error']:+.1%} |")
+    te = [abs(r["time_error"]) for r in records]
+    me = [abs(r["memory_error"]) for r in records]
+    summary = (f"{len(records)} configurations; time: mean |error| {statistics.mean(te):.1%}, max {max(te):.1%}, "
+               f"{sum(e <= 0.10 for e in te)} within 10%; memory: mean |error| {statistics.mean(me):.1%}, "
+               f"max {max(me):.1%}, {sum(e <= 0.05 for e in me)} within 5%" if records else "no records")
+    print("\n".join(lines))
+    print(summary)
+    if failed:
+        print("failed:", ", ".join(failed))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("plans")
+    p.add_argument("--only", default=None)
+    m = sub.add_parser("measure")
+    m.add_argument("--gpus", type=int, required=True)
+    m.add_argument("--out", required=True)
+    m.add_argument("--only", default=None)
+    m.add_argument("--warmup", type=int, default=3)
+    m.add_argument("--steps", type=int, default=6)
+    m.add_argument("--profile", action="store_true")
+    r = sub.add_parser("report")
+    r.add_argument("--raw", nargs="+", required=True)
+    args = ap.parse_args(argv)
+    return {"plans": cmd_plans, "measure": cmd_measure, "report": cmd_report}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
