@@ -11,7 +11,8 @@ What is measured (each timed with device events after warm-up, median of repeats
   grouped GEMMs torch._grouped_mm as the MoE experts call it (bf16, balanced groups): the forward /
                 input-gradient layout [G*m, k] x [G, k, n] and the weight-gradient layout
                 [k, G*m] x [G*m, n] -> [G, k, n]
-  attention     F.scaled_dot_product_attention (flash backend, causal) forward and backward
+  attention     F.scaled_dot_product_attention (causal) forward and backward with the backend torch picks
+                by default (cuDNN on Hopper with torch >= 2.5, else flash): the kernel the trainer runs
   collectives   all-reduce, all-gather, reduce-scatter over the default process group, only when
                 torch.distributed is initialized with world size > 1 (run under torchrun)
 
@@ -61,6 +62,9 @@ import torch
 from autoparallel.errors import UserError
 
 Say = Callable[[str], None]
+# Causal attention's counted FLOPs (flop_counter counts the masked half too) can be done at up to twice the
+# peak rate by a kernel that skips masked tiles (cuDNN on an H200 reached 1.18x): the fit's upper bound.
+CAUSAL_MAX_FRACTION = 2.0
 
 # Transformer-like GEMMs: (tokens M, out N, in K). Hidden sizes of 768..4096, MLP widths, vocabularies
 # (50257 is GPT-2's odd vocabulary, which cuBLAS tiles less well).
@@ -434,19 +438,24 @@ def _attention_times(b: int, h: int, hkv: int, s: int, d: int, device: torch.dev
 
 
 def measure_attention(device: torch.device, plan: CalibrationPlan, say: Say) -> list[AttentionSample]:
+    from contextlib import nullcontext
+
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     out: list[AttentionSample] = []
-    backend = SDPBackend.FLASH_ATTENTION if device.type == "cuda" else SDPBackend.MATH
+    # On CUDA the default dispatch: the trainer's models call SDPA without pinning a backend, so the
+    # kernel torch picks there is the one to price (cuDNN on an H200 with torch 2.11 ran the trainer's
+    # attention at 0.56x the flash kernel's time).
+    backend_name = "default" if device.type == "cuda" else "math"
     for b, h, hkv, s, d in plan.attention_shapes:
         try:
-            with sdpa_kernel([backend]):
+            with nullcontext() if device.type == "cuda" else sdpa_kernel([SDPBackend.MATH]):
                 t_f, t_fb = _attention_times(b, h, hkv, s, d, device, plan)
         except RuntimeError as e:  # no such kernel for this shape / device: skip it, say why
             say(f"attention B{b} H{h}/{hkv} S{s} D{d}: skipped ({str(e).splitlines()[0][:80]})")
             continue
         ff, fb = _sdpa_flops((b, h, s, d), (b, hkv, s, d))
-        sample = AttentionSample(b, h, hkv, s, d, ff, fb, t_f, max(t_fb - t_f, 1e-9), backend.name.lower())
+        sample = AttentionSample(b, h, hkv, s, d, ff, fb, t_f, max(t_fb - t_f, 1e-9), backend_name)
         out.append(sample)
         say(f"attention B{b} H{h}/{hkv} S{s} D{d}: fwd {ff / t_f / 1e12:.0f}, bwd "
             f"{fb / sample.bwd_seconds / 1e12:.0f} TFLOP/s (flop_counter FLOPs)")
@@ -754,18 +763,20 @@ def _gemm_model(flops: np.ndarray, moved: np.ndarray, peak: float, bw: float, me
 
 
 def fit_gemm_curve(flops: np.ndarray, moved: np.ndarray, seconds: np.ndarray, peak: float, bw: float,
-                   mem_eff: float, overhead: float) -> tuple[float, float, float]:
+                   mem_eff: float, overhead: float, max_fraction: float = 1.0) -> tuple[float, float, float]:
     """(gemm_max, gemm_half_flops, rms log error) minimizing sum log^2(t_model / t_measured).
 
     A log-spaced grid, then a finer grid around the best point (the objective is smooth and the
-    curve has two parameters, so this finds the global minimum without a solver)."""
+    curve has two parameters, so this finds the global minimum without a solver). `max_fraction`
+    bounds the curve's maximum: 1 for GEMMs; 2 for causal attention, whose counted FLOPs include the
+    masked half that the kernels skip."""
     flops, moved, seconds = (np.asarray(a, dtype=float)[:, None, None] for a in (flops, moved, seconds))
-    gmax = np.linspace(0.05, 1.0, 191)[None, :, None]
+    gmax = np.linspace(0.05, max_fraction, int(round(190 * max_fraction)) + 1)[None, :, None]
     half = np.concatenate([[0.0], np.logspace(5, 13, 321)])[None, None, :]
     err = (np.log(_gemm_model(flops, moved, peak, bw, mem_eff, overhead, gmax, half) / seconds) ** 2).mean(0)
     i, j = np.unravel_index(np.argmin(err), err.shape)
     g0, h0 = float(gmax[0, i, 0]), float(half[0, 0, j])
-    gmax2 = np.linspace(max(0.01, g0 - 0.01), min(1.0, g0 + 0.01), 81)[None, :, None]
+    gmax2 = np.linspace(max(0.01, g0 - 0.01), min(max_fraction, g0 + 0.01), 81)[None, :, None]
     lo, hi = (h0 / 1.1, h0 * 1.1) if h0 > 0 else (0.0, 1e5)
     half2 = np.linspace(lo, hi, 161)[None, None, :]
     err2 = (np.log(_gemm_model(flops, moved, peak, bw, mem_eff, overhead, gmax2, half2) / seconds) ** 2).mean(0)
@@ -848,9 +859,11 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
         moved = np.array([4.0 * x.batch * x.heads * x.seq * x.head_dim * 2 for x in a])  # q, k, v, out bf16
         # flash kernels saturate more slowly than GEMMs (their FLOPs grow with seq^2): a curve of their own
         att_fwd, att_fwd_half, _ = fit_gemm_curve(np.array([x.fwd_flops for x in a]), moved,
-                                                  np.array([x.fwd_seconds for x in a]), peak, bw, mem_eff, overhead)
+                                                  np.array([x.fwd_seconds for x in a]), peak, bw, mem_eff, overhead,
+                                                  CAUSAL_MAX_FRACTION)
         att_bwd, att_bwd_half, _ = fit_gemm_curve(np.array([x.bwd_flops for x in a]), 2 * moved,
-                                                  np.array([x.bwd_seconds for x in a]), peak, bw, mem_eff, overhead)
+                                                  np.array([x.bwd_seconds for x in a]), peak, bw, mem_eff, overhead,
+                                                  CAUSAL_MAX_FRACTION)
     fractions = {k: _clip_fraction(v / bw) for k, v in meas.kernel_classes.items() if k != "cast_down"}
     if "cast_down" in meas.kernel_classes and "cast" in fractions:  # both directions of a dtype cast
         fractions["cast"] = _clip_fraction(statistics.mean([meas.kernel_classes["cast"] / bw,
@@ -930,6 +943,21 @@ def profile_extra(base: Any, meas: Measurements, f: Fit) -> dict[str, Any]:
 
 
 # ---- entry points ---------------------------------------------------------------------------------------
+def _join_process_group() -> int:
+    """Under torchrun (WORLD_SIZE > 1) start the process group the collective measurements use, one GPU per
+    local rank; returns this rank (0 without torchrun)."""
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world < 2 or not torch.cuda.is_available():
+        return 0
+    if not dist.is_initialized():
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    return dist.get_rank()
+
+
 def detect_accelerator() -> torch.device | None:
     """The local accelerator (CUDA or ROCm, else another torch.accelerator backend), or None."""
     if torch.cuda.is_available():
@@ -1016,6 +1044,7 @@ def run_calibration(base: str | None = None, output: str = "calibrated.yaml", qu
 
     if measurements is not None:
         return _refit(measurements, base, output)
+    rank = _join_process_group()
     device = detect_accelerator()
     if device is None:
         raise UserError("calibrate: no accelerator found on this host (torch sees no CUDA, ROCm or other "
@@ -1028,6 +1057,8 @@ def run_calibration(base: str | None = None, output: str = "calibrated.yaml", qu
     profile = load_profile(base)
     plan = CalibrationPlan.quick() if quick else CalibrationPlan.full()
     text, meas, f = calibrate(device, profile, plan)
+    if rank != 0:  # every rank measured (the collectives need all of them); rank 0 writes
+        return profile
     out = Path(output)
     raw = out.with_suffix(".measurements.json")
     _write(out, text, output)

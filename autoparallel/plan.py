@@ -56,6 +56,7 @@ class Plan:
     param_dtype: str = "bf16"
     placements: dict[str, str] = field(default_factory=dict)
     model_fingerprint: str = ""           # hash of parameter names and shapes (see fingerprint())
+    compile: bool = False                 # torch.compile per block (the trainer's compile=True)
 
     @property
     def num_micro_batches(self) -> int:

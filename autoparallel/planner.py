@@ -38,7 +38,7 @@ from hardware_profiles import Cluster
 
 RESOLUTION = 1e7  # CP-SAT works in integers: times and bytes in units of 1e-7 of their scale
 PIN_KEYS = ("tp", "pp", "dp", "ep", "vpp", "micro_batch", "zero", "sequence_parallel", "recompute",
-            "grad_reduce_dtype")
+            "grad_reduce_dtype", "compile")
 PIN_ALIASES = {"mb": "micro_batch", "sp": "sequence_parallel", "micro-batch": "micro_batch",
                "sequence-parallel": "sequence_parallel", "grad-reduce-dtype": "grad_reduce_dtype"}
 MAX_MICRO_BATCH = 64
@@ -114,7 +114,7 @@ def parse_fix(fix: str | dict | None) -> dict:
         key = PIN_ALIASES.get(k, k)
         if key not in PIN_KEYS:
             raise UserError(f"pin {k!r}: unknown; pins are {', '.join(PIN_KEYS)}")
-        if key == "sequence_parallel":
+        if key in ("sequence_parallel", "compile"):
             out[key] = v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")
         elif key == "recompute":
             if v not in RECOMPUTE_MODES:
@@ -255,7 +255,8 @@ class Planner:
                     seq_len=self.seq_len, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, ep=cfg.ep, vpp=cfg.vpp,
                     micro_batch=cfg.micro_batch, zero=cfg.zero, sequence_parallel=cfg.sequence_parallel,
                     grad_reduce_dtype=cfg.grad_reduce_dtype, placements=self._placements(cfg),
-                    model_fingerprint=getattr(self.graph, "fingerprint", "") or "")
+                    model_fingerprint=getattr(self.graph, "fingerprint", "") or "",
+                    compile=bool(self.fix.get("compile", False)))
 
     def _placements(self, cfg: MeshConfig) -> dict[str, str]:
         """Per-op placements for this tp and SP from the sharding solver (issue 5), solved once per
@@ -502,7 +503,8 @@ class StageModel:
         if hit is None:
             c = self.cfg
             hit = self._costs[name, rc] = self.cm.segment_cost(self.key, name, c.tp, c.ep, self.sp, c.micro_batch,
-                                                               rc, self.span["tp"], self.span["ep"])
+                                                               rc, self.span["tp"], self.span["ep"],
+                                                               self.plan0.compile)
         return hit
 
     def block_time(self, cls: int, rc: str) -> float:
@@ -522,6 +524,7 @@ class StageModel:
         """Bytes per local parameter of model states after ZeRO sharding: (dense, expert)."""
         c = self.cfg
         pb, gb = DTYPE_BYTES.get(self.plan0.param_dtype, 2), DTYPE_BYTES[c.grad_reduce_dtype]
+        gb = gb if self.cm.grads_resident(self.m) else 0  # CostModel._memory's accounting
         return (sum(model_state_bytes(1.0, c.zero, c.dp * c.ep, pb, gb)),
                 sum(model_state_bytes(1.0, c.zero, c.dp, pb, gb)))
 

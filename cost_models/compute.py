@@ -37,6 +37,11 @@ a phase of n ops takes at least n * the calibrated host time per op of that phas
 the MoE probe's in expert blocks); an expert GEMM with a data-dependent shape, from a per-expert loop,
 also pays host_us_per_new_gemm_shape.
 
+Runtime terms (the trainer's execution, fitted from AutoParallelTrainer's own steps): under tensor
+parallelism eager ops dispatch through DTensor, whose host cost per op is its own rate
+(`dtensor_host_seconds_per_op`); under torch.compile the non-matrix ops move a calibrated fraction of
+their traced bytes and no host floor applies (`compiled_times`).
+
 Optimizer step (`update_time`): the mixed-precision update of a runtime that keeps fp32 master weights
 and a persistent gradient buffer (Megatron-LM's layout; CostModel._memory's accounting), per step:
     N (28 / m + (4 + p) / m_cast + g / m) / BW          fused Adam(W): reads p, g, m, v, writes p, m, v in
@@ -212,8 +217,25 @@ def host_seconds_per_op(profile: HardwareProfile, phase: str, expert: bool = Fal
     return calibrated(profile, key, 0.0) * 1e-6
 
 
+def dtensor_host_seconds_per_op(profile: HardwareProfile) -> float:
+    """Host seconds per eager op inside tensor-parallel (DTensor) modules: sharding propagation and
+    redistribution in Python on top of the plain dispatch; calibration.host_us_per_op_dtensor, fitted
+    from AutoParallelTrainer's own tp steps (benchmarks/trainer_sweep.py fit), else the plain rate."""
+    return calibrated(profile, "host_us_per_op_dtensor", 0.0) * 1e-6
+
+
+def compiled_times(times: np.ndarray, matmul: np.ndarray, profile: HardwareProfile) -> np.ndarray:
+    """Per-op times under torch.compile: Inductor fuses chains of pointwise and reduction ops into few
+    kernels, so the traced non-matrix ops move only a fraction of their bytes,
+    calibration.compiled_memory_fraction (fitted from the trainer's compiled steps); GEMMs and
+    attention run the same library kernels. Compiled blocks launch few kernels from one graph call, so
+    no host floor applies."""
+    frac = calibrated(profile, "compiled_memory_fraction", 1.0)
+    return np.where(matmul, times, times * frac)
+
+
 def with_host_floor(times: np.ndarray, profile: HardwareProfile, phase: str = "fwd", expert: np.ndarray | None = None,
-                    dynamic_gemm: np.ndarray | None = None) -> np.ndarray:
+                    dynamic_gemm: np.ndarray | None = None, dtensor: bool = False) -> np.ndarray:
     """Per-op times stretched so that they sum to at least the host time of the phase (module docstring):
     n_ops * host_seconds_per_op (the MoE rate in phases with expert groups), and each `dynamic_gemm` (an
     expert GEMM of a per-expert loop, whose token count is data-dependent) pays
@@ -222,6 +244,8 @@ def with_host_floor(times: np.ndarray, profile: HardwareProfile, phase: str = "f
     Grouped expert GEMMs (torch._grouped_mm) have static shapes and pay nothing extra."""
     moe = expert is not None and len(expert) == len(times) and bool(expert.any())
     host = host_seconds_per_op(profile, phase, moe)
+    if dtensor:
+        host = max(host, dtensor_host_seconds_per_op(profile))
     floor = host * len(times)
     if moe and dynamic_gemm is not None:
         extra = calibrated(profile, "host_us_per_new_gemm_shape", host * 1e6) * 1e-6 - host

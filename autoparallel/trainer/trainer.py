@@ -93,7 +93,8 @@ class AutoParallelTrainer:
                         GroupedExperts (placement "expert" in a plan marks them too)
     mixed_precision     param dtype the planner is asked for ("bf16", "fp16", "fp32"); an explicit plan
                         carries its own param_dtype / grad_reduce_dtype, which win
-    compile             torch.compile each block (True, or a dict of torch.compile kwargs)
+    compile             torch.compile each block (True, or a dict of torch.compile kwargs); a plan with
+                        compile=True (planned with the pin compile=1) compiles too
     init_fn             callable(module) initializing a meta-device model's part (default: the
                         model's init_weights())
     """
@@ -316,7 +317,7 @@ class AutoParallelTrainer:
                 add_sequence_boundary_hooks(part, layout, meshes.tp, v == 0, v == plan.pp * plan.vpp - 1)
             apply_recompute(part, layout, plan.recompute,
                             [m for m in (get_submodule(part, p) for p in experts) if m is not None])
-            if self._compile:
+            if self._compile or plan.compile:
                 self._compile_blocks(part)
             if env.distributed:
                 apply_data_parallel(part, layout, plan.zero, meshes.dense_dp, meshes.expert_dp if plan.ep > 1 else None,
