@@ -70,10 +70,10 @@ def _budget(max_memory_per_gpu: str | int | float | None) -> float | None:
 
 def context(model: Any, hardware: str | Any, gpus: int, seq_len: int, gpus_per_node: int | None = None,
             max_memory_per_gpu: Any = None, graph: OpGraph | None = None,
-            overlap_grad_sync: bool = True) -> PlanContext:
+            overlap_grad_sync: bool = True, runtime: str = "trainer") -> PlanContext:
     cluster = make_cluster(hardware, gpus, gpus_per_node)
     graph = graph or trace_model(model, seq_len=seq_len)
-    cm = CostModel(graph, cluster, overlap_grad_sync=overlap_grad_sync)
+    cm = CostModel(graph, cluster, overlap_grad_sync=overlap_grad_sync, runtime=runtime)
     return PlanContext(_model_name(model), graph, cluster, cm, cm._budget(_budget(max_memory_per_gpu)))
 
 

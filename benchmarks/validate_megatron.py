@@ -58,7 +58,7 @@ def main() -> None:
         spec = row_spec(row, vocab, seq)
         t0 = time.perf_counter()
         # Megatron-LM (2021) all-reduced gradients after the backward pass, not overlapped with it.
-        ctx = context(spec, "a100-sxm-80gb", row["gpus"], seq, overlap_grad_sync=False)
+        ctx = context(spec, "a100-sxm-80gb", row["gpus"], seq, overlap_grad_sync=False, runtime="megatron")
         t_trace = time.perf_counter() - t0
         plan = expert_plan(row, ctx, seq)
         est = ctx.cost_model.estimate(plan, ctx.budget_bytes)
