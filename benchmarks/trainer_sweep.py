@@ -175,7 +175,11 @@ def _profiled_step(trainer: Any, batch: Any) -> dict[str, Any]:
     for name, t in kernels.items():
         classes[_kernel_class(name)] = classes.get(_kernel_class(name), 0.0) + t
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:25]
-    return {"classes_s": classes, "kernel_s": sum(kernels.values()), "top_kernels_s": dict(top)}
+    # device time of the kernels each aten op launched itself (self), its call count and host time: the
+    # per-op comparison with the cost model's per-op times
+    ops = {e.key: [e.count, getattr(e, "self_device_time_total", 0.0) * 1e-6, e.self_cpu_time_total * 1e-6]
+           for e in prof.key_averages() if e.key.startswith(("aten::", "c10d::", "_c10d", "FSDP", "fsdp"))}
+    return {"classes_s": classes, "kernel_s": sum(kernels.values()), "top_kernels_s": dict(top), "ops": ops}
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
