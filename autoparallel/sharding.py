@@ -107,6 +107,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,8 +123,10 @@ from cost_models.comm import (
     link_for,
     reduce_scatter_time,
 )
-from cost_models.compute import classify_node, copy_bytes_of, is_matmul, op_times, update_time
+from cost_models.compute import classify_node, copy_bytes_of, is_matmul, moved_bytes, op_times, update_time
 from hardware_profiles import Cluster
+
+UpdateRate = Callable[[int], float]
 
 PARAM_BYTES, GRAD_BYTES = 2, 4  # Plan defaults (bf16 parameters, fp32 gradient reduction) for the update
 COST_SCALE = 1e10             # ILP objective unit: 0.1 ns
@@ -613,7 +616,7 @@ def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData
     attrs = [g.nodes[n] for n in seg_nodes]
     flops = np.array([a.get("flops", 0.0) for a in attrs], dtype=float) / batch
     pbytes = np.array([a.get("param_bytes", 0) for a in attrs], dtype=float)
-    moved = np.array([a.get("bytes_read", 0) + a.get("bytes_written", 0) for a in attrs], dtype=float)
+    moved = np.array([moved_bytes(a) for a in attrs], dtype=float)
     groups = [tuple(sorted(fs)) for fs, _ in sorted(group_ids.items(), key=lambda kv: kv[1])]
     # token-mixing groups (attention: non-parametric matmuls, [.., s, s] scores) need whole sequences
     mixing = [False] * len(groups)
@@ -651,7 +654,7 @@ class _Costs:
 
 
 def segment_costs(seg: _SegmentData, modes: list[list[Mode]], t: int, link: Link, profile, dtype: str,
-                  micro_batch: int, num_micro_batches: int) -> _Costs:
+                  micro_batch: int, update_rate: float) -> _Costs:
     """Per-op roofline (CostModel's formula: flops*b/d and act*b/d + params/pd per op) in three
     variants (whole, split work, split work and weights), collectives by the alpha-beta model."""
     b = float(micro_batch)
@@ -672,9 +675,8 @@ def segment_costs(seg: _SegmentData, modes: list[list[Mode]], t: int, link: Link
     div = np.array([_shard_divisor(n, t) for n in seg.nodes] + [float(t)] * (n_groups + 1))
     d_ops = div[owner]
     whole, split, split_w = times(1, 1), times(d_ops, 1), times(d_ops, d_ops)
-    m = max(num_micro_batches, 1)
-    # optimizer step + gradient accumulation per step (compute.update_time, linear in the parameters)
-    update_rate = update_time(1.0, 1.0, m, PARAM_BYTES, GRAD_BYTES, profile) / m
+    # update_rate: optimizer step + per-micro-batch updates per parameter and micro-batch (linear in the
+    # parameters; ShardingSolver.update_rate)
     op_cost: dict[tuple[int, str], tuple[float, float, float]] = {}
     for i, (node, ms) in enumerate(zip(seg.nodes, modes)):
         params = float(node.op.param_count) if node.op is not None else 0.0
@@ -904,8 +906,13 @@ class ShardingSolver:
     the instance (keep one per planner run; identical blocks reuse their class's solution)."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster, dtype: str = "bf16",
-                 memory_budget_bytes: float | None = None):
+                 memory_budget_bytes: float | None = None, update_rate: UpdateRate | None = None):
+        """update_rate(m): optimizer + per-micro-batch update seconds per parameter and micro-batch with
+        m micro-batches (the cost model's optimizer_seconds_per_param / m, so placements are priced for
+        the runtime the cost model describes); default Megatron's layout (compute.update_time)."""
         self.graph, self.cluster, self.dtype = graph, cluster, dtype
+        self.update_rate = update_rate or (lambda m: update_time(1.0, 1.0, m, PARAM_BYTES, GRAD_BYTES,
+                                                                  cluster.profile) / m)
         self.profile = cluster.profile
         self.memory_budget_bytes = memory_budget_bytes
         self._index: _GraphIndex | None = None
@@ -951,7 +958,7 @@ class ShardingSolver:
         seg = self.segment(name)
         modes, illegal = zip(*(legal_modes(n, t, sp) for n in seg.nodes)) if seg.nodes else ((), ())
         costs = segment_costs(seg, list(modes), t, self.tp_link(t), self.profile, self.dtype, micro_batch,
-                              num_micro_batches)
+                              self.update_rate(max(num_micro_batches, 1)))
         return seg, list(modes), list(illegal), costs
 
     def solve_segment(self, name: str, t: int, sp: bool, micro_batch: int = 1, num_micro_batches: int = 1,

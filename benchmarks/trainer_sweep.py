@@ -230,7 +230,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 # ============================================================================ report (CPU)
 # The trainer's runtime terms are fitted on these configurations only (`fit`); every other one is held out.
-FIT = {"compiled_memory_fraction": "1g-llama-auto-compiled", "host_us_per_op_dtensor": "2g-llama-tp2"}
+# In this order, each fit using the ones before it: (calibration key, configuration, search range).
+FIT = {"fsdp_copy_fraction": "1g-llama-auto", "compiled_memory_fraction": "1g-llama-auto-compiled",
+       "host_us_per_op_dtensor": "2g-llama-tp2"}
+FIT_RANGE = {"fsdp_copy_fraction": (0.02, 1.0), "compiled_memory_fraction": (0.05, 1.0),
+             "host_us_per_op_dtensor": (0.0, 500.0)}
 
 
 def predict(cfg: SweepConfig, profile: Any = PROFILE) -> tuple[dict[str, float], Any]:
@@ -270,14 +274,18 @@ def cmd_fit(args: argparse.Namespace) -> int:
     for key, name in FIT.items():
         cfg = next(c for c in CONFIGS if c.name == name)
         target = measured[name]["measured"]["step_time_s"]
-        lo, hi = (0.05, 1.0) if key == "compiled_memory_fraction" else (0.0, 500.0)
-        for _ in range(40):
+        lo, hi = FIT_RANGE[key]
+
+        def step_time(value: float, key: str = key, cfg: SweepConfig = cfg) -> float:
+            prof = dataclasses.replace(base, calibration={**base.calibration, **fitted, key: value})
+            return predict(cfg, prof)[0]["step_time_s"]
+
+        rising = step_time(hi) > step_time(lo)
+        for _ in range(30):
             mid = (lo + hi) / 2
-            prof = dataclasses.replace(base, calibration={**base.calibration, key: mid})
-            t = predict(cfg, prof)[0]["step_time_s"]
-            lo, hi = (mid, hi) if t < target else (lo, mid)
+            lo, hi = (mid, hi) if (step_time(mid) < target) == rising else (lo, mid)
         fitted[key] = round((lo + hi) / 2, 3)
-        print(f"{key}: {fitted[key]}  (from {name}: measured {target * 1e3:.1f} ms)")
+        print(f"{key}: {fitted[key]}  (from {name}: measured {target * 1e3:.1f} ms)", flush=True)
     return 0
 
 

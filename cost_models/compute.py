@@ -42,7 +42,8 @@ parallelism eager ops dispatch through DTensor, whose host cost per op is its ow
 (`dtensor_host_seconds_per_op`); under torch.compile the non-matrix ops move a calibrated fraction of
 their traced bytes and no host floor applies (`compiled_times`).
 
-Optimizer step (`update_time`): the mixed-precision update of a runtime that keeps fp32 master weights
+Optimizer step: `fsdp_update_time` for AutoParallelTrainer (FSDP2 mixed precision), `update_time` for
+Megatron-LM's layout: the mixed-precision update of a runtime that keeps fp32 master weights
 and a persistent gradient buffer (Megatron-LM's layout; CostModel._memory's accounting), per step:
     N (28 / m + (4 + p) / m_cast + g / m) / BW          fused Adam(W): reads p, g, m, v, writes p, m, v in
                                                         fp32; master -> p-byte copy; zero the buffer
@@ -129,6 +130,18 @@ def _unaligned(out_shapes: Sequence[Sequence[int]], flops: float, multiple: int 
     *batch, m, n = (int(d) for d in out_shapes[0])
     k = flops / (2.0 * math.prod(batch) * m * n)
     return m % multiple != 0 or n % multiple != 0 or abs(k - round(k)) > 1e-6 or round(k) % multiple != 0
+
+
+# Ops that return a tensor sharing their input's storage without the view flag: no kernel runs, but the
+# tracer records their bytes like any op's (8.5 ms of phantom traffic per step of a 1.3B llama).
+ALIAS_OPS = ("_unsafe_view",)
+
+
+def moved_bytes(attrs: dict) -> float:
+    """Bytes a traced op moves through device memory: its inputs read + outputs written (0 for aliases)."""
+    if _base(attrs.get("op", "")) in ALIAS_OPS:
+        return 0.0
+    return float(attrs.get("bytes_read", 0) + attrs.get("bytes_written", 0))
 
 
 def copy_bytes_of(op_name: str, out_bytes: float) -> float:
@@ -254,6 +267,39 @@ def with_host_floor(times: np.ndarray, profile: HardwareProfile, phase: str = "f
     if floor <= total or total <= 0:
         return times
     return times * (floor / total)
+
+
+# FSDP2 mixed precision, bytes per unsharded local parameter and per micro-batch (d = FSDP group size):
+# an unshard casts the fp32 shard into the bf16 all-gather buffer (4/d read + 2/d written) and copies the
+# gathered bf16 parameters out (2 + 2); a gradient reduction concatenates the bf16 gradients into the
+# fp32 reduce-scatter input (2 + 4) and adds the reduced shard into the fp32 gradient (12/d); a
+# micro-batch without reduction (ZeRO 0/1 before the last) accumulates the unsharded bf16 gradient (6).
+FSDP_GATHER_BYTES = (6.0, 4.0)       # (per 1/d, fixed)
+FSDP_REDUCE_BYTES = (12.0, 6.0)
+FSDP_ACCUMULATE_BYTES = 6.0
+
+
+def fsdp_update_time(optimizer_params: float, d: int, zero: int, micro_batches: int,
+                     profile: HardwareProfile) -> float:
+    """Optimizer step + FSDP2's per-micro-batch parameter and gradient copies, per unsharded local
+    parameter [s] (AutoParallelTrainer's runtime; `update_time` is Megatron-LM's):
+
+        optimizer_params * 28 / m + M_g * gather + M_r * reduce + (M - M_r) * 6   bytes, / BW
+        gather = 6/d + 4, reduce = 12/d + 6   (FSDP_*_BYTES), at the fraction calibration.fsdp_copy_fraction
+        M_g = M unshards (2M under ZeRO-3), M_r = M reductions under ZeRO 2/3, else 1
+
+    The fused Adam(W) updates the fp32 shard in place (the bf16 copy is made by the next unshard) and
+    the gradients are freed by zero_grad(set_to_none=True), so there is neither a master-weight copy nor
+    a buffer to zero. The copy fraction is fitted from the trainer's own steps (it also carries the
+    one-rank collectives and the concatenation kernels, which run below plain copy bandwidth)."""
+    bw = profile.memory_bandwidth
+    frac = calibrated(profile, "fsdp_copy_fraction", memory_fraction(profile, "cast"))
+    gathers = micro_batches * (2 if zero >= 3 else 1)
+    reduces = micro_batches if zero >= 2 else 1
+    copies = (gathers * (FSDP_GATHER_BYTES[0] / d + FSDP_GATHER_BYTES[1])
+              + reduces * (FSDP_REDUCE_BYTES[0] / d + FSDP_REDUCE_BYTES[1])
+              + (micro_batches - reduces) * FSDP_ACCUMULATE_BYTES)
+    return optimizer_params * ADAM_BYTES / (bw * profile.efficiency.memory_bound) + copies / (bw * frac)
 
 
 def update_time(params: float, accumulate_params: float, micro_batches: int, param_bytes: int, grad_bytes: int,

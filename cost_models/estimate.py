@@ -38,7 +38,14 @@ from cost_models.comm import (
     reduce_scatter_time,
     send_recv_time,
 )
-from cost_models.compute import CLASS_CODE, compiled_times, op_times, update_time, with_host_floor
+from cost_models.compute import (
+    CLASS_CODE,
+    compiled_times,
+    fsdp_update_time,
+    op_times,
+    update_time,
+    with_host_floor,
+)
 from cost_models.facts import attention_heads, num_experts, vocab_size
 from cost_models.segments import Segment, block_classes, split_segments
 from hardware_profiles import Cluster
@@ -317,7 +324,8 @@ class CostModel:
         if (plan.tp, sp) not in self._solved_placements:
             from autoparallel.sharding import ShardingSolver
             if self._sharding is None:  # one solver per cost model: its per-block-class caches are shared
-                self._sharding = ShardingSolver(self.graph, self.cluster, self.dtype)
+                self._sharding = ShardingSolver(self.graph, self.cluster, self.dtype,
+                                                update_rate=self.update_rate_per_micro_batch)
             self._solved_placements[plan.tp, sp] = self._runnable(self._sharding.placements(plan.tp, sp), plan.tp)
         return self._solved_placements[plan.tp, sp]
 
@@ -446,12 +454,21 @@ class CostModel:
         """fp32 logits and their gradient on the last stage (vocab-sharded under TP) [bytes]."""
         return 2 * plan.micro_batch * plan.seq_len * self.vocab_size * 4 / plan.tp
 
+    def update_rate_per_micro_batch(self, micro_batches: int) -> float:
+        """optimizer_seconds_per_param / m of a one-rank plan with m micro-batches (the sharding
+        solver's per-parameter price of keeping a weight whole)."""
+        plan = Plan(model="", hardware="", gpus=1, gpus_per_node=1, global_batch=micro_batches, seq_len=1)
+        return self.optimizer_seconds_per_param(plan) / micro_batches
+
     def optimizer_seconds_per_param(self, plan: Plan) -> float:
         """Optimizer step + gradient accumulation per step, per parameter a rank holds [s]
         (compute.update_time; linear in the parameters, so the planner can use it per block)."""
         pb = DTYPE_BYTES.get(plan.param_dtype, 2)
         gb = DTYPE_BYTES.get(plan.grad_reduce_dtype, 4)
         d = plan.dp * plan.ep
+        if self.runtime == "trainer":
+            return fsdp_update_time(1.0 / (d if plan.zero >= 1 else 1), d, plan.zero, plan.num_micro_batches,
+                                    self.profile)
         return update_time(1.0 / (d if plan.zero >= 1 else 1), 1.0 / (d if plan.zero >= 2 else 1),
                            plan.num_micro_batches, pb, gb, self.profile)
 

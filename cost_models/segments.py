@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autoparallel.graph import OpGraph
-from cost_models.compute import classify_node, copy_bytes_of, is_matmul
+from cost_models.compute import classify_node, copy_bytes_of, is_matmul, moved_bytes
 
 SHARDING_PLACEMENTS = ("colwise", "rowwise", "vocab")
 
@@ -190,7 +190,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
         attrs = [g.nodes[n] for n in ids]
         flops = np.array([a.get("flops", 0.0) for a in attrs], dtype=float) * per_sample
         pbytes = np.array([a.get("param_bytes", 0) for a in attrs], dtype=float)
-        moved = np.array([a.get("bytes_read", 0) + a.get("bytes_written", 0) for a in attrs], dtype=float)
+        moved = np.array([moved_bytes(a) for a in attrs], dtype=float)
         act = np.maximum(moved - pbytes, 0.0) * per_sample
         ops = PhaseOps(
             flops=flops, act_bytes=act, param_bytes=pbytes,

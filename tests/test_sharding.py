@@ -337,7 +337,8 @@ def test_step_time_not_above_megatron_layout(name):
         heads, kv = ctx.cost_model.heads, ctx.cost_model.kv_heads
         if (heads and heads % tp) or (kv and kv % tp):
             continue
-        solver = ShardingSolver(g, ctx.cluster)
+        # priced with the estimate's own update cost (the runtime the cost model describes)
+        solver = ShardingSolver(g, ctx.cluster, update_rate=ctx.cost_model.update_rate_per_micro_batch)
         # SP needs the vocabulary to divide tp (the trainer runs replicated vocab ends only without SP)
         for sp in (False, True) if ctx.cost_model.vocab_splits_evenly(tp) else (False,):
             plan = Plan(model=name, hardware="h100-sxm", gpus=tp, gpus_per_node=8, global_batch=1, seq_len=512,
