@@ -214,6 +214,20 @@ def evaluate(row: dict) -> dict:
         "recompute_modelled_as": sorted(set(plan.recompute)),
         "wall_s": round(time.perf_counter() - t0, 2),
     }
+    rec["compute_split_per_block"] = compute_split(ctx.cost_model, plan)
+    b = est.breakdown
+    rec["measured_step_over_predicted_compute"] = round(
+        rec["measured_step_s"] / max(b["compute_s"] + b["recompute_s"], 1e-12), 3)
+    if row["recompute"] == "op_sac":
+        rec["op_sac_alternatives"] = {}
+        for name, modes in (("selective", ("selective",)), ("layer_sac_2", None), ("full", ("full",))):
+            rc = modes * spec.num_layers if modes else recompute_per_block({**row, "recompute": "layer_sac_2"},
+                                                                         spec.num_layers)
+            alt = ctx.cost_model.estimate(replace(plan, recompute=rc), ctx.budget_bytes)
+            rec["op_sac_alternatives"][name] = {
+                "tokens_per_s_per_gpu": round(alt.tokens_per_s / row["gpus"], 1),
+                "throughput_error_pct": round((alt.tokens_per_s / row["gpus"] / meas_tok - 1) * 100, 2),
+                "peak_gib": round(alt.peak_memory_gib, 2)}
     if row["metric"] == "tflops_per_gpu":
         f = flops_per_token(spec, row["seq_len"])
         rec["measured_tflops_per_gpu"] = row["measured"]["tflops_per_gpu"]
@@ -225,6 +239,37 @@ def evaluate(row: dict) -> dict:
         rec["measured_peak_gib"] = peak
         rec["memory_error_pct"] = round((est.peak_memory_gib / peak - 1) * 100, 2)
     return rec
+
+
+GEMM_CLASSES = ("gemm", "gemm_unaligned", "gemm_grouped")
+
+
+def compute_split(cm: Any, plan: Plan) -> dict[str, float]:
+    """Forward + backward time of the first transformer block for one micro-batch on one device,
+    split into GEMMs, attention kernels and the rest (memory-bound ops), with the GEMMs' effective
+    TFLOP/s. Reads the cost model's per-op times (diagnosis only; empty if its internals moved)."""
+    try:
+        from cost_models.compute import CLASS_CODE
+        sp = plan.sequence_parallel and plan.tp > 1
+        seg = cm.segments(plan.placements, sp)[cm.block_rep(0)]
+        out = {"gemm_s": 0.0, "attention_s": 0.0, "other_s": 0.0, "gemm_flops": 0.0}
+        gemm = [CLASS_CODE[c] for c in GEMM_CLASSES if c in CLASS_CODE]
+        for phase in ("fwd", "bwd"):
+            ops = getattr(seg, phase)
+            t, flops, _ = cm._phase_times(ops, phase, plan.tp, plan.ep, sp, float(plan.micro_batch))
+            is_gemm = ops.matmul & ([c in gemm for c in ops.op_class] if len(ops.op_class) else ops.matmul)
+            is_attn = (ops.op_class == CLASS_CODE["attention_fwd"]) | (ops.op_class == CLASS_CODE["attention_bwd"])
+            out["gemm_s"] += float(t[is_gemm].sum())
+            out["attention_s"] += float(t[is_attn & ~is_gemm].sum())
+            out["other_s"] += float(t[~is_gemm & ~is_attn].sum())
+            out["gemm_flops"] += float(flops[is_gemm].sum())
+    except Exception as e:  # noqa: BLE001  (diagnosis must not break the validation)
+        return {"error": f"{type(e).__name__}: {e}"}
+    total = out["gemm_s"] + out["attention_s"] + out["other_s"]
+    return {"gemm_s": round(out["gemm_s"], 5), "attention_s": round(out["attention_s"], 5),
+            "other_s": round(out["other_s"], 5),
+            "other_share": round(out["other_s"] / total, 3) if total else 0.0,
+            "gemm_tflops": round(out["gemm_flops"] / out["gemm_s"] / 1e12, 1) if out["gemm_s"] else 0.0}
 
 
 def layout(row: dict) -> str:
