@@ -371,6 +371,17 @@ def main() -> None:
     write_doc(load_runs(), evaluated, skipped, summary)
 
 
+def frozen_at() -> str:
+    """Last commit touching the profiles and the cost model (what the numbers are frozen against)."""
+    import subprocess
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%h %cs", "--", "hardware_profiles", "cost_models"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def _fmt_err(x: float | None) -> str:
     return "" if x is None else f"{x:+.1f}%"
 
@@ -437,7 +448,8 @@ def write_doc(runs: list[dict], evaluated: list[dict], skipped: list[dict], summ
         "dtypes, sequence parallelism with TP, how torchtitan's per-op SAC maps onto the cost model's "
         "recompute modes). Throughput is compared in tokens/s per GPU; rows that publish only TFLOP/s "
         "are converted with the source's FLOP convention (stated per row). Error = predicted / measured - 1 "
-        "(positive: the model predicts faster than measured, or more memory than measured).", "",
+        "(positive: the model predicts faster than measured, or more memory than measured). Profiles and "
+        f"cost model as of commit {frozen_at()} (last change to hardware_profiles/ or cost_models/).", "",
         f"**Throughput: mean absolute error {s['all']['throughput_mae_pct']}% over {s['all']['rows']} rows** "
         f"(target <= 15%). **Peak memory: mean absolute error {s['all']['memory_mae_pct']}%** over the "
         f"{sum('memory_error_pct' in r for r in evaluated)} rows that report it (target: each within +-15%).", "",
