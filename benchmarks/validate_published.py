@@ -113,8 +113,9 @@ def check_row(row: dict) -> list[str]:
     m = row["measured"]
     if row["metric"] not in m:
         bad.append(f"metric {row['metric']} not among the measured values")
-    if row["metric"] == "tflops_per_gpu" and "flop_convention" not in row:
-        bad.append("a TFLOP/s metric needs flop_convention")
+    if row["metric"] == "tflops_per_gpu" and not (row.get("flop_convention") and
+                                                  row.get("flop_formula") in ("palm", "megatron")):
+        bad.append("a TFLOP/s metric needs flop_convention (text) and flop_formula (palm | megatron)")
     if not row.get("skip"):
         if row["tp"] * row["pp"] * row["dp"] * row["ep"] * row["cp"] != row["gpus"]:
             bad.append("tp*pp*dp*ep*cp != gpus")
@@ -170,18 +171,34 @@ def build_plan(row: dict, spec: ModelSpec, placements: dict[str, str] | None = N
     return plan
 
 
-def flops_per_token(spec: ModelSpec, seq: int) -> float:
-    """6 N + 12 L h s (PaLM appendix B): N without the embedding and LM-head matrices."""
-    n = parameter_count(spec) - spec.vocab_size * spec.hidden_size * (1 if spec.tie_word_embeddings else 2)
-    attn_width = spec.num_heads * spec.head_dim
-    return 6 * n + 12 * spec.num_layers * attn_width * seq
+def flops_per_token(spec: ModelSpec, seq: int, formula: str = "palm") -> float:
+    """Model FLOPs per token (forward + backward) by a source's convention.
+
+    palm      6 N + 12 L h s (PaLM appendix B): N without the embedding and LM-head matrices.
+    megatron  Megatron-LM's num_floating_point_operations (core_r0.8.0): 12 L h^2 ((1 + kv/heads + s/h)
+              * q/h + ffn/h * topk * (3/2 if gated) + V / (2 L h)), full (non-causal) attention.
+    """
+    h, L = spec.hidden_size, spec.num_layers
+    if formula == "megatron":
+        q_ratio = spec.num_heads * spec.head_dim / h
+        gated = 1.5 if spec.family != "gpt" else 1.0
+        if spec.is_moe:
+            ffn, k = spec.moe_intermediate_size, spec.num_experts_per_tok
+        else:
+            ffn, k = spec.intermediate_size, 1
+        return 12 * L * h * h * ((1 + spec.num_kv_heads / spec.num_heads + seq / h) * q_ratio
+                                 + ffn / h * k * gated + spec.vocab_size / (2 * L * h))
+    if formula != "palm":
+        raise UserError(f"unknown flop_formula {formula!r} (palm | megatron)")
+    n = parameter_count(spec) - spec.vocab_size * h * (1 if spec.tie_word_embeddings else 2)
+    return 6 * n + 12 * L * spec.num_heads * spec.head_dim * seq
 
 
 def measured_tokens_per_gpu(row: dict, spec: ModelSpec) -> float:
     m = row["measured"]
     if row["metric"] == "tokens_per_s_per_gpu":
         return float(m["tokens_per_s_per_gpu"])
-    return m["tflops_per_gpu"] * 1e12 / flops_per_token(spec, row["seq_len"])
+    return m["tflops_per_gpu"] * 1e12 / flops_per_token(spec, row["seq_len"], row["flop_formula"])
 
 
 def evaluate(row: dict) -> dict:
@@ -232,7 +249,7 @@ def evaluate(row: dict) -> dict:
     if row["hardware"] in GEMM_WHAT_IF:
         rec["gemm_max_what_if"] = gemm_what_if(row, spec, ctx, plan, meas_tok)
     if row["metric"] == "tflops_per_gpu":
-        f = flops_per_token(spec, row["seq_len"])
+        f = flops_per_token(spec, row["seq_len"], row["flop_formula"])
         rec["measured_tflops_per_gpu"] = row["measured"]["tflops_per_gpu"]
         rec["predicted_tflops_per_gpu"] = round(pred_tok * f / 1e12, 1)
     if "mfu" in row["measured"]:
@@ -440,7 +457,7 @@ def write_doc(runs: list[dict], evaluated: list[dict], skipped: list[dict], summ
     s = summary
     lines = [
         "# Cost-model validation on published runs (held out from every fit)", "",
-        f"Command: `{COMMAND}` (about a minute on 2 CPU cores). Data: `benchmarks/data/published_runs.yaml` "
+        f"Command: `{COMMAND}` (about 1.5 minutes on 2 CPU cores). Data: `benchmarks/data/published_runs.yaml` "
         "(every number with its source; unstated values listed per row as `inferred`). Raw pairs and "
         "breakdowns: `benchmarks/results/published_validation.json`.", "",
         "Profiles as shipped, no per-row settings: framework-wide runtime facts come from one table, "
