@@ -57,6 +57,12 @@ class Runtime:
     op_sac_as: str              # how the framework's per-op SAC maps onto the cost model's modes
     note: str
 
+    @property
+    def cost_runtime(self) -> str:
+        """The cost model's runtime (CostModel(runtime=...)): Megatron's persistent gradient buffers and
+        master-weight copies, or FSDP-style sharded fp32 parameters with gradients freed each step."""
+        return "megatron" if self.family == "megatron" else "trainer"
+
 
 # torchtitan's op-SAC saves every matmul output except every second mm, plus SDPA outputs, and
 # recomputes the rest. The cost model has no such mode yet (issue #12 asks for one): it is mapped to
@@ -208,7 +214,7 @@ def evaluate(row: dict) -> dict:
     spec = model_spec(row)
     t0 = time.perf_counter()
     ctx = context(spec, row["hardware"], row["gpus"], row["seq_len"], gpus_per_node=row["gpus_per_node"],
-                  overlap_grad_sync=rt.overlap_grad_sync)
+                  overlap_grad_sync=rt.overlap_grad_sync, runtime=rt.cost_runtime)
     plan = build_plan(row, spec)
     plan = replace(plan, placements=ctx.cost_model.placements_for(plan))
     est = ctx.cost_model.estimate(plan, ctx.budget_bytes)
@@ -276,7 +282,7 @@ def gemm_what_if(row: dict, spec: ModelSpec, ctx: Any, plan: Plan, meas_tok: flo
     for g in GEMM_WHAT_IF[row["hardware"]]:
         prof = replace(base, efficiency=replace(base.efficiency, gemm_max=g))
         alt = context(spec, prof, row["gpus"], row["seq_len"], gpus_per_node=row["gpus_per_node"],
-                      graph=ctx.graph, overlap_grad_sync=rt.overlap_grad_sync)
+                      graph=ctx.graph, overlap_grad_sync=rt.overlap_grad_sync, runtime=rt.cost_runtime)
         est = alt.cost_model.estimate(plan, alt.budget_bytes)
         out[f"{g}"] = round((est.tokens_per_s / row["gpus"] / meas_tok - 1) * 100, 2)
     return out

@@ -8,6 +8,7 @@ to a default), quantities carry units, fractions lie in (0, 1]. Every failure is
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import textwrap
 from collections.abc import Callable, Mapping
@@ -123,6 +124,29 @@ def _free_mapping(field: str, value: object) -> dict[str, Any]:
     return dict(value)
 
 
+DERIVABLE = ("gemm_max", "gemm_half_flops", "memory_bound", "collective_intra", "collective_inter",
+             "kernel_overhead_us")
+# calibration entries that describe one measurement session, not the chip: never inherited
+SESSION_KEYS = ("device", "date", "torch")
+
+
+def _derive(field: str, value: object) -> dict[str, Any]:
+    """derive: {from: NAME, efficiency: [keys], calibration: true|false, why: TEXT} -- take these values
+    from a measured profile of the same chip architecture instead of datasheet-era assumptions."""
+    if not isinstance(value, dict) or not isinstance(value.get("from"), str) or not isinstance(value.get("why"), str):
+        raise _FieldError(field, f"got {value!r}", "a mapping {from: PROFILE, efficiency: [keys], calibration: "
+                                                   "true|false, why: TEXT}")
+    unknown = set(value) - {"from", "efficiency", "calibration", "why"}
+    if unknown:
+        raise _unknown(f"{field}.{sorted(unknown)[0]}", sorted(unknown)[0], ["from", "efficiency", "calibration", "why"])
+    keys = value.get("efficiency", [])
+    if not isinstance(keys, list) or any(k not in DERIVABLE for k in keys):
+        raise _FieldError(f"{field}.efficiency", f"got {keys!r}", f"a list of {', '.join(DERIVABLE)}")
+    if not isinstance(value.get("calibration", False), bool):
+        raise _FieldError(f"{field}.calibration", f"got {value.get('calibration')!r}", "true or false")
+    return dict(value)
+
+
 _flops = _quantity(units.parse_flops)
 _bytes = _quantity(units.parse_bytes)
 _bandwidth = _quantity(units.parse_bandwidth)
@@ -154,6 +178,7 @@ SCHEMA: dict[str, dict[str, _Field] | _Field] = {
     "notes": _Field(_text, required=False),
     "sources": _Field(_sources),
     "calibration": _Field(_free_mapping, required=False),
+    "derive": _Field(_derive, required=False),
 }
 
 
@@ -259,10 +284,44 @@ def profile_from_yaml(text: str, where: str = "<string>", path: str | None = Non
     except yaml.YAMLError as e:
         raise UserError(f"hardware profile {where}: YAML syntax error: {str(e).splitlines()[0]}") from None
     try:
-        return _build(_validate(data), path)
+        values = _validate(data)
+        profile = _build(values, path)
     except _FieldError as e:
         expected = f"; expected {e.expected}" if e.expected else ""
         raise UserError(f"hardware profile {where}: field {e.field}: {e.problem}{expected}") from None
+    return _apply_derivation(profile, values.get("derive"), where)
+
+
+def _apply_derivation(profile: HardwareProfile, derive: dict[str, Any] | None, where: str) -> HardwareProfile:
+    """The profile with the `derive` section's values taken from its anchor, and where each of its
+    efficiency numbers comes from (`provenance`): measured by `autoparallel calibrate`, derived from
+    the anchor's measurement, or assumed (datasheet-era defaults)."""
+    measured = bool(profile.calibration.get("device")) and not derive
+    # calibrate measures collectives only under torchrun on one node: the network stays sourced
+    collectives = str(profile.calibration.get("collectives", "")).startswith("measured")
+    prov = {k: "measured" if measured and not k.startswith("collective") else "assumed" for k in DERIVABLE}
+    prov["collective_intra"] = "measured" if measured and collectives else "assumed"
+    if not derive:
+        return dataclasses.replace(profile, provenance=prov)
+    anchor_name = derive["from"]
+    if anchor_name == profile.name:
+        raise UserError(f"hardware profile {where}: field derive.from: {anchor_name!r} is the profile itself; "
+                        f"name a measured profile of the same chip")
+    anchor = load_profile(anchor_name)
+    if anchor.provenance.get("gemm_max") != "measured":
+        raise UserError(f"hardware profile {where}: field derive.from: {anchor_name!r} is not a measured profile; "
+                        f"derive from one written by `autoparallel calibrate`")
+    eff = {("kernel_overhead_s" if k == "kernel_overhead_us" else k):
+           getattr(anchor.efficiency, "kernel_overhead_s" if k == "kernel_overhead_us" else k)
+           for k in derive.get("efficiency", [])}
+    calibration = dict(profile.calibration)
+    if derive.get("calibration"):
+        inherited = {k: v for k, v in anchor.calibration.items() if k not in SESSION_KEYS}
+        calibration = {**inherited, **calibration, "derived_from": f"{anchor_name}: {derive['why']}"}
+    for k in derive.get("efficiency", []):
+        prov[k] = f"derived from {anchor_name}"
+    return dataclasses.replace(profile, efficiency=dataclasses.replace(profile.efficiency, **eff),
+                               calibration=calibration, provenance=prov)
 
 
 def validate_profile_file(path: str | Path) -> HardwareProfile:
@@ -392,6 +451,8 @@ def format_profile(p: HardwareProfile) -> str:
                                    subsequent_indent=" " * 26))
     if p.calibration:
         lines.append(f"  calibration             {p.calibration}")
+    if p.provenance:
+        lines.append("  provenance              " + ", ".join(f"{k}: {v}" for k, v in p.provenance.items()))
     lines.append("  sources")
     lines += [f"    - {s}" for s in p.sources]
     if p.path:

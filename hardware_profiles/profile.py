@@ -79,6 +79,8 @@ class HardwareProfile:
     sources: tuple[str, ...] = ()
     path: str | None = None               # file it was loaded from; None when built in memory
     calibration: dict[str, Any] = field(default_factory=dict, compare=False)  # free-form, from calibrate
+    # efficiency key -> "measured" | "derived from NAME" | "assumed" (loader._apply_derivation)
+    provenance: dict[str, str] = field(default_factory=dict, compare=False)
 
     def __hash__(self) -> int:
         # The generated hash would fail on the peak_flops dict; equal profiles agree on these fields,

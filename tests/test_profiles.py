@@ -280,7 +280,7 @@ def test_user_profile_by_path_and_case_insensitive_name(tmp_path):
 
 # ---- writing profiles (calibrate) ------------------------------------------------------------------------
 def test_profile_to_yaml_with_calibration_extra_round_trips(tmp_path):
-    p = load_profile("h100-sxm")
+    p = load_profile("a100-sxm-80gb")  # a profile with no calibration of its own or inherited
     text = profile_to_yaml(p, extra={"efficiency": {"gemm_max": 0.77},
                                      "calibration": {"host": "node-1", "gemm_tflops": 761.5}})
     path = _write(tmp_path, text, "calibrated.yaml")
@@ -357,3 +357,29 @@ def test_efficiency_seconds_and_usable_memory_are_consistent():
     assert p.usable_memory_bytes == int(143155 * 2**20 * 0.95)
     raw = yaml.safe_load((Path(hardware_profiles.__file__).parent / "h200.yaml").read_text())
     assert math.isclose(p.efficiency.kernel_overhead_s, raw["efficiency"]["kernel_overhead_us"] * 1e-6)  # us -> s
+
+
+# ---- derived profiles ---------------------------------------------------------------------------------------
+def test_derived_profile_takes_the_anchors_measured_values_and_says_so():
+    h100, h200 = load_profile("h100-sxm"), load_profile("h200")
+    assert h100.efficiency.gemm_max == h200.efficiency.gemm_max
+    assert h100.efficiency.memory_bound == h200.efficiency.memory_bound
+    assert h100.calibration["attention_fwd_max"] == h200.calibration["attention_fwd_max"]
+    assert "device" not in h100.calibration  # session facts of the anchor's measurement stay there
+    assert h100.memory_bandwidth != h200.memory_bandwidth  # only fractions are inherited
+    assert h100.provenance["gemm_max"] == "derived from h200"
+    assert h100.provenance["collective_inter"] == "assumed"
+    assert h200.provenance["gemm_max"] == "measured"
+    assert load_profile("mi300x").provenance["gemm_max"] == "assumed"
+
+
+@pytest.mark.parametrize("derive, message", [
+    ("{from: h200, efficiency: [gemm_maxx], why: x}", "derive.efficiency"),
+    ("{from: a100-sxm-80gb, efficiency: [gemm_max], why: x}", "is the profile itself"),
+    ("{from: mi300x, efficiency: [gemm_max], why: x}", "not a measured profile"),
+    ("{from: h200, efficiency: [gemm_max]}", "derive"),
+])
+def test_bad_derivation_is_one_line(tmp_path, derive, message):
+    path = _write(tmp_path, BASE + f"derive: {derive}\n", "derived.yaml")
+    with pytest.raises(UserError, match=message):
+        load_profile(str(path))
