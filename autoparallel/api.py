@@ -19,6 +19,7 @@ from autoparallel.errors import UserError
 from autoparallel.graph import OpGraph
 from autoparallel.plan import Plan
 from autoparallel.planner import Planner, PlanResult
+from autoparallel.sharding import cost_model as sharding_cost_model
 from autoparallel.units import parse_bytes
 from cost_models.estimate import CostModel, Estimate
 from hardware_profiles import Cluster, load_profile
@@ -73,7 +74,7 @@ def context(model: Any, hardware: str | Any, gpus: int, seq_len: int, gpus_per_n
             overlap_grad_sync: bool = True, runtime: str = "trainer") -> PlanContext:
     cluster = make_cluster(hardware, gpus, gpus_per_node)
     graph = graph or trace_model(model, seq_len=seq_len)
-    cm = CostModel(graph, cluster, overlap_grad_sync=overlap_grad_sync, runtime=runtime)
+    cm = sharding_cost_model(graph, cluster, overlap_grad_sync=overlap_grad_sync, runtime=runtime)
     return PlanContext(_model_name(model), graph, cluster, cm, cm._budget(_budget(max_memory_per_gpu)))
 
 

@@ -1,13 +1,14 @@
-"""One exception type for bad user input: the CLI prints its message as one line and exits 2."""
+"""One exception type for bad user input: the CLI prints its message as one line and exits 2.
+(Defined in hardware_profiles.errors, the bottom layer, so cost models and profiles raise it too.)"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
 
+from hardware_profiles.errors import UserError
 
-class UserError(Exception):
-    """Bad input from the user: the message says what is wrong, where, and how to fix it."""
+__all__ = ["UserError", "exit_on_user_error"]
 
 
 def exit_on_user_error(main: Callable[[], object]) -> None:

@@ -24,6 +24,7 @@ from ortools.sat.python import cp_model
 from autoparallel.errors import UserError
 from autoparallel.graph import OpGraph
 from autoparallel.plan import RECOMPUTE_MODES, Plan
+from autoparallel.sharding import cost_model as sharding_cost_model
 from cost_models.comm import link_for
 from cost_models.estimate import (
     ALLOCATOR_RESERVE,
@@ -148,7 +149,7 @@ class Planner:
             raise UserError(f"global batch {global_batch} must be >= 1")
         self.graph = graph
         self.cluster = cluster
-        self.cm = cost_model or CostModel(graph, cluster, dtype)
+        self.cm = cost_model or sharding_cost_model(graph, cluster, dtype)
         self.global_batch = global_batch
         self.seq_len = seq_len
         self.budget = self.cm._budget(max_memory_bytes)

@@ -124,6 +124,7 @@ from cost_models.comm import (
     reduce_scatter_time,
 )
 from cost_models.compute import classify_node, copy_bytes_of, is_matmul, moved_bytes, op_times, update_time
+from cost_models.estimate import CostModel
 from hardware_profiles import Cluster
 
 UpdateRate = Callable[[int], float]
@@ -1109,3 +1110,13 @@ def explain_choices(ctx: Any, plan: Any, op_path: str) -> str:
 
 __all__ = ["ShardingSolver", "SegmentSolution", "Choice", "Mode", "PlacementILP", "legal_modes",
            "reshard_components", "solve_placements", "block_tp_cost", "explain_choices", "ENDS"]
+
+
+def cost_model(graph: OpGraph, cluster: Cluster, dtype: str = "bf16", overlap_grad_sync: bool = True,
+               runtime: str = "trainer") -> CostModel:
+    """A CostModel whose plans without placements get this solver's (one solver per cost model, so its
+    per-block-class caches are shared; updates priced with the cost model's own runtime)."""
+    cm = CostModel(graph, cluster, dtype, overlap_grad_sync, runtime)
+    solver = ShardingSolver(graph, cluster, dtype, update_rate=cm.update_rate_per_micro_batch)
+    cm.placement_solver = solver.placements
+    return cm

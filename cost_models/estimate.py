@@ -22,13 +22,12 @@ Memory per device d (bytes):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
-from autoparallel.errors import UserError
-from autoparallel.graph import OpGraph
 from autoparallel.plan import Plan
 from cost_models.comm import (
     all_gather_time,
@@ -47,9 +46,12 @@ from cost_models.compute import (
     with_host_floor,
 )
 from cost_models.facts import attention_heads, num_experts, vocab_size
+from cost_models.graph import OpGraph
 from cost_models.segments import Segment, block_classes, split_segments
 from hardware_profiles import Cluster
+from hardware_profiles.errors import UserError
 
+PlacementSolver = Callable[[int, bool], dict[str, str]]
 GIB = 2**30
 RUNTIMES = ("trainer", "megatron")
 OPTIMIZER_BYTES_PER_PARAM = 12   # fp32 master copy + Adam m + v
@@ -139,7 +141,9 @@ class CostModel:
         self._segments: dict[tuple, dict[str, Segment]] = {}
         self._seg_keys: dict[tuple, tuple] = {}
         self._solved_placements: dict[tuple[int, bool], dict[str, str]] = {}
-        self._sharding = None
+        # (tp, sequence parallel) -> placements of a plan that has none: handed in by the layer above
+        # (autoparallel.sharding.cost_model), so cost models never import the solver
+        self.placement_solver: PlacementSolver | None = None
         self.block_class = block_classes(graph)          # class id per block, in block order
         self.heads, self.kv_heads = attention_heads(graph)
         self.num_experts = num_experts(graph)
@@ -322,11 +326,11 @@ class CostModel:
             return plan.placements
         sp = plan.sequence_parallel and plan.tp > 1
         if (plan.tp, sp) not in self._solved_placements:
-            from autoparallel.sharding import ShardingSolver
-            if self._sharding is None:  # one solver per cost model: its per-block-class caches are shared
-                self._sharding = ShardingSolver(self.graph, self.cluster, self.dtype,
-                                                update_rate=self.update_rate_per_micro_batch)
-            self._solved_placements[plan.tp, sp] = self._runnable(self._sharding.placements(plan.tp, sp), plan.tp)
+            if self.placement_solver is None:
+                raise UserError(f"plan for tp={plan.tp} has no placements and this cost model has no placement "
+                                f"solver; give the plan its placements (or build the cost model with "
+                                f"autoparallel.sharding.cost_model)")
+            self._solved_placements[plan.tp, sp] = self._runnable(self.placement_solver(plan.tp, sp), plan.tp)
         return self._solved_placements[plan.tp, sp]
 
     def vocab_splits_evenly(self, tp: int) -> bool:

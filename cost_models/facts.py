@@ -3,7 +3,7 @@ from one): head counts for tensor-parallel divisibility, expert counts, vocabula
 
 from __future__ import annotations
 
-from autoparallel.graph import OpGraph
+from cost_models.graph import OpGraph
 
 
 def attention_heads(graph: OpGraph) -> tuple[int, int]:

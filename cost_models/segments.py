@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autoparallel.graph import OpGraph
 from cost_models.compute import classify_node, copy_bytes_of, is_matmul, moved_bytes
+from cost_models.graph import OpGraph
 
 SHARDING_PLACEMENTS = ("colwise", "rowwise", "vocab")
 

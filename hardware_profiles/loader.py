@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from autoparallel.errors import UserError
 from hardware_profiles import units
+from hardware_profiles.errors import UserError
 from hardware_profiles.profile import Efficiency, HardwareProfile
 
 PROFILE_DIR = Path(__file__).resolve().parent

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoparallel.errors import UserError
+from hardware_profiles.errors import UserError
 
 # Spellings accepted by HardwareProfile.peak(): canonical profile key <- aliases (torch dtype names too).
 DTYPE_ALIASES: dict[str, str] = {
