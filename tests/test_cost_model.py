@@ -71,7 +71,7 @@ def test_grouped_gemm_class_and_host_floor_of_expert_gemms():
     assert with_host_floor(times, h200, "fwd", expert, dynamic).sum() == pytest.approx(10 * fwd_us * 1e-6 + extra)
     # device-bound phases keep their times; an uncalibrated profile has no floor
     assert np.array_equal(with_host_floor(np.full(10, 1.0), h200, "bwd", expert, dynamic), np.full(10, 1.0))
-    assert np.array_equal(with_host_floor(times, load_profile("h100-sxm"), "fwd"), times)
+    assert np.array_equal(with_host_floor(times, load_profile("mi300x"), "fwd"), times)
 
 
 def test_alpha_beta_collectives():
