@@ -13,7 +13,8 @@ What is measured (each timed with device events after warm-up, median of repeats
                 [k, G*m] x [G*m, n] -> [G, k, n]
   attention     F.scaled_dot_product_attention (causal) forward and backward with the backend torch picks
                 by default (cuDNN on Hopper with torch >= 2.5, else flash): the kernel the trainer runs
-  collectives   all-reduce, all-gather, reduce-scatter over the default process group, only when
+  collectives   all-reduce, all-gather, reduce-scatter, all-to-all and paired send/recv over the default
+                process group (1 MiB - 1 GiB), only when
                 torch.distributed is initialized with world size > 1 (run under torchrun)
 
 What is fitted, with the cost model's own formulas (cost_models/compute.py, cost_models/comm.py):
@@ -60,6 +61,7 @@ import numpy as np
 import torch
 
 from autoparallel.errors import UserError
+from cost_models.comm import COLLECTIVES, collective_terms
 
 Say = Callable[[str], None]
 # Causal attention's counted FLOPs (flop_counter counts the masked half too) can be done at up to twice the
@@ -183,7 +185,7 @@ class AttentionSample:
 
 @dataclass(frozen=True)
 class CollectiveSample:
-    op: str             # all_reduce | all_gather | reduce_scatter
+    op: str             # all_reduce | all_gather | reduce_scatter | all_to_all | send_recv
     bytes: float        # the full tensor (comm.py's S)
     world: int
     seconds: float
@@ -478,8 +480,8 @@ def measure_collectives(device: torch.device, plan: CalibrationPlan, say: Say) -
         for op, fn in _collective_ops(numel, n, device).items():
             t = _max_over_ranks(time_call(fn, device, plan.reps, plan.warmup), device)
             out.append(CollectiveSample(op, float(numel * 2), n, t))
-        say(f"collectives {numel * 2 / 2**20:.0f} MiB over {n} ranks: all-reduce "
-            f"{out[-3].seconds * 1e3:.3f} ms")
+        say(f"collectives {numel * 2 / 2**20:.0f} MiB over {n} ranks: "
+            + ", ".join(f"{s.op} {s.seconds * 1e3:.3f} ms" for s in out[-len(COLLECTIVES):]))
     return out, span
 
 
@@ -488,9 +490,22 @@ def _collective_ops(numel: int, n: int, device: torch.device) -> dict[str, Calla
 
     full = torch.randn(numel, device=device, dtype=torch.bfloat16)
     shard = torch.empty(numel // n, device=device, dtype=torch.bfloat16)
+    received = torch.empty_like(full)
+    rank = dist.get_rank()
+
+    def send_recv() -> None:  # ranks pair up (0<->1, 2<->3, ...), as pipeline stages exchange activations
+        peer = rank ^ 1
+        if peer >= n:
+            return
+        ops = [dist.P2POp(dist.isend, full, peer), dist.P2POp(dist.irecv, received, peer)]
+        for work in dist.batch_isend_irecv(ops if rank % 2 == 0 else ops[::-1]):
+            work.wait()
+
     return {"all_reduce": lambda: dist.all_reduce(full),
             "all_gather": lambda: dist.all_gather_into_tensor(full, shard),
-            "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, full)}
+            "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, full),
+            "all_to_all": lambda: dist.all_to_all_single(received, full),
+            "send_recv": send_recv}
 
 
 def _max_over_ranks(t: float, device: torch.device) -> float:
@@ -790,11 +805,11 @@ def fit_gemm_curve(flops: np.ndarray, moved: np.ndarray, seconds: np.ndarray, pe
 
 def fit_collectives(samples: list[CollectiveSample], link_bandwidth: float) -> tuple[float, float]:
     """(efficiency, per-hop latency s): least squares in relative error of
-    t = f S / (B e) + k a  with (f, k) = (2(n-1)/n, 2(n-1)) for all-reduce, ((n-1)/n, n-1) otherwise."""
+    t = f S / (B e) + k a  with (f, k) = cost_models.comm.collective_terms (all-reduce 2(n-1)/n and 2(n-1);
+    all-gather, reduce-scatter, all-to-all (n-1)/n and n-1; send/recv 1 and 1)."""
     rows, rhs = [], []
     for s in samples:
-        n = s.world
-        f, k = ((2 * (n - 1) / n, 2 * (n - 1)) if s.op == "all_reduce" else ((n - 1) / n, n - 1))
+        f, k = collective_terms(s.op, s.world)
         rows.append([f * s.bytes / link_bandwidth / s.seconds, k / s.seconds])
         rhs.append(1.0)
     x, *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)

@@ -84,7 +84,8 @@ class Plan:
                  f"{self.num_micro_batches} per data-parallel rank; schedule {self.schedule}"
                  + (f" (vpp={self.vpp})" if self.vpp > 1 else ""),
                  f"  options     ZeRO-{self.zero}, sequence parallel {'on' if self.sequence_parallel else 'off'}, "
-                 f"params {self.param_dtype}, grad reduction {self.grad_reduce_dtype}",
+                 f"params {self.param_dtype}, grad reduction {self.grad_reduce_dtype}, "
+                 f"{'torch.compile per block' if self.compile else 'eager'}",
                  f"  recompute   {rec}"]
         if self.stage_layers:
             lines.append(f"  stages      blocks per virtual stage: {' '.join(map(str, self.stage_layers))}")

@@ -154,6 +154,10 @@ class Planner:
         self.seq_len = seq_len
         self.budget = self.cm._budget(max_memory_bytes)
         self.fix = parse_fix(fix)
+        # torch.compile per block: the cost model prices it only where the profile measured the trainer's
+        # compiled steps (calibration.compiled_memory_fraction); there compiled is never slower than eager
+        # in the model (fused pointwise bytes, no host floor, same memory), so it dominates unless pinned off
+        self.compile = bool(self.fix.get("compile", "compiled_memory_fraction" in (cluster.profile.calibration or {})))
         self.model_name = model_name or graph.model_name
         self.progress = progress
         self.placements = placements
@@ -257,7 +261,7 @@ class Planner:
                     micro_batch=cfg.micro_batch, zero=cfg.zero, sequence_parallel=cfg.sequence_parallel,
                     grad_reduce_dtype=cfg.grad_reduce_dtype, placements=self._placements(cfg),
                     model_fingerprint=getattr(self.graph, "fingerprint", "") or "",
-                    compile=bool(self.fix.get("compile", False)))
+                    compile=self.compile)
 
     def _placements(self, cfg: MeshConfig) -> dict[str, str]:
         """Per-op placements for this tp and SP from the sharding solver (issue 5), solved once per

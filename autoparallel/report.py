@@ -37,7 +37,7 @@ def format_estimate(plan: Plan, est: Estimate) -> str:
         f"{plan.num_micro_batches} per rank; schedule {plan.schedule}"
         + (f" (vpp={plan.vpp})" if plan.vpp > 1 else ""),
         f"options   ZeRO-{plan.zero}, sequence parallel {'on' if plan.sequence_parallel else 'off'}, grads "
-        f"{plan.grad_reduce_dtype}, recompute {_recompute_line(plan)}",
+        f"{plan.grad_reduce_dtype}, recompute {_recompute_line(plan)}, {'compiled' if plan.compile else 'eager'}",
     ]
     if plan.stage_layers and plan.pp > 1:
         lines.append(f"stages    blocks per virtual stage: {' '.join(map(str, plan.stage_layers))}")

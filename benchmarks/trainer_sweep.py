@@ -59,8 +59,7 @@ class SweepConfig:
     gpus: int
     rows: int                       # global batch (sequences per step)
     seq: int = 2048
-    fix: dict[str, Any] = field(default_factory=dict)   # planner pins; {} = the planner's own plan
-    compile: bool = False
+    fix: dict[str, Any] = field(default_factory=dict)   # planner pins (compile too); {} = the planner's own plan
     profile: bool = False           # also record one profiled step's kernel time per class
 
     @property
@@ -75,32 +74,35 @@ def _c(name: str, model: str, gpus: int, rows: int, **kw: Any) -> SweepConfig:
 CONFIGS = [
     # one GPU: micro-batching, every recompute mode, eager and compiled, three model kinds
     _c("1g-llama-auto", "llama-1.3b", 1, 8, profile=True),
-    _c("1g-llama-auto-compiled", "llama-1.3b", 1, 8, compile=True),
-    _c("1g-llama-mb4x2", "llama-1.3b", 1, 8, fix={"micro_batch": 4}),
-    _c("1g-llama-selective", "llama-1.3b", 1, 8, fix={"micro_batch": 8, "recompute": "selective"}),
-    _c("1g-llama-full", "llama-1.3b", 1, 8, fix={"micro_batch": 8, "recompute": "full"}),
-    _c("1g-llama-mb2x4-full", "llama-1.3b", 1, 8, fix={"micro_batch": 2, "recompute": "full"}),
-    _c("1g-llama-b16", "llama-1.3b", 1, 16),
+    _c("1g-llama-eager", "llama-1.3b", 1, 8, fix={"micro_batch": 8, "compile": 0}, profile=True),
+    _c("1g-llama-mb4x2", "llama-1.3b", 1, 8, fix={"micro_batch": 4, "compile": 0}),
+    _c("1g-llama-selective", "llama-1.3b", 1, 8, fix={"micro_batch": 8, "recompute": "selective", "compile": 0}),
+    _c("1g-llama-full", "llama-1.3b", 1, 8, fix={"micro_batch": 8, "recompute": "full", "compile": 0}),
+    _c("1g-llama-mb2x4-full", "llama-1.3b", 1, 8, fix={"micro_batch": 2, "recompute": "full", "compile": 0}),
+    _c("1g-llama-b16", "llama-1.3b", 1, 16, fix={"compile": 0}),
     _c("1g-gpt-auto", "gpt-350m", 1, 8),
-    _c("1g-gpt-selective", "gpt-350m", 1, 8, fix={"micro_batch": 8, "recompute": "selective"}),
-    _c("1g-gpt-compiled", "gpt-350m", 1, 8, fix={"micro_batch": 8}, compile=True),
-    _c("1g-moe-auto", "moe-1.2b-8e", 1, 8, profile=True),
-    _c("1g-moe-full", "moe-1.2b-8e", 1, 8, fix={"micro_batch": 4, "recompute": "full"}),
+    _c("1g-gpt-eager", "gpt-350m", 1, 8, fix={"micro_batch": 8, "compile": 0}),
+    _c("1g-gpt-selective", "gpt-350m", 1, 8, fix={"micro_batch": 8, "recompute": "selective", "compile": 0}),
+    _c("1g-moe-eager", "moe-1.2b-8e", 1, 8, fix={"micro_batch": 8, "compile": 0}, profile=True),
+    _c("1g-moe-full", "moe-1.2b-8e", 1, 8, fix={"micro_batch": 4, "recompute": "full", "compile": 0}),
+    _c("1g-moe-auto", "moe-1.2b-8e", 1, 8),
     # two GPUs: dp with ZeRO 0-3, tp2 + SP, pp2 1F1B and interleaved, ep2, eager and compiled
     _c("2g-llama-auto", "llama-1.3b", 2, 16, profile=True),
-    _c("2g-llama-zero0", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 0, "micro_batch": 8}),
-    _c("2g-llama-zero1", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 1, "micro_batch": 4}),
-    _c("2g-llama-zero3", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 3, "micro_batch": 8}),
-    _c("2g-llama-zero2-full", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 2, "micro_batch": 8, "recompute": "full"}),
-    _c("2g-llama-tp2sp", "llama-1.3b", 2, 16, fix={"tp": 2, "sp": 1}, profile=True),
-    _c("2g-llama-tp2", "llama-1.3b", 2, 16, fix={"tp": 2, "sp": 0, "micro_batch": 4}),
-    _c("2g-llama-pp2", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 1, "micro_batch": 2}),
-    _c("2g-llama-pp2-vpp2", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 2, "micro_batch": 2}),
-    _c("2g-llama-auto-compiled", "llama-1.3b", 2, 16, compile=True),
+    _c("2g-llama-eager", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 2, "micro_batch": 8, "compile": 0}),
+    _c("2g-llama-zero0", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 0, "micro_batch": 8, "compile": 0}),
+    _c("2g-llama-zero1", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 1, "micro_batch": 4, "compile": 0}),
+    _c("2g-llama-zero3", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 3, "micro_batch": 8, "compile": 0}),
+    _c("2g-llama-zero2-full", "llama-1.3b", 2, 16,
+       fix={"dp": 2, "zero": 2, "micro_batch": 8, "recompute": "full", "compile": 0}),
+    _c("2g-llama-tp2sp", "llama-1.3b", 2, 16, fix={"tp": 2, "sp": 1, "compile": 0}, profile=True),
+    _c("2g-llama-tp2", "llama-1.3b", 2, 16, fix={"tp": 2, "sp": 0, "micro_batch": 4, "compile": 0}),
+    _c("2g-llama-tp2sp-compiled", "llama-1.3b", 2, 16, fix={"tp": 2, "sp": 1, "compile": 1}),
+    _c("2g-llama-pp2", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 1, "micro_batch": 2, "compile": 0}),
+    _c("2g-llama-pp2-vpp2", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 2, "micro_batch": 2, "compile": 0}),
     _c("2g-gpt-auto", "gpt-350m", 2, 16),
-    _c("2g-gpt-tp2sp", "gpt-350m", 2, 16, fix={"tp": 2, "sp": 1}),
-    _c("2g-moe-ep2", "moe-1.2b-8e", 2, 16, fix={"ep": 2, "micro_batch": 8}),
-    _c("2g-moe-dp2", "moe-1.2b-8e", 2, 16, fix={"dp": 2, "micro_batch": 8}),
+    _c("2g-gpt-tp2sp", "gpt-350m", 2, 16, fix={"tp": 2, "sp": 1, "compile": 0}),
+    _c("2g-moe-ep2", "moe-1.2b-8e", 2, 16, fix={"ep": 2, "micro_batch": 8, "compile": 0}),
+    _c("2g-moe-dp2", "moe-1.2b-8e", 2, 16, fix={"dp": 2, "micro_batch": 8, "compile": 0}),
 ]
 
 
@@ -191,13 +193,13 @@ def cmd_measure(args: argparse.Namespace) -> int:
     for cfg in _selected(args.only):
         if cfg.gpus != args.gpus:
             continue
-        rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus, "compile": cfg.compile}
+        rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus}
         try:
             torch.cuda.empty_cache()
             torch._dynamo.reset()  # each compiled configuration compiles afresh, within the recompile limit
             model = _meta_model(cfg)
             vocab = MODELS[cfg.model]["vocab_size"]
-            trainer = AutoParallelTrainer(model, optimizer=None, plan=cfg.plan_file, compile=cfg.compile)
+            trainer = AutoParallelTrainer(model, optimizer=None, plan=cfg.plan_file)  # compile as planned
             gen = torch.Generator().manual_seed(0)
             batches = [torch.randint(0, vocab, (cfg.rows, cfg.seq + 1), generator=gen) for _ in range(4)]
             t0 = time.perf_counter()
@@ -231,20 +233,23 @@ def cmd_measure(args: argparse.Namespace) -> int:
 # ============================================================================ report (CPU)
 # The trainer's runtime terms are fitted on these configurations only (`fit`); every other one is held out.
 # In this order, each fit using the ones before it: (calibration key, configuration, search range).
-FIT = {"fsdp_copy_fraction": "1g-llama-auto", "compiled_memory_fraction": "1g-llama-auto-compiled",
+FIT = {"fsdp_copy_fraction": "1g-llama-eager", "compiled_memory_fraction": "1g-llama-auto",
        "host_us_per_op_dtensor": "2g-llama-tp2"}
 FIT_RANGE = {"fsdp_copy_fraction": (0.02, 1.0), "compiled_memory_fraction": (0.05, 1.0),
              "host_us_per_op_dtensor": (0.0, 500.0)}
 
 
-def predict(cfg: SweepConfig, profile: Any = PROFILE) -> tuple[dict[str, float], Any]:
+def predict(cfg: SweepConfig, profile: Any = PROFILE, raw: dict | None = None) -> tuple[dict[str, float], Any]:
     """Predicted step time and rank-0 allocated peak (stage 0; without the allocator reserve, which
-    torch.cuda.max_memory_allocated does not see) of the configuration's plan, compile as it ran."""
+    torch.cuda.max_memory_allocated does not see) of the configuration's plan; `raw`: the measured
+    record, whose `compile` says how it ran when that differs from the plan file (older runs)."""
     import dataclasses
 
     from autoparallel.api import context
     from autoparallel.plan import Plan
-    plan = dataclasses.replace(Plan.load(cfg.plan_file), compile=cfg.compile)
+    plan = Plan.load(cfg.plan_file)
+    if raw is not None and "compile" in raw:
+        plan = dataclasses.replace(plan, compile=bool(raw["compile"]))
     ctx = context(_meta_model(cfg), profile, cfg.gpus, cfg.seq, gpus_per_node=cfg.gpus, max_memory_per_gpu=BUDGET)
     est = ctx.cost_model.estimate(plan, ctx.budget_bytes)
     stage0 = est.memory_breakdown_gib[0]
@@ -276,9 +281,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
         target = measured[name]["measured"]["step_time_s"]
         lo, hi = FIT_RANGE[key]
 
-        def step_time(value: float, key: str = key, cfg: SweepConfig = cfg) -> float:
+        def step_time(value: float, key: str = key, cfg: SweepConfig = cfg, raw: dict = measured[name]) -> float:
             prof = dataclasses.replace(base, calibration={**base.calibration, **fitted, key: value})
-            return predict(cfg, prof)[0]["step_time_s"]
+            return predict(cfg, prof, raw)[0]["step_time_s"]
 
         rising = step_time(hi) > step_time(lo)
         for _ in range(30):
@@ -296,9 +301,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         m = measured.get(cfg.name)
         if m is None or "measured" not in m:
             continue
-        pred, est = predict(cfg)
+        pred, est = predict(cfg, raw=m)
         from autoparallel.plan import Plan
-        rec = {"name": cfg.name, "gpus": cfg.gpus, "model": cfg.model, "compile": cfg.compile,
+        rec = {"name": cfg.name, "gpus": cfg.gpus, "model": cfg.model, "compile": est.plan.compile,
                "fitted": cfg.name in FIT.values(),
                "plan": _describe(Plan.load(cfg.plan_file)), "predicted": pred,
                "measured": {k: m["measured"][k] for k in ("step_time_s", "peak_memory_gib")},

@@ -39,26 +39,49 @@ def link_for(profile: HardwareProfile, span: str) -> Link:
     return Link(profile.inter_bandwidth, profile.inter_latency, eff.collective_inter)
 
 
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+
+def collective_terms(op: str, n: int) -> tuple[float, float]:
+    """(f, k) of t = f S / (B e) + k a for collective `op` over n ranks (the module docstring's table);
+    the one definition that the time functions and calibrate's fit both read."""
+    if op == "send_recv":
+        return 1.0, 1.0
+    if op == "all_reduce":
+        return 2 * (n - 1) / n, 2.0 * (n - 1)
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n, float(n - 1)
+    raise ValueError(f"unknown collective {op!r}; one of {', '.join(COLLECTIVES)}")
+
+
+def collective_time(op: str, size_bytes: float, n: int, link: Link) -> float:
+    """f S / (B e) + k a   [s]; nothing moves for a group of one or an empty message."""
+    if size_bytes <= 0 or (n <= 1 and op != "send_recv"):
+        return 0.0
+    f, k = collective_terms(op, n)
+    return f * size_bytes / link.effective_bandwidth + k * link.latency
+
+
 def all_reduce_time(size_bytes: float, n: int, link: Link) -> float:
     """2(n-1)/n * S/(B e) + 2(n-1) a   [s]"""
-    if n <= 1 or size_bytes <= 0:
-        return 0.0
-    return 2 * (n - 1) / n * size_bytes / link.effective_bandwidth + 2 * (n - 1) * link.latency
+    return collective_time("all_reduce", size_bytes, n, link)
 
 
 def all_gather_time(size_bytes: float, n: int, link: Link) -> float:
     """(n-1)/n * S/(B e) + (n-1) a   [s], S = the gathered (full) size"""
-    if n <= 1 or size_bytes <= 0:
-        return 0.0
-    return (n - 1) / n * size_bytes / link.effective_bandwidth + (n - 1) * link.latency
+    return collective_time("all_gather", size_bytes, n, link)
 
 
-reduce_scatter_time = all_gather_time  # same volume per rank: (n-1)/n * S
-all_to_all_time = all_gather_time      # each rank keeps 1/n of what it sends
+def reduce_scatter_time(size_bytes: float, n: int, link: Link) -> float:
+    """(n-1)/n * S/(B e) + (n-1) a   [s], S = the input size before the scatter"""
+    return collective_time("reduce_scatter", size_bytes, n, link)
+
+
+def all_to_all_time(size_bytes: float, n: int, link: Link) -> float:
+    """(n-1)/n * S/(B e) + (n-1) a   [s], S = the bytes each rank sends (it keeps 1/n)"""
+    return collective_time("all_to_all", size_bytes, n, link)
 
 
 def send_recv_time(size_bytes: float, link: Link) -> float:
     """S/(B e) + a   [s]"""
-    if size_bytes <= 0:
-        return 0.0
-    return size_bytes / link.effective_bandwidth + link.latency
+    return collective_time("send_recv", size_bytes, 2, link)
