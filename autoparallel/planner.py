@@ -97,44 +97,71 @@ class PlanResult:
 
 
 # ---------------------------------------------------------------------------------------------------------
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
 def parse_fix(fix: str | dict | None) -> dict:
-    """'tp=8,pp=4' or {"tp": 8} -> validated pins. Unknown keys and bad values are UserErrors."""
+    """'tp=8,pp=4' or {"tp": 8} -> validated pins. Unknown keys, repeated keys and bad values are
+    UserErrors (a silent 'means off' or 'last one wins' plans something the user did not ask for)."""
     if not fix:
         return {}
     if isinstance(fix, str):
-        items = {}
-        for part in fix.split(","):
-            if not part.strip():
-                continue
-            if "=" not in part:
-                raise UserError(f"--fix: {part.strip()!r} is not KEY=VALUE (e.g. --fix tp=8,pp=4)")
-            k, v = part.split("=", 1)
-            items[k.strip()] = v.strip()
-        fix = items
-    out = {}
+        fix = _split_fix(fix)
+    if not isinstance(fix, dict):
+        raise UserError(f"fix: expected 'tp=8,pp=4' or a dict, got {type(fix).__name__}")
+    out: dict = {}
     for k, v in fix.items():
         key = PIN_ALIASES.get(k, k)
         if key not in PIN_KEYS:
             raise UserError(f"pin {k!r}: unknown; pins are {', '.join(PIN_KEYS)}")
-        if key == "sequence_parallel":
-            out[key] = v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")
-        elif key == "recompute":
-            if v not in RECOMPUTE_MODES:
-                raise UserError(f"pin recompute={v!r}: use one of {', '.join(RECOMPUTE_MODES)}")
-            out[key] = v
-        elif key == "grad_reduce_dtype":
-            if v not in ("fp32", "bf16"):
-                raise UserError(f"pin grad_reduce_dtype={v!r}: use fp32 or bf16")
-            out[key] = v
-        else:
-            try:
-                iv = int(v)
-            except (TypeError, ValueError):
-                raise UserError(f"pin {k}={v!r}: must be a whole number") from None
-            if iv < (0 if key == "zero" else 1) or (key == "zero" and iv > 3):
-                raise UserError(f"pin {k}={v!r}: out of range" + (" (0-3)" if key == "zero" else " (>= 1)"))
-            out[key] = iv
+        if key in out:
+            raise UserError(f"pin {key} given twice (as {k!r}); give each pin once")
+        out[key] = _pin_value(k, key, v)
     return out
+
+
+def _split_fix(text: str) -> dict[str, str]:
+    items: dict[str, str] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        if "=" not in part or ";" in part:
+            raise UserError(f"--fix: {part.strip()!r} is not KEY=VALUE; separate pins with commas "
+                            f"(e.g. --fix tp=8,pp=4)")
+        k, v = (x.strip() for x in part.split("=", 1))
+        if not k:
+            raise UserError(f"--fix: {part.strip()!r} is not KEY=VALUE (e.g. --fix tp=8,pp=4)")
+        if k in items or PIN_ALIASES.get(k, k) in {PIN_ALIASES.get(x, x) for x in items}:
+            raise UserError(f"--fix: pin {k} given twice; give each pin once")
+        items[k] = v
+    return items
+
+
+def _pin_value(k: str, key: str, v: object) -> object:
+    if key == "sequence_parallel":
+        word = str(v).strip().lower()
+        if isinstance(v, bool):
+            return v
+        if word not in TRUE_WORDS + FALSE_WORDS:
+            raise UserError(f"pin {k}={v!r}: use true or false (also on/off, yes/no, 1/0)")
+        return word in TRUE_WORDS
+    if key == "recompute":
+        if v not in RECOMPUTE_MODES:
+            raise UserError(f"pin recompute={v!r}: use one of {', '.join(RECOMPUTE_MODES)}")
+        return v
+    if key == "grad_reduce_dtype":
+        if v not in ("fp32", "bf16"):
+            raise UserError(f"pin grad_reduce_dtype={v!r}: use fp32 or bf16")
+        return v
+    if isinstance(v, bool):
+        raise UserError(f"pin {k}={v!r}: must be a whole number")
+    try:
+        iv = int(v)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"pin {k}={v!r}: must be a whole number") from None
+    if key == "zero":
+        return check_int(iv, f"pin {k}", 0, 3)
+    return check_int(iv, f"pin {k}", 1, MAX_GLOBAL_BATCH if key == "micro_batch" else MAX_GPUS)
 
 
 def _divisors(n: int) -> list[int]:
