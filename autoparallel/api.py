@@ -72,7 +72,7 @@ def make_cluster(hardware: str | Any, gpus: int, gpus_per_node: int | None = Non
 
 
 def _budget(max_memory_per_gpu: str | int | float | None) -> float | None:
-    return None if max_memory_per_gpu in (None, "") else parse_bytes(max_memory_per_gpu, "--max-memory-per-gpu")
+    return None if max_memory_per_gpu is None else parse_bytes(max_memory_per_gpu, "--max-memory-per-gpu")
 
 
 def context(model: Any, hardware: str | Any, gpus: int, seq_len: int, gpus_per_node: int | None = None,

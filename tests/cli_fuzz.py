@@ -36,15 +36,21 @@ class Case:
         return tuple(a.replace("{dir}", str(folder)) for a in self.argv)
 
 
-def _pick(valid: list[str], invalid: list[str]) -> st.SearchStrategy[tuple[str, bool]]:
-    """A value from either list, tagged invalid for the second."""
-    return st.one_of(st.sampled_from(valid).map(lambda v: (v, False)), st.sampled_from(invalid).map(lambda v: (v, True)))
+def _pick(valid: list[str], invalid: list[str], lo: int = 0, hi: int = 0) -> st.SearchStrategy[tuple[str, bool]]:
+    """A value from either list, tagged invalid for the second (valid twice as likely); with hi > 0 also
+    any integer around the range [lo, hi], tagged invalid outside it, so the space is never exhausted."""
+    parts = [st.sampled_from(valid).map(lambda v: (v, False))] * 2
+    parts.append(st.sampled_from(invalid).map(lambda v: (v, True)))
+    if hi:
+        parts.append(st.integers(-(2**70), 2**70).map(lambda n: (str(n), not lo <= n <= hi)))
+        parts.append(st.integers(lo, min(hi, 64)).map(lambda n: (str(n), False)))
+    return st.one_of(*parts)
 
 
 NUMBERS_BAD = ["0", "-1", "-8", "abc", "1.5", "", "1e3", "nan", "inf", "0x10", "9" * 25, "2147483648", "1099511627776"]
-GPUS = _pick(["1", "2", "4", "8", "16"], NUMBERS_BAD + ["1000001"])
-BATCH = _pick(["1", "8", "16", "32", "64"], NUMBERS_BAD + ["16777217"])
-SEQ = _pick(["16", "32", "64"], NUMBERS_BAD + ["2097153"])
+GPUS = _pick(["1", "2", "4", "8", "16"], NUMBERS_BAD + ["1000001"], 1, 1_000_000)
+BATCH = _pick(["1", "8", "16", "32", "64"], NUMBERS_BAD + ["16777217"], 1, 2**24)
+SEQ = _pick(["16", "32", "64"], NUMBERS_BAD + ["2097153"], 1, 128)  # tiny-gpt: 128 learned positions
 MEMORY = _pick(["80GB", "40GiB", "1TB", "16GB", "20KB", "2e10"],
                ["0", "0.5", "80", "-80GB", "1e309GB", "lots", "80 XB", "nanGB", "0GB", "0.1B", "2PiB", ""])
 TOP = _pick(["0", "1", "3", "100"], ["-1", "101", "x", "1.5"])
@@ -259,9 +265,10 @@ def plan_template() -> str:
 @st.composite
 def path_case(draw: st.DrawFn) -> Case:
     """plan --output / compare --plot with paths that exist, do not, or cannot be files."""
-    valid_out = ["{dir}/plan.yaml", "{dir}/plan.json", "{dir}/p.yml"]
+    name = draw(st.text("abcxyz_-.", min_size=1, max_size=12).filter(lambda t: t not in (".", "..")))
+    valid_out = ["{dir}/plan.yaml", "{dir}/plan.json", "{dir}/p.yml", "{dir}/" + name + ".yaml"]
     bad_out = ["{dir}", "{dir}/missing/plan.yaml", "", "/dev/full", "{dir}/" + "x" * 300, "/proc/nope/plan.yaml"]
-    bad_plot = ["{dir}/out.xyz", "{dir}/chart", "", "{dir}", "{dir}/missing/c.png"]
+    bad_plot = ["{dir}/out.xyz", "{dir}/chart", "", "{dir}", "{dir}/missing/c.png", "{dir}/" + name]
     if draw(st.booleans()):
         value, bad = draw(_pick(valid_out, bad_out))
         argv = ("plan", "tiny-gpt", "--hardware", "h100-sxm", "--gpus", "8", "--global-batch", "16", "--seq-len",
