@@ -187,6 +187,7 @@ class Planner:
         self.progress = progress
         self.placements = placements
         self._placement_cache: dict[tuple[int, bool], dict[str, str]] = {}
+        self._fallback_tp: set[int] = set()   # tp degrees placed by Megatron's layout (see _placements)
         self._stage_models: dict[MeshConfig, StageModel] = {}
         self._check_pins()
 
@@ -256,8 +257,10 @@ class Planner:
                                     if f.get("sequence_parallel", sp) != sp:
                                         continue
                                     even = self.cm.vocab_splits_evenly(tp)
-                                    if sp and not even:
-                                        continue  # the trainer runs replicated vocab ends only without SP
+                                    if sp and (not even or tp in self._fallback_tp):
+                                        # the trainer runs replicated vocab ends only without SP, and the
+                                        # fallback layout may leave them replicated
+                                        continue
                                     if "sequence_parallel" not in f and tp > 1 and not sp and even \
                                             and self._sp_dominates():
                                         continue
@@ -306,7 +309,8 @@ class Planner:
                 Plan(model="", hardware="", gpus=cfg.tp, gpus_per_node=cfg.tp, global_batch=1, seq_len=1, dp=1,
                      tp=cfg.tp, sequence_parallel=sp))
             if cfg.tp > 1 and not _shards(solved) and "tp" in self.fix:
-                solved = self.cm._runnable(megatron_placements(self.graph, sp), cfg.tp)
+                solved = _ties_matched(self.graph, self.cm._runnable(megatron_placements(self.graph, sp), cfg.tp))
+                self._fallback_tp.add(cfg.tp)
             self._placement_cache[key] = solved
         return self._placement_cache[key]
 
@@ -437,6 +441,10 @@ class Planner:
 
     def _no_config_reason(self) -> str:
         n = self.cluster.num_devices
+        if self.cm.num_blocks == 0:
+            return (f"{self.model_name}: no repeated blocks found (a ModuleList/ModuleDict of >= 2 identical "
+                    f"layers), and the planner partitions a model by its blocks; give the model at least two "
+                    f"identical layers in one container")
         return (f"no parallel layout of {n} devices divides the global batch {self.global_batch} "
                 f"with the pins {self.fix or '{}'}; use a global batch that is a multiple of the data-parallel "
                 f"degree, or other pins")
@@ -480,6 +488,22 @@ class Planner:
 
 def _shards(placements: dict[str, str]) -> bool:
     return any(v in TP_SHARDED for v in placements.values())
+
+
+# Placements the trainer can give one shared weight from its two modules (both split on the vocabulary).
+_TIE_PAIRS = {("vocab", "colwise"), ("colwise", "vocab")}
+
+
+def _ties_matched(graph: OpGraph, placements: dict[str, str]) -> dict[str, str]:
+    """Both modules of a tied weight (LM head and token embedding) split the same way, else both
+    replicated: the trainer refuses tied parameters with different tensor-parallel layouts."""
+    out = dict(placements)
+    for path, op in graph.parametric_ops.items():
+        for owner in op.tied.values():
+            a, b = out.get(path, "replicate"), out.get(owner, "replicate")
+            if a != b and (a, b) not in _TIE_PAIRS:
+                out[path] = out[owner] = "replicate"
+    return out
 
 
 def _min_max_blocks(ends: np.ndarray, t_block: float, blocks: int, v: int) -> float:
