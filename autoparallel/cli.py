@@ -199,6 +199,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from autoparallel.calibrate import run_calibration
+    check_output_path(args.output, "--output")  # before minutes of measuring
     run_calibration(base=args.base, output=args.output, quick=args.quick, measurements=args.from_measurements)
     return 0
 

@@ -296,3 +296,13 @@ def test_solver_status_is_feasible_when_a_solve_is_unproven(monkeypatch):
     monkeypatch.undo()
     result, _ = plan_result("tiny-llama", hardware="h100-sxm", gpus=8, global_batch=16, seq_len=128)
     assert result.solver.status == "OPTIMAL"
+
+
+def test_calibrate_measurements_deeply_nested(tmp_path):
+    p = tmp_path / "m.json"
+    p.write_text("[" * 100000)
+    usage_error("calibrate", "--from-measurements", str(p), "--output", str(tmp_path / "c.yaml"), needle="m.json")
+
+
+def test_calibrate_output_checked_before_measuring(tmp_path):
+    usage_error("calibrate", "--output", str(tmp_path / "no" / "c.yaml"), needle="--output")
