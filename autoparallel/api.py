@@ -17,14 +17,16 @@ from torch import nn
 
 from autoparallel.errors import UserError
 from autoparallel.graph import OpGraph
+from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, MAX_TOP, MAX_TRACE_BATCH, check_int
 from autoparallel.plan import Plan
-from autoparallel.planner import Planner, PlanResult
+from autoparallel.planner import Planner, PlanResult, parse_fix
 from autoparallel.sharding import cost_model as sharding_cost_model
 from autoparallel.units import parse_bytes
 from cost_models.estimate import CostModel, Estimate
 from hardware_profiles import Cluster, load_profile
 
 TRACE_BATCH = 1  # costs scale linearly in the micro-batch; one sample is traced
+DEFAULT_SEQ_LEN = 2048
 
 
 @dataclass
@@ -52,8 +54,10 @@ def _trace_cached(ref: str, batch: int, seq_len: int) -> OpGraph:
 def trace_model(model: str | nn.Module | Any, batch: int = TRACE_BATCH, seq_len: int = 2048,
                 dtype: torch.dtype = torch.bfloat16) -> OpGraph:
     """OpGraph of one training step; catalog names and spec paths are cached per process."""
-    if batch < 1 or seq_len < 1:
-        raise UserError(f"batch={batch} and seq_len={seq_len} must be >= 1")
+    check_int(batch, "--batch", 1, MAX_TRACE_BATCH)
+    check_int(seq_len, "--seq-len", 1, MAX_SEQ_LEN)
+    from autoparallel.specs import check_seq_len, spec_of
+    check_seq_len(spec_of(model), seq_len)  # also reads and validates a config before any tracing
     if isinstance(model, str) and dtype == torch.bfloat16:
         return _trace_cached(model, batch, seq_len)
     from autoparallel.tracer import trace
@@ -61,27 +65,34 @@ def trace_model(model: str | nn.Module | Any, batch: int = TRACE_BATCH, seq_len:
 
 
 def make_cluster(hardware: str | Any, gpus: int, gpus_per_node: int | None = None) -> Cluster:
+    check_int(gpus, "--gpus", 1, MAX_GPUS)
+    if gpus_per_node is not None:
+        check_int(gpus_per_node, "--gpus-per-node", 1, MAX_GPUS)
     profile = load_profile(hardware) if isinstance(hardware, str) else hardware
     return Cluster(profile, gpus, gpus_per_node)
 
 
 def _budget(max_memory_per_gpu: str | int | float | None) -> float | None:
-    return None if max_memory_per_gpu in (None, "") else parse_bytes(max_memory_per_gpu, "--max-memory-per-gpu")
+    return None if max_memory_per_gpu is None else parse_bytes(max_memory_per_gpu, "--max-memory-per-gpu")
 
 
 def context(model: Any, hardware: str | Any, gpus: int, seq_len: int, gpus_per_node: int | None = None,
             max_memory_per_gpu: Any = None, graph: OpGraph | None = None,
             overlap_grad_sync: bool = True, runtime: str = "trainer") -> PlanContext:
-    cluster = make_cluster(hardware, gpus, gpus_per_node)
+    cluster = hardware if isinstance(hardware, Cluster) else make_cluster(hardware, gpus, gpus_per_node)
+    budget = _budget(max_memory_per_gpu)  # parsed before the trace: bad input costs no work
     graph = graph or trace_model(model, seq_len=seq_len)
     cm = sharding_cost_model(graph, cluster, overlap_grad_sync=overlap_grad_sync, runtime=runtime)
-    return PlanContext(_model_name(model), graph, cluster, cm, cm._budget(_budget(max_memory_per_gpu)))
+    return PlanContext(_model_name(model), graph, cluster, cm, cm._budget(budget))
 
 
 def plan_result(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int,
                 max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
                 top_k: int = 3, progress: bool = False, graph: OpGraph | None = None,
                 overlap_grad_sync: bool = True) -> tuple[PlanResult, PlanContext]:
+    check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH)
+    check_int(top_k, "--top", 0, MAX_TOP)
+    fix = parse_fix(fix)  # pins are read before the trace, so a bad --fix costs nothing
     ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, graph, overlap_grad_sync)
     import sys
     say = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
@@ -100,31 +111,63 @@ def plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_l
     return result.plan
 
 
-def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int,
+# Explicit-plan options of `estimate` and their values when not given.
+ESTIMATE_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "ep": 1, "vpp": 1, "micro_batch": 1, "recompute": "none",
+                                     "zero": 0, "sequence_parallel": False, "grad_reduce_dtype": "fp32"}
+
+
+def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int | None = None,
                   max_memory_per_gpu: Any = None, gpus_per_node: int | None = None, plan_file: str | None = None,
-                  tp: int = 1, pp: int = 1, ep: int = 1, vpp: int = 1, micro_batch: int = 1,
-                  recompute: str = "none", zero: int = 0, sequence_parallel: bool = False,
-                  grad_reduce_dtype: str = "fp32") -> tuple[Estimate, Plan]:
-    """Predict one explicitly given plan (dp = gpus / (tp*pp*ep)), or a saved plan file."""
-    ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu)
+                  **options: Any) -> tuple[Estimate, Plan]:
+    """Predict one explicitly given plan (dp = gpus / (tp*pp*ep); `options` are ESTIMATE_DEFAULTS' keys,
+    None = not given), or a saved plan file, which then defines the mesh, seq_len and batch: an option
+    given with a plan file, or a seq_len / global_batch that differs from the file's, is an error instead
+    of a silent mix of the two."""
+    unknown = sorted(set(options) - set(ESTIMATE_DEFAULTS))
+    if unknown:
+        raise UserError(f"estimate: unknown option {unknown[0]!r}; options are {', '.join(ESTIMATE_DEFAULTS)}")
+    given = {k: v for k, v in options.items() if v is not None and v is not False}
+    check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH)
     if plan_file:
-        p = Plan.load(plan_file)
-        if p.gpus != gpus:
-            raise UserError(f"plan file {plan_file} is for {p.gpus} devices, not --gpus {gpus}")
-        p = replace(p, hardware=ctx.cluster.profile.name, gpus_per_node=ctx.cluster.devices_per_node)
-    else:
-        for name, v in (("--tp", tp), ("--pp", pp), ("--ep", ep), ("--vpp", vpp), ("--micro-batch", micro_batch)):
-            if v < 1:
-                raise UserError(f"{name} {v} must be >= 1")
-        if gpus % (tp * pp * ep):
-            raise UserError(f"--tp {tp} x --pp {pp} x --ep {ep} = {tp * pp * ep} does not divide --gpus {gpus}")
-        dp = gpus // (tp * pp * ep)
-        p = Plan(model=ctx.model_name, hardware=ctx.cluster.profile.name, gpus=gpus,
-                 gpus_per_node=ctx.cluster.devices_per_node, global_batch=global_batch, seq_len=seq_len, dp=dp,
-                 tp=tp, pp=pp, ep=ep, vpp=vpp, micro_batch=micro_batch, zero=zero,
-                 sequence_parallel=sequence_parallel and tp > 1, recompute=(recompute,) * len(ctx.graph.blocks),
-                 grad_reduce_dtype=grad_reduce_dtype)
-        p = replace(p, placements=ctx.cost_model.placements_for(p))
+        return _estimate_plan_file(model, hardware, gpus, global_batch, seq_len, max_memory_per_gpu,
+                                   gpus_per_node, plan_file, given)
+    o = {**ESTIMATE_DEFAULTS, **given}
+    for name in ("tp", "pp", "ep", "vpp", "micro_batch"):
+        check_int(o[name], f"--{name.replace('_', '-')}", 1, MAX_GPUS if name != "micro_batch" else MAX_GLOBAL_BATCH)
+    tp, pp, ep = o["tp"], o["pp"], o["ep"]
+    check_int(gpus, "--gpus", 1, MAX_GPUS)
+    if gpus % (tp * pp * ep):
+        raise UserError(f"--tp {tp} x --pp {pp} x --ep {ep} = {tp * pp * ep} does not divide --gpus {gpus}")
+    ctx = context(model, hardware, gpus, seq_len or DEFAULT_SEQ_LEN, gpus_per_node, max_memory_per_gpu)
+    p = Plan(model=ctx.model_name, hardware=ctx.cluster.profile.name, gpus=gpus,
+             gpus_per_node=ctx.cluster.devices_per_node, global_batch=global_batch, seq_len=seq_len or DEFAULT_SEQ_LEN,
+             dp=gpus // (tp * pp * ep), tp=tp, pp=pp, ep=ep, vpp=o["vpp"], micro_batch=o["micro_batch"],
+             zero=o["zero"], sequence_parallel=o["sequence_parallel"] and tp > 1,
+             recompute=(o["recompute"],) * len(ctx.graph.blocks), grad_reduce_dtype=o["grad_reduce_dtype"])
+    p = replace(p, placements=ctx.cost_model.placements_for(p))
+    return ctx.cost_model.estimate(p, ctx.budget_bytes), p
+
+
+def _estimate_plan_file(model: Any, hardware: Any, gpus: int, global_batch: int, seq_len: int | None,
+                        max_memory_per_gpu: Any, gpus_per_node: int | None, plan_file: str,
+                        given: dict[str, Any]) -> tuple[Estimate, Plan]:
+    if given:
+        flag = "--" + next(iter(given)).replace("_", "-")
+        raise UserError(f"estimate: {flag} conflicts with --plan {plan_file}, which sets the whole layout; drop "
+                        f"{flag} or drop --plan")
+    p = Plan.load(plan_file)
+    for flag, mine, theirs in (("--gpus", gpus, p.gpus), ("--global-batch", global_batch, p.global_batch),
+                               ("--seq-len", seq_len, p.seq_len)):
+        if mine is not None and mine != theirs:
+            raise UserError(f"estimate: {flag} {mine} but plan file {plan_file} is for {flag} {theirs}; pass "
+                            f"{flag} {theirs} or re-plan")
+    ctx = context(model, hardware, gpus, p.seq_len, gpus_per_node, max_memory_per_gpu)
+    p.validate(len(ctx.graph.blocks))
+    unknown = sorted(set(p.placements) - set(ctx.graph.parametric_ops))
+    if unknown:
+        raise UserError(f"plan file {plan_file}: placement for {unknown[0]!r}, which is no parametric module of "
+                        f"{ctx.model_name}; the plan was made for another model: re-plan")
+    p = replace(p, hardware=ctx.cluster.profile.name, gpus_per_node=ctx.cluster.devices_per_node)
     return ctx.cost_model.estimate(p, ctx.budget_bytes), p
 
 
@@ -140,10 +183,13 @@ def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, se
     """Plan the same model on each hardware profile (one trace shared by all)."""
     if not hardware:
         raise UserError("--hardware: give at least one profile, e.g. h100-sxm,mi300x")
+    clusters = [make_cluster(hw, gpus, gpus_per_node) for hw in hardware]  # every name checked before the trace
+    check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH)
+    fix = parse_fix(fix)
     graph = trace_model(model, seq_len=seq_len)
     rows = []
-    for hw in hardware:
-        result, ctx = plan_result(model, hardware=hw, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
+    for cluster in clusters:
+        result, ctx = plan_result(model, hardware=cluster, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
                                   max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node,
                                   graph=graph)
         rows.append(CompareRow(ctx.cluster.profile.name, result, ctx))

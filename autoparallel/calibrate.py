@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 from autoparallel.errors import UserError
+from autoparallel.limits import load_document
 from cost_models.comm import COLLECTIVES, collective_terms
 
 Say = Callable[[str], None]
@@ -1033,12 +1034,10 @@ def _refit(path: str, base: str | None, output: str) -> Any:
     """Fit a saved measurements file and write the profile (`calibrate --from-measurements`)."""
     from hardware_profiles import load_profile, profile_to_yaml, validate_profile_file
 
+    data = load_document(Path(path), "calibration measurements file", json_only=True)
     try:
-        meas = Measurements.from_dict(json.loads(Path(path).read_text()))
-    except OSError as e:
-        raise UserError(f"calibrate: cannot read {path} ({e.strerror}); pass the .measurements.json that "
-                        f"`autoparallel calibrate` wrote") from None
-    except (ValueError, TypeError, KeyError) as e:
+        meas = Measurements.from_dict(data)
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise UserError(f"calibrate: {path} is not a calibration measurements file ({e}); pass the "
                         f".measurements.json that `autoparallel calibrate` wrote") from None
     profile = load_profile(base or _base_for(meas.device_name, 0))

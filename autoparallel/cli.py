@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Callable, Sequence
 
 from autoparallel.errors import UserError
+from autoparallel.limits import MAX_TOKENS, check_number, check_output_path
 
 EXIT_USAGE = 2
 
@@ -26,7 +27,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="catalog name (llama3-8b), HF config.json / YAML path, or package.module:callable")
-    p.add_argument("--seq-len", type=int, default=2048)
+    p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default 2048; estimate "
+                   "--plan: the plan's)")
 
 
 def _add_cluster_args(p: argparse.ArgumentParser) -> None:
@@ -50,15 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(e)
     _add_cluster_args(e)
     e.add_argument("--plan", default=None, help="a plan file from `autoparallel plan --output`")
-    e.add_argument("--tp", type=int, default=1)
-    e.add_argument("--pp", type=int, default=1)
-    e.add_argument("--ep", type=int, default=1)
-    e.add_argument("--vpp", type=int, default=1)
-    e.add_argument("--micro-batch", type=int, default=1)
-    e.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
-    e.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3])
+    e.add_argument("--tp", type=int, default=None)
+    e.add_argument("--pp", type=int, default=None)
+    e.add_argument("--ep", type=int, default=None)
+    e.add_argument("--vpp", type=int, default=None)
+    e.add_argument("--micro-batch", type=int, default=None)
+    e.add_argument("--recompute", default=None, choices=["none", "selective", "full"])
+    e.add_argument("--zero", type=int, default=None, choices=[0, 1, 2, 3])
     e.add_argument("--sequence-parallel", action="store_true")
-    e.add_argument("--grad-reduce-dtype", default="fp32", choices=["fp32", "bf16"])
+    e.add_argument("--grad-reduce-dtype", default=None, choices=["fp32", "bf16"])
     e.add_argument("--json", action="store_true")
 
     p = sub.add_parser("plan", help="find the fastest plan that fits (dry run)")
@@ -101,9 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ---- commands -------------------------------------------------------------------------------------------
+def _seq_len(args: argparse.Namespace) -> int:
+    from autoparallel.api import DEFAULT_SEQ_LEN
+    return DEFAULT_SEQ_LEN if args.seq_len is None else args.seq_len
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     from autoparallel.api import trace_model
-    graph = trace_model(args.model, batch=args.batch, seq_len=args.seq_len)
+    graph = trace_model(args.model, batch=args.batch, seq_len=_seq_len(args))
     if args.json:
         print(json.dumps(graph.summary(), indent=2))
     else:
@@ -112,14 +119,15 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from autoparallel.api import estimate_plan
+    from autoparallel.api import ESTIMATE_DEFAULTS, estimate_plan
     from autoparallel.report import format_estimate
+    if args.plan is not None and not args.plan.strip():
+        raise UserError("--plan: empty path; pass a file written by `autoparallel plan --output FILE`")
+    options = {k: getattr(args, k) for k in ESTIMATE_DEFAULTS}
     est, plan = estimate_plan(
         args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
         global_batch=args.global_batch, seq_len=args.seq_len, max_memory_per_gpu=args.max_memory_per_gpu,
-        plan_file=args.plan, tp=args.tp, pp=args.pp, ep=args.ep, vpp=args.vpp, micro_batch=args.micro_batch,
-        recompute=args.recompute, zero=args.zero, sequence_parallel=args.sequence_parallel,
-        grad_reduce_dtype=args.grad_reduce_dtype)
+        plan_file=args.plan, **options)
     if args.json:
         print(json.dumps({"plan": plan.to_dict(), "predicted": est.to_dict()}, indent=2))
     else:
@@ -130,19 +138,21 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from autoparallel.api import plan_result
     from autoparallel.report import format_plan_result, plan_json
+    if args.output is not None:  # checked before planning: a bad path must not cost the whole computation
+        check_output_path(args.output, "--output")
     result, ctx = plan_result(
         args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
-        global_batch=args.global_batch, seq_len=args.seq_len, max_memory_per_gpu=args.max_memory_per_gpu,
+        global_batch=args.global_batch, seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu,
         fix=args.fix, top_k=args.top, progress=not args.quiet)
     if result.plan is None:
         raise UserError(f"INFEASIBLE: {result.explanation}")
-    if args.output:
+    if args.output is not None:
         result.plan.save(args.output)
     if args.json:
         print(json.dumps(plan_json(result), indent=2))
     else:
         print(format_plan_result(result, ctx))
-        if args.output:
+        if args.output is not None:
             print(f"plan written to {args.output}")
     if args.explain:
         from autoparallel.report import explain_op
@@ -152,15 +162,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from autoparallel.api import compare
-    from autoparallel.report import compare_json, format_compare, plot_compare
+    from autoparallel.report import PLOT_SUFFIXES, compare_json, format_compare, plot_compare, pyplot
+    if args.tokens is not None:
+        check_number(args.tokens, "--tokens", 0, MAX_TOKENS, "pass the tokens to train, e.g. 1e12")
+    if args.plot is not None:
+        check_output_path(args.plot, "--plot", PLOT_SUFFIXES)
+        pyplot()
     rows = compare(args.model, hardware=[h.strip() for h in args.hardware.split(",") if h.strip()],
                    gpus=args.gpus, gpus_per_node=args.gpus_per_node, global_batch=args.global_batch,
-                   seq_len=args.seq_len, max_memory_per_gpu=args.max_memory_per_gpu, fix=args.fix)
+                   seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu, fix=args.fix)
     if args.json:
         print(json.dumps(compare_json(rows, args.tokens), indent=2))
     else:
         print(format_compare(rows, args.tokens))
-    if args.plot:
+    if args.plot is not None:
         plot_compare(rows, args.plot)
         if not args.json:
             print(f"chart written to {args.plot}")
@@ -184,6 +199,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from autoparallel.calibrate import run_calibration
+    check_output_path(args.output, "--output")  # before minutes of measuring
     run_calibration(base=args.base, output=args.output, quick=args.quick, measurements=args.from_measurements)
     return 0
 

@@ -27,11 +27,21 @@ from typing import Any
 import yaml
 
 from autoparallel.errors import UserError
+from autoparallel.limits import (
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_SEQ_LEN,
+    check_reference,
+    load_document,
+    write_text,
+)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 PLACEMENTS = ("colwise", "rowwise", "replicate", "vocab", "sequence", "expert")
 SCHEDULES = ("none", "1F1B", "Interleaved1F1B")
 MESH_DIMS = ("pp", "dp", "ep", "tp")
+TP_SHARDED = ("colwise", "rowwise", "vocab")  # placements that split a module over the tp ranks
+DTYPES = ("bf16", "fp16", "fp32")
 
 
 @dataclass(frozen=True)
@@ -110,19 +120,16 @@ class Plan:
         return {d: span[d] for d in MESH_DIMS}
 
     def validate(self, num_blocks: int | None = None) -> None:
-        """Raise UserError naming the first inconsistent field."""
-        for name in ("gpus", "gpus_per_node", "global_batch", "seq_len", "dp", "tp", "pp", "ep", "vpp",
-                     "micro_batch"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise UserError(f"plan: {name}={v!r} must be a positive integer")
+        """Raise UserError naming the first inconsistent field (a self-consistent plan, which the cost
+        model can estimate; `check_runnable` adds what the trainer needs to run it)."""
+        self._validate_types()
         if self.dp * self.tp * self.pp * self.ep != self.gpus:
             raise UserError(f"plan: dp*tp*pp*ep = {self.dp}*{self.tp}*{self.pp}*{self.ep} = "
                             f"{self.dp * self.tp * self.pp * self.ep} does not equal gpus={self.gpus}")
         if self.global_batch % (self.dp * self.ep * self.micro_batch):
             raise UserError(f"plan: global batch {self.global_batch} is not divisible by "
                             f"dp*ep*micro_batch = {self.dp * self.ep * self.micro_batch}")
-        if self.zero not in (0, 1, 2, 3):
+        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise UserError(f"plan: zero={self.zero!r} must be 0, 1, 2 or 3")
         if self.vpp > 1 and self.pp == 1:
             raise UserError("plan: vpp > 1 needs pp > 1 (interleaving splits pipeline stages)")
@@ -145,6 +152,40 @@ class Plan:
             if self.recompute and len(self.recompute) != num_blocks:
                 raise UserError(f"plan: recompute has {len(self.recompute)} entries but the model has "
                                 f"{num_blocks} blocks")
+
+    def check_runnable(self, num_blocks: int | None = None) -> None:
+        """validate() plus what the trainer needs beyond a consistent plan (the planner checks every plan
+        it emits with this, so the trainer accepts them): a pipeline gets at least pp micro-batches
+        (1F1B), and tp > 1 splits some module."""
+        self.validate(num_blocks)
+        if self.pp > 1 and self.num_micro_batches < self.pp:
+            raise UserError(f"plan: {self.num_micro_batches} micro-batches cannot fill a {self.pp}-stage pipeline; "
+                            f"1F1B needs at least pp micro-batches (lower micro_batch or raise global_batch)")
+        if self.tp > 1 and not any(v in TP_SHARDED for v in self.placements.values()):
+            raise UserError(f"plan: tp={self.tp} but no module is placed colwise, rowwise or vocab, so nothing "
+                            f"would be split over the tp ranks; add placements or use tp=1")
+
+    def _validate_types(self) -> None:
+        """Every field has its type and range (a hand-edited file may hold anything YAML can say)."""
+        for name in ("model", "hardware", "model_fingerprint"):
+            if not isinstance(getattr(self, name), str):
+                raise UserError(f"plan: {name}={getattr(self, name)!r} must be a string")
+        for name, hi in (("gpus", MAX_GPUS), ("gpus_per_node", MAX_GPUS), ("global_batch", MAX_GLOBAL_BATCH),
+                         ("seq_len", MAX_SEQ_LEN), ("dp", MAX_GPUS), ("tp", MAX_GPUS), ("pp", MAX_GPUS),
+                         ("ep", MAX_GPUS), ("vpp", MAX_GPUS), ("micro_batch", MAX_GLOBAL_BATCH)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+                raise UserError(f"plan: {name}={v!r} must be an integer in 1..{hi:,}")
+        if not isinstance(self.sequence_parallel, bool):
+            raise UserError(f"plan: sequence_parallel={self.sequence_parallel!r} must be true or false")
+        for name in ("grad_reduce_dtype", "param_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise UserError(f"plan: {name}={getattr(self, name)!r} must be one of {', '.join(DTYPES)}")
+        if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.stage_layers):
+            raise UserError(f"plan: stage_layers={list(self.stage_layers)!r} must be positive integers (blocks "
+                            f"per virtual stage)")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.placements.items()):
+            raise UserError("plan: placements must map module paths to placement names (strings)")
 
     def stage_of_block(self) -> list[int]:
         """Physical pipeline rank of each block (virtual stage v lives on rank v % pp)."""
@@ -174,7 +215,7 @@ class Plan:
             text = yaml.safe_dump({"plan": self.to_dict()}, sort_keys=False)
         else:
             text = json.dumps({"plan": self.to_dict()}, indent=2) + "\n"
-        path.write_text(text)
+        write_text(path, text, "plan file")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "plan") -> Plan:
@@ -187,30 +228,27 @@ class Plan:
             raise UserError(f"{where}: missing field {missing[0]!r}; write plan files with `autoparallel plan "
                             f"--output FILE`")
         kw = {k: v for k, v in d.items() if k in names}
-        kw["recompute"] = tuple(kw.get("recompute", ()))
-        kw["stage_layers"] = tuple(kw.get("stage_layers", ()))
-        kw["placements"] = dict(kw.get("placements", {}))
+        for key, kind in (("recompute", list), ("stage_layers", list), ("placements", dict)):
+            value = kw.get(key, kind())
+            if not isinstance(value, kind):
+                raise UserError(f"{where}: {key} must be a {'list' if kind is list else 'mapping'}, got "
+                                f"{value!r}; write plan files with `autoparallel plan --output FILE`")
+            kw[key] = tuple(value) if kind is list else dict(value)
         try:
             plan = cls(**kw)
-        except TypeError as e:
-            raise UserError(f"{where}: {e}") from None
-        plan.validate()
+            plan.validate()
+        except UserError as e:
+            raise UserError(f"{where}: {str(e).removeprefix('plan: ')}") from None
         return plan
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:
+        check_reference(str(path), "plan file")
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise UserError(f"plan file {path}: cannot read ({e.strerror}); pass a file written by "
-                            f"`autoparallel plan --output`") from None
-        try:
-            data = yaml.safe_load(text)  # JSON is YAML
-        except yaml.YAMLError as e:
-            raise UserError(f"plan file {path}: not valid YAML/JSON ({str(e).splitlines()[0]})") from None
+        data = load_document(path, "plan file")  # JSON is YAML: .json files parse either way
         if not isinstance(data, dict):
-            raise UserError(f"plan file {path}: expected a mapping with a 'plan' key")
+            raise UserError(f"plan file {path}: expected a mapping with a 'plan' key; pass a file written by "
+                            f"`autoparallel plan --output`")
         return cls.from_dict(data, where=f"plan file {path}")
 
 

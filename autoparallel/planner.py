@@ -23,7 +23,9 @@ from ortools.sat.python import cp_model
 
 from autoparallel.errors import UserError
 from autoparallel.graph import OpGraph
-from autoparallel.plan import RECOMPUTE_MODES, Plan
+from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
+from autoparallel.placements import megatron_placements
+from autoparallel.plan import RECOMPUTE_MODES, TP_SHARDED, Plan
 from autoparallel.sharding import cost_model as sharding_cost_model
 from cost_models.comm import link_for
 from cost_models.estimate import (
@@ -96,48 +98,77 @@ class PlanResult:
 
 
 # ---------------------------------------------------------------------------------------------------------
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
 def parse_fix(fix: str | dict | None) -> dict:
-    """'tp=8,pp=4' or {"tp": 8} -> validated pins. Unknown keys and bad values are UserErrors."""
+    """'tp=8,pp=4' or {"tp": 8} -> validated pins. Unknown keys, repeated keys and bad values are
+    UserErrors (a silent 'means off' or 'last one wins' plans something the user did not ask for)."""
     if not fix:
         return {}
     if isinstance(fix, str):
-        items = {}
-        for part in fix.split(","):
-            if not part.strip():
-                continue
-            if "=" not in part:
-                raise UserError(f"--fix: {part.strip()!r} is not KEY=VALUE (e.g. --fix tp=8,pp=4)")
-            k, v = part.split("=", 1)
-            items[k.strip()] = v.strip()
-        fix = items
-    out = {}
+        fix = _split_fix(fix)
+    if not isinstance(fix, dict):
+        raise UserError(f"fix: expected 'tp=8,pp=4' or a dict, got {type(fix).__name__}")
+    out: dict = {}
     for k, v in fix.items():
         key = PIN_ALIASES.get(k, k)
         if key not in PIN_KEYS:
             raise UserError(f"pin {k!r}: unknown; pins are {', '.join(PIN_KEYS)}")
-        if key in ("sequence_parallel", "compile"):
-            out[key] = v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes", "on")
-        elif key == "recompute":
-            if v not in RECOMPUTE_MODES:
-                raise UserError(f"pin recompute={v!r}: use one of {', '.join(RECOMPUTE_MODES)}")
-            out[key] = v
-        elif key == "grad_reduce_dtype":
-            if v not in ("fp32", "bf16"):
-                raise UserError(f"pin grad_reduce_dtype={v!r}: use fp32 or bf16")
-            out[key] = v
-        else:
-            try:
-                iv = int(v)
-            except (TypeError, ValueError):
-                raise UserError(f"pin {k}={v!r}: must be a whole number") from None
-            if iv < (0 if key == "zero" else 1) or (key == "zero" and iv > 3):
-                raise UserError(f"pin {k}={v!r}: out of range" + (" (0-3)" if key == "zero" else " (>= 1)"))
-            out[key] = iv
+        if key in out:
+            raise UserError(f"pin {key} given twice (as {k!r}); give each pin once")
+        out[key] = _pin_value(k, key, v)
     return out
 
 
+def _split_fix(text: str) -> dict[str, str]:
+    items: dict[str, str] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        if "=" not in part or ";" in part:
+            raise UserError(f"--fix: {part.strip()!r} is not KEY=VALUE; separate pins with commas "
+                            f"(e.g. --fix tp=8,pp=4)")
+        k, v = (x.strip() for x in part.split("=", 1))
+        if not k:
+            raise UserError(f"--fix: {part.strip()!r} is not KEY=VALUE (e.g. --fix tp=8,pp=4)")
+        if k in items or PIN_ALIASES.get(k, k) in {PIN_ALIASES.get(x, x) for x in items}:
+            raise UserError(f"--fix: pin {k} given twice; give each pin once")
+        items[k] = v
+    return items
+
+
+def _pin_value(k: str, key: str, v: object) -> object:
+    if key in ("sequence_parallel", "compile"):
+        word = str(v).strip().lower()
+        if isinstance(v, bool):
+            return v
+        if word not in TRUE_WORDS + FALSE_WORDS:
+            raise UserError(f"pin {k}={v!r}: use true or false (also on/off, yes/no, 1/0)")
+        return word in TRUE_WORDS
+    if key == "recompute":
+        if v not in RECOMPUTE_MODES:
+            raise UserError(f"pin recompute={v!r}: use one of {', '.join(RECOMPUTE_MODES)}")
+        return v
+    if key == "grad_reduce_dtype":
+        if v not in ("fp32", "bf16"):
+            raise UserError(f"pin grad_reduce_dtype={v!r}: use fp32 or bf16")
+        return v
+    if isinstance(v, bool):
+        raise UserError(f"pin {k}={v!r}: must be a whole number")
+    try:
+        iv = int(v)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"pin {k}={v!r}: must be a whole number") from None
+    if key == "zero":
+        return check_int(iv, f"pin {k}", 0, 3)
+    return check_int(iv, f"pin {k}", 1, MAX_GLOBAL_BATCH if key == "micro_batch" else MAX_GPUS)
+
+
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of n in increasing order, in O(sqrt n) (n is at most MAX_GPUS or MAX_GLOBAL_BATCH)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 class Planner:
@@ -145,8 +176,7 @@ class Planner:
                  max_memory_bytes: float | None = None, fix: dict | str | None = None,
                  model_name: str = "", dtype: str = "bf16", progress: Callable[[str], None] | None = None,
                  placements: dict[str, str] | None = None, cost_model: CostModel | None = None):
-        if global_batch < 1:
-            raise UserError(f"global batch {global_batch} must be >= 1")
+        check_int(global_batch, "global batch", 1, MAX_GLOBAL_BATCH)
         self.graph = graph
         self.cluster = cluster
         self.cm = cost_model or sharding_cost_model(graph, cluster, dtype)
@@ -162,6 +192,7 @@ class Planner:
         self.progress = progress
         self.placements = placements
         self._placement_cache: dict[tuple[int, bool], dict[str, str]] = {}
+        self._fallback_tp: set[int] = set()   # tp degrees placed by Megatron's layout (see _placements)
         self._stage_models: dict[MeshConfig, StageModel] = {}
         self._check_pins()
 
@@ -201,6 +232,8 @@ class Planner:
                 continue  # TP across nodes never pays: its collectives sit on the critical path
             if heads and (heads % tp or (kv and kv % tp)):
                 continue
+            if not self._tp_runs(tp):
+                continue
             for pp in _divisors(n // tp):
                 if f.get("pp", pp) != pp or pp > L:
                     continue
@@ -215,6 +248,8 @@ class Planner:
                         if f.get("micro_batch", mb) != mb or (mb > MAX_MICRO_BATCH and "micro_batch" not in f):
                             continue
                         m = per_rank // mb
+                        if pp > 1 and m < pp:
+                            continue  # the trainer's 1F1B schedules need at least pp micro-batches
                         for vpp in range(1, L // pp + 1 if pp > 1 else 2):
                             if f.get("vpp", vpp) != vpp or (vpp > 1 and m % pp) or vpp > 8:
                                 continue
@@ -227,8 +262,10 @@ class Planner:
                                     if f.get("sequence_parallel", sp) != sp:
                                         continue
                                     even = self.cm.vocab_splits_evenly(tp)
-                                    if sp and not even:
-                                        continue  # the trainer runs replicated vocab ends only without SP
+                                    if sp and (not even or tp in self._fallback_tp):
+                                        # the trainer runs replicated vocab ends only without SP, and the
+                                        # fallback layout may leave them replicated
+                                        continue
                                     if "sequence_parallel" not in f and tp > 1 and not sp and even \
                                             and self._sp_dominates():
                                         continue
@@ -266,15 +303,36 @@ class Planner:
     def _placements(self, cfg: MeshConfig) -> dict[str, str]:
         """Per-op placements for this tp and SP from the sharding solver (issue 5), solved once per
         (tp, SP) at one micro-batch and shared by every configuration with that pair (the same dict
-        object, so the cost model's segment analysis is reused)."""
+        object, so the cost model's segment analysis is reused). Under a pinned tp where the solver
+        shards nothing (tiny widths), Megatron's layout: the trainer refuses a tp > 1 plan that splits
+        no module (Plan.validate), so the planner never emits one."""
         if self.placements is not None:
             return self.placements
-        key = (cfg.tp, cfg.sequence_parallel and cfg.tp > 1)
+        sp = cfg.sequence_parallel and cfg.tp > 1
+        key = (cfg.tp, sp)
         if key not in self._placement_cache:
-            self._placement_cache[key] = self.cm.placements_for(
+            solved = self.cm.placements_for(
                 Plan(model="", hardware="", gpus=cfg.tp, gpus_per_node=cfg.tp, global_batch=1, seq_len=1, dp=1,
-                     tp=cfg.tp, sequence_parallel=key[1]))
+                     tp=cfg.tp, sequence_parallel=sp))
+            if cfg.tp > 1 and not _shards(solved) and "tp" in self.fix:
+                solved = _ties_matched(self.graph, self.cm._runnable(megatron_placements(self.graph, sp), cfg.tp))
+                self._fallback_tp.add(cfg.tp)
+            self._placement_cache[key] = solved
         return self._placement_cache[key]
+
+    def _tp_runs(self, tp: int) -> bool:
+        """Whether a tp-way plan splits some module. Unpinned, a tp whose solved layout replicates
+        everything only repeats work on every tp rank and is skipped; pinned, it gets Megatron's layout
+        (see _placements) and a model that has nothing to split even then is refused with the reason."""
+        if tp == 1:
+            return True
+        if _shards(self._placements(MeshConfig(tp, 1, 1, 1, 1, 1, 0, False, "fp32"))):
+            return True
+        if "tp" in self.fix:
+            raise UserError(f"pin tp={tp}: the model has no Linear or Embedding whose width divides by {tp} "
+                            f"in a column/row pair, so nothing can be split over {tp} tensor-parallel ranks; "
+                            f"use tp=1 (data or pipeline parallelism instead)")
+        return False
 
     # ---- bounds -------------------------------------------------------------------------------------------
     def lower_bound(self, cfg: MeshConfig) -> float:
@@ -326,7 +384,9 @@ class Planner:
             plan = sm.solve()
             if plan is None:
                 misses.append(cfg)
+                proven &= sm.proven is not False  # a time-limited solve that found nothing proves nothing
                 continue
+            proven &= bool(sm.proven)  # FEASIBLE at the time limit: this configuration's optimum is unproven
             est = self.cm.estimate(plan, self.budget)
             best.append(Candidate(plan, est))
             best.sort(key=lambda c: (c.estimate.step_time_s, MeshConfig_of(c.plan), c.plan.stage_layers,
@@ -340,6 +400,7 @@ class Planner:
             return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved),
                               explanation=self._explain_infeasible(self._closest_miss(misses)))
         winner = best[0]
+        winner.plan.check_runnable(self.cm.num_blocks)  # the contract: every plan emitted, the trainer runs
         remaining = [lb for lb, _, c in bounded[solved:]]
         bound = min([winner.estimate.step_time_s] + remaining) if remaining else winner.estimate.step_time_s
         status = "OPTIMAL" if proven and bound >= winner.estimate.step_time_s - 1e-12 else "FEASIBLE"
@@ -386,6 +447,10 @@ class Planner:
 
     def _no_config_reason(self) -> str:
         n = self.cluster.num_devices
+        if self.cm.num_blocks == 0:
+            return (f"{self.model_name}: no repeated blocks found (a ModuleList/ModuleDict of >= 2 identical "
+                    f"layers), and the planner partitions a model by its blocks; give the model at least two "
+                    f"identical layers in one container")
         return (f"no parallel layout of {n} devices divides the global batch {self.global_batch} "
                 f"with the pins {self.fix or '{}'}; use a global batch that is a multiple of the data-parallel "
                 f"degree, or other pins")
@@ -408,9 +473,10 @@ class Planner:
         if est is not None:
             worst = max(est.memory_breakdown_gib, key=lambda d: sum(d.values()))
             fill = ", ".join(f"{k} {v:.1f}" for k, v in sorted(worst.items(), key=lambda kv: -kv[1]) if v > 0.05)
-            parts.append(f"filled by {fill} GiB")
+            if fill:
+                parts.append(f"filled by {fill} GiB")
         need_devices = self._devices_needed(need)
-        if need_devices:
+        if need_devices and need_devices <= MAX_GPUS:
             parts.append(f"or about {need_devices} devices")
         return "; ".join(parts) + f" -> pass --max-memory-per-gpu {math.ceil(need / 1e9)}GB or more devices"
 
@@ -424,6 +490,26 @@ class Planner:
     def _say(self, msg: str) -> None:
         if self.progress:
             self.progress(msg)
+
+
+def _shards(placements: dict[str, str]) -> bool:
+    return any(v in TP_SHARDED for v in placements.values())
+
+
+# Placements the trainer can give one shared weight from its two modules (both split on the vocabulary).
+_TIE_PAIRS = {("vocab", "colwise"), ("colwise", "vocab")}
+
+
+def _ties_matched(graph: OpGraph, placements: dict[str, str]) -> dict[str, str]:
+    """Both modules of a tied weight (LM head and token embedding) split the same way, else both
+    replicated: the trainer refuses tied parameters with different tensor-parallel layouts."""
+    out = dict(placements)
+    for path, op in graph.parametric_ops.items():
+        for owner in op.tied.values():
+            a, b = out.get(path, "replicate"), out.get(owner, "replicate")
+            if a != b and (a, b) not in _TIE_PAIRS:
+                out[path] = out[owner] = "replicate"
+    return out
 
 
 def _min_max_blocks(ends: np.ndarray, t_block: float, blocks: int, v: int) -> float:
@@ -470,6 +556,7 @@ class StageModel:
     def __init__(self, planner: Planner, cfg: MeshConfig):
         self.pl = planner
         self.cfg = cfg
+        self.proven: bool | None = None  # set by solve(): True when the solver proved its plan optimal
         self.cm = planner.cm
         self.plan0 = planner.base_plan(cfg)
         self.m = self.plan0.num_micro_batches
@@ -796,6 +883,7 @@ class StageModel:
         cfg, p, L = self.cfg, self.cfg.pp, self.cm.num_blocks
         options = self.options()
         if any(not o for o in options):
+            self.proven = True  # some rank has no fitting block count: infeasible in closed form
             return None
         # OR-Tools' MIP backend (CBC): continuous times in seconds, binary x; single-threaded and
         # deterministic. The LP relaxation of this assignment model is tight, so it solves in ms.
@@ -830,6 +918,7 @@ class StageModel:
         solver.Minimize(m * Tmax + (sum(T) - Tmax) * (1.0 / v) + E + Opt)
         status = solver.Solve()
         if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+            self.proven = status == pywraplp.Solver.INFEASIBLE  # else stopped at the limit: unknown
             return None
         self.proven = status == pywraplp.Solver.OPTIMAL
         counts = [next(k for k in options[d] if x[d, k].solution_value() > 0.5) for d in range(p)]
@@ -893,6 +982,7 @@ class StageModel:
         solver = self._solver()
         status = solver.Solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            self.proven = status == cp_model.INFEASIBLE
             return None
         self.proven = status == cp_model.OPTIMAL
         stage_layers = [solver.Value(B[s + 1]) - solver.Value(B[s]) for s in range(self.S)]

@@ -132,14 +132,24 @@ def format_compare(rows: list[Any], tokens: float | None) -> str:
     return "\n".join(lines)
 
 
-def plot_compare(rows: list[Any], path: str) -> None:
-    """Stacked bar chart of the step-time breakdown per profile (matplotlib, optional extra)."""
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")  # formats matplotlib writes without extra backends
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, or a UserError saying how to install it (checked before
+    planning by `compare --plot`)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         raise UserError("--plot needs matplotlib: pip install 'autoparallel[plot]'") from None
+    return plt
+
+
+def plot_compare(rows: list[Any], path: str) -> None:
+    """Stacked bar chart of the step-time breakdown per profile (matplotlib, optional extra)."""
+    plt = pyplot()
     data = [d for d in compare_json(rows, None) if d["feasible"]]
     keys = [k for k in (data[0]["breakdown"] if data else {}) if k != "dp_comm_total_s"]
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(data) + 2), 4.5))

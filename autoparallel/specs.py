@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
-import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -23,6 +22,18 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from autoparallel.errors import UserError
+from autoparallel.limits import (
+    MAX_EXPERTS,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_INTERMEDIATE,
+    MAX_LAYERS,
+    MAX_POSITIONS,
+    MAX_VOCAB,
+    check_reference,
+    load_document,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -59,10 +70,43 @@ _ROPE_THETA_DEFAULT = {
     "llama": 10000.0, "mistral": 10000.0, "qwen2": 10000.0, "qwen3": 10000.0,
     "mixtral": 1e6, "qwen2_moe": 10000.0, "qwen3_moe": 10000.0,
 }
+# ModelSpec integer field -> (smallest, largest) value a real model can have (autoparallel/limits.py).
+_FIELD_BOUNDS: dict[str, tuple[int, int]] = {
+    "vocab_size": (1, MAX_VOCAB), "hidden_size": (1, MAX_HIDDEN), "num_layers": (1, MAX_LAYERS),
+    "num_heads": (1, MAX_HEADS), "num_kv_heads": (1, MAX_HEADS), "head_dim": (1, MAX_HEAD_DIM),
+    "intermediate_size": (0, MAX_INTERMEDIATE), "max_position_embeddings": (1, MAX_POSITIONS),
+    "num_experts": (0, MAX_EXPERTS), "num_experts_per_tok": (0, MAX_EXPERTS),
+    "moe_intermediate_size": (0, MAX_INTERMEDIATE), "shared_expert_intermediate_size": (0, MAX_INTERMEDIATE),
+}
+# Hugging Face config key -> the ModelSpec field it fills, so each key is range-checked when read (before
+# a bad value reaches a division or a `(False,) * layers`).
+_HF_KEY_FIELD = {
+    "n_embd": "hidden_size", "hidden_size": "hidden_size", "n_layer": "num_layers",
+    "num_hidden_layers": "num_layers", "n_head": "num_heads", "num_attention_heads": "num_heads",
+    "num_key_value_heads": "num_kv_heads", "head_dim": "head_dim", "vocab_size": "vocab_size",
+    "n_inner": "intermediate_size", "intermediate_size": "intermediate_size",
+    "n_positions": "max_position_embeddings", "max_position_embeddings": "max_position_embeddings",
+    "n_ctx": "max_position_embeddings", "num_local_experts": "num_experts", "num_experts": "num_experts",
+    "num_experts_per_tok": "num_experts_per_tok", "moe_intermediate_size": "moe_intermediate_size",
+    "shared_expert_intermediate_size": "shared_expert_intermediate_size",
+}
 _ACT_ALIASES = {
     "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
     "silu": "silu", "swish": "silu", "relu": "relu",
 }
+
+
+_POSITIVE_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                    "max_position_embeddings")
+
+
+def _check_bounds(what: str, field: str, v: int) -> None:
+    lo, hi = _FIELD_BOUNDS[field]
+    if field in _POSITIVE_FIELDS and v <= 0:
+        raise UserError(f"{what} must be positive, got {v}; fix the config")
+    if not lo <= v <= hi:
+        raise UserError(f"{what} = {v:,} is outside {lo}..{hi:,} (the limits in autoparallel/limits.py, well "
+                        f"beyond published models); fix the config")
 
 
 @dataclass(frozen=True)
@@ -108,10 +152,15 @@ class ModelSpec:
         where = f"model spec {self.name!r}"
         if self.family not in FAMILIES:
             raise UserError(f"{where}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
-        for key in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                    "max_position_embeddings"):
-            if getattr(self, key) <= 0:
-                raise UserError(f"{where}: {key} must be positive, got {getattr(self, key)}")
+        for key in _FIELD_BOUNDS:
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise UserError(f"{where}: {key} must be an integer, got {v!r}")
+            _check_bounds(f"{where}: {key}", key, v)
+        for key, hi in (("norm_eps", 1.0), ("rope_theta", 1e12)):
+            v = getattr(self, key)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 < v <= hi):
+                raise UserError(f"{where}: {key} must be a number in (0, {hi:g}], got {v!r}; fix the config")
         if self.num_heads % self.num_kv_heads:
             raise UserError(f"{where}: num_heads {self.num_heads} is not a multiple of num_kv_heads "
                             f"{self.num_kv_heads}; grouped-query attention needs whole groups")
@@ -186,12 +235,22 @@ class _Cfg:
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int):
             raise self._bad(key, v, "an integer")
+        field = _HF_KEY_FIELD.get(key)
+        if field is not None:
+            _check_bounds(f"{self.source}: key {key!r}", field, v)
         return v
 
-    def float(self, *keys: str, default: float) -> float:
+    def float(self, *keys: str, default: float, positive: bool = False) -> float:
         key, v = self._get(keys, default, False)
+        if isinstance(v, str):  # PyYAML 1.1 reads 1e-5 (no dot) as a string, as the profile loader allows
+            try:
+                v = float(v)
+            except ValueError:
+                raise self._bad(key, v, "a number") from None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise self._bad(key, v, "a number")
+        if positive and v <= 0:
+            raise self._bad(key, v, "a positive number")
         return float(v)
 
     def bool(self, *keys: str, default: bool) -> bool:
@@ -256,7 +315,7 @@ def _gpt2_spec(cfg: _Cfg, name: str) -> ModelSpec:
         tie_word_embeddings=cfg.bool("tie_word_embeddings", default=True),
         qkv_bias=True, o_bias=True, mlp_bias=True, qk_norm=False,
         norm_type="layernorm",
-        norm_eps=cfg.float("layer_norm_epsilon", "layer_norm_eps", default=1e-5),
+        norm_eps=cfg.float("layer_norm_epsilon", "layer_norm_eps", default=1e-5, positive=True),
         activation=_activation(cfg, "activation_function", "gelu_new"),
         attn_impl=_attn_impl(cfg),
         # One rate for all three dropouts (Megatron's hidden/attention dropout are usually equal).
@@ -301,8 +360,8 @@ def _llama_like_spec(cfg: _Cfg, name: str, model_type: str, family: str) -> Mode
         mlp_bias=cfg.bool("mlp_bias", default=False) if model_type == "llama" else False,
         qk_norm=model_type in ("qwen3", "qwen3_moe"),
         norm_type="rmsnorm",
-        norm_eps=cfg.float("rms_norm_eps", default=_EPS_DEFAULT[model_type]),
-        rope_theta=cfg.float("rope_theta", default=rope_default),
+        norm_eps=cfg.float("rms_norm_eps", default=_EPS_DEFAULT[model_type], positive=True),
+        rope_theta=cfg.float("rope_theta", default=rope_default, positive=True),
         activation=_activation(cfg, "hidden_act", "silu"),
         attn_impl=_attn_impl(cfg),
     )
@@ -357,17 +416,7 @@ def list_catalog() -> list[str]:
 
 
 def _read_config_file(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise UserError(f"cannot read model config {str(path)!r}: {e.strerror or e}; "
-                        "check the path") from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        kind = "JSON" if path.suffix == ".json" else "YAML"
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise UserError(f"model config {str(path)!r} is not valid {kind}: {first}") from None
+    data = load_document(path, "model config")
     if not isinstance(data, dict):
         raise UserError(f"model config {str(path)!r}: expected a mapping of config keys, "
                         f"got {type(data).__name__}")
@@ -388,6 +437,7 @@ def load_model_spec(ref: str | dict | ModelSpec, **overrides: Any) -> ModelSpec:
         spec = spec_from_hf_config(ref, name=str(name))
     elif isinstance(ref, (str, Path)):
         ref = str(ref)
+        check_reference(ref, "model")
         path = Path(ref).expanduser()
         catalog = _catalog()
         if ref in catalog:
@@ -467,12 +517,36 @@ def load_model(ref: str | dict | ModelSpec) -> tuple[nn.Module, ModelSpec | None
     """Build a model: a spec reference (see load_model_spec) or `package.module:callable`
     returning an nn.Module (spec None then). Built on the current default device, so
     `with torch.device("meta"): load_model(...)` allocates no parameter memory."""
-    if isinstance(ref, str) and ":" in ref and not Path(ref).exists() and ref not in _catalog():
+    if _is_callable_ref(ref):
         return _load_callable(ref), None
     from autoparallel.models import build_model
 
     spec = load_model_spec(ref)
     return build_model(spec), spec
+
+
+def _is_callable_ref(ref: Any) -> bool:
+    if not isinstance(ref, str):
+        return False
+    check_reference(ref, "model")
+    return ":" in ref and not Path(ref).exists() and ref not in _catalog()
+
+
+def spec_of(ref: Any) -> ModelSpec | None:
+    """The ModelSpec behind a model reference (read and validated, no model built), or the `spec`
+    attribute of a module; None for a `package.module:callable` or a user module."""
+    if isinstance(ref, (str, dict, ModelSpec)) and not _is_callable_ref(ref):
+        return load_model_spec(ref)
+    spec = getattr(ref, "spec", None)
+    return spec if isinstance(spec, ModelSpec) else None
+
+
+def check_seq_len(spec: ModelSpec | None, seq_len: int) -> None:
+    """A model with a learned position table (gpt) has no position beyond it: refuse longer sequences."""
+    if spec is not None and spec.family == "gpt" and seq_len > spec.max_position_embeddings:
+        raise UserError(f"--seq-len {seq_len}: model {spec.name!r} has learned positions for "
+                        f"{spec.max_position_embeddings} tokens only; use --seq-len <= "
+                        f"{spec.max_position_embeddings}")
 
 
 def _load_callable(ref: str) -> nn.Module:
@@ -483,7 +557,7 @@ def _load_callable(ref: str) -> nn.Module:
         raise UserError(f"model {ref!r}: expected package.module:callable")
     try:
         module = importlib.import_module(module_name)
-    except Exception as e:  # any import-time failure of user code is bad input, reported in one line
+    except (Exception, SystemExit) as e:  # any import-time failure of user code (sys.exit too) is bad input
         raise UserError(f"model {ref!r}: cannot import module {module_name!r}: "
                         f"{type(e).__name__}: {e}; check the name and PYTHONPATH") from None
     obj: Any = module
@@ -497,7 +571,7 @@ def _load_callable(ref: str) -> nn.Module:
         raise UserError(f"model {ref!r}: {attr!r} is not callable")
     try:
         model = obj()
-    except Exception as e:
+    except (Exception, SystemExit) as e:  # a factory calling sys.exit(3) must not end the CLI silently
         raise UserError(f"model {ref!r}: calling {attr}() failed: {type(e).__name__}: {e}") from None
     if not isinstance(model, nn.Module):
         raise UserError(f"model {ref!r}: {attr}() returned {type(model).__name__}, not a torch.nn.Module")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from autoparallel.errors import UserError
+from autoparallel.limits import MAX_DEVICE_BYTES, MIN_DEVICE_BYTES
 
 _BYTE_UNITS = {
     "": 1, "b": 1,
@@ -15,16 +17,22 @@ GIB = 2**30
 
 
 def parse_bytes(value: str | int | float, what: str = "memory size") -> int:
-    """'80GB' -> 80e9 bytes, '141GiB' -> 141*2**30; a bare number is bytes."""
+    """'80GB' -> 80e9 bytes, '141GiB' -> 141*2**30; a bare number is bytes.
+
+    A device memory size lies in [1 MiB, 1 PiB]: a smaller bare number is a forgotten unit ('80' would be
+    80 bytes), a larger one a typo, and neither may fall through to "the whole device"."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value <= 0:
-            raise UserError(f"{what}: {value!r} must be positive (e.g. 80GB)")
-        return int(value)
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
-    unit = m.group(2).lower() if m else None
-    if not m or unit not in _BYTE_UNITS:
-        raise UserError(f"{what}: cannot read {value!r}; write a number with a unit such as 80GB or 141GiB")
-    n = float(m.group(1)) * _BYTE_UNITS[unit]
-    if n <= 0:
-        raise UserError(f"{what}: {value!r} must be positive")
+        n, unit = float(value), ""
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
+        unit = m.group(2).lower() if m else None
+        if not m or unit not in _BYTE_UNITS:
+            raise UserError(f"{what}: cannot read {value!r}; write a number with a unit such as 80GB or 141GiB")
+        n = float(m.group(1)) * _BYTE_UNITS[unit]
+    if not math.isfinite(n) or n > MAX_DEVICE_BYTES:
+        raise UserError(f"{what}: {value!r} is more than 1 PiB per device; write the size with a unit such as 80GB")
+    if n < MIN_DEVICE_BYTES and unit in ("", "b"):
+        raise UserError(f"{what}: {value!r} means {n:g} bytes, less than 1 MiB; add a unit, e.g. {value}GB")
+    if int(n) < 1:
+        raise UserError(f"{what}: {value!r} is less than one byte; write a positive size such as 80GB")
     return int(n)

@@ -7,3 +7,16 @@ from __future__ import annotations
 
 class UserError(Exception):
     """Bad input from the user: the message says what is wrong, where, and how to fix it."""
+
+
+MAX_NAME_CHARS = 255           # one path component (NAME_MAX on Linux / macOS)
+
+
+def check_reference(ref: str, what: str) -> None:
+    """A name or path the OS can look up: no path component over NAME_MAX, no NUL byte (else OSError)."""
+    if "\x00" in ref:
+        raise UserError(f"{what} {ref[:40]!r}...: contains a NUL byte; pass a name or a file path")
+    long = next((part for part in ref.replace("\\", "/").split("/") if len(part.encode()) > MAX_NAME_CHARS), None)
+    if long is not None:
+        raise UserError(f"{what} {ref[:40]!r}... ({len(ref)} characters): a name or path component longer than "
+                        f"{MAX_NAME_CHARS} bytes cannot exist; pass a shorter name or path")

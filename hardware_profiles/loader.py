@@ -19,11 +19,14 @@ from typing import Any
 import yaml
 
 from hardware_profiles import units
-from hardware_profiles.errors import UserError
+from hardware_profiles.errors import UserError, check_reference
 from hardware_profiles.profile import Efficiency, HardwareProfile
 
 PROFILE_DIR = Path(__file__).resolve().parent
 CONFIDENCE_LEVELS = ("high", "medium", "low")
+# Smallest achieved fraction of a peak: a CPU measured against an accelerator profile reaches ~1%
+# (calibrate); far below that a value is a typo.
+MIN_FRACTION = 1e-4
 # Written in this order (widest-used first); every canonical key of DTYPE_ALIASES appears once.
 COMPUTE_DTYPES = ("bf16", "fp16", "fp8", "fp6", "fp4", "tf32", "fp32", "fp64", "int8")
 
@@ -37,12 +40,17 @@ class _FieldError(Exception):
 
 
 # ---- field kinds: each returns the SI value or raises _FieldError -------------------------------------
-def _quantity(parse: Callable[[object], Any]) -> Callable[[str, object], Any]:
+def _quantity(parse: Callable[[object], Any], lo: float, hi: float, span: str) -> Callable[[str, object], Any]:
+    """A quantity with a unit, within [lo, hi] (SI): beyond what any device has, a value is a typo that
+    would otherwise divide by zero or overflow in the cost model (bf16: 1e-400 TFLOPS rounds to 0)."""
     def check(field: str, value: object) -> Any:
         try:
-            return parse(value)
+            x = parse(value)
         except units.UnitError as e:
             raise _FieldError(field, f"{e.why} {value!r}", e.expected) from None
+        if not lo <= x <= hi:
+            raise _FieldError(field, f"{value!r} is outside {span}", f"a value in {span}")
+        return x
     return check
 
 
@@ -71,22 +79,26 @@ def _fraction(field: str, value: object) -> float:
     x = _number(field, value, form)
     if not 0 < x <= 1:
         raise _FieldError(field, f"{x!r} is outside (0, 1]", form)
+    if x < MIN_FRACTION:  # 1e-300 passes (0, 1] and then overflows every cost it divides
+        raise _FieldError(field, f"{x!r} is below {MIN_FRACTION:g}", f"a number in [{MIN_FRACTION:g}, 1]")
     return x
 
 
 def _positive(field: str, value: object) -> float:
-    form = "a positive number, e.g. 2.0e+9"
+    # gemm_half_flops: a GEMM size in FLOPs; real devices lie near 1e9 (1e15 would make every GEMM idle).
+    form = "a positive number up to 1e15, e.g. 2.0e+9"
     x = _number(field, value, form)
-    if not 0 < x < float("inf"):
-        raise _FieldError(field, f"{x!r} is not positive", form)
+    if not 0 < x <= 1e15:
+        raise _FieldError(field, f"{x!r} is not in (0, 1e15]", form)
     return x
 
 
 def _non_negative(field: str, value: object) -> float:
-    form = "a number >= 0, e.g. 4"
+    # kernel_overhead_us: microseconds per kernel launch; real ones are ~1-20 us.
+    form = "a number in [0, 1e6], e.g. 4"
     x = _number(field, value, form)
-    if not 0 <= x < float("inf"):
-        raise _FieldError(field, f"{x!r} is negative", form)
+    if not 0 <= x <= 1e6:
+        raise _FieldError(field, f"{x!r} is outside [0, 1e6]", form)
     return x
 
 
@@ -147,10 +159,11 @@ def _derive(field: str, value: object) -> dict[str, Any]:
     return dict(value)
 
 
-_flops = _quantity(units.parse_flops)
-_bytes = _quantity(units.parse_bytes)
-_bandwidth = _quantity(units.parse_bandwidth)
-_time = _quantity(units.parse_time)
+# Ranges per device, each several orders of magnitude around today's parts.
+_flops = _quantity(units.parse_flops, 1e9, 1e18, "1 GFLOPS .. 1000 PFLOPS")
+_bytes = _quantity(units.parse_bytes, 2**20, 2**50, "1 MiB .. 1024 TiB")
+_bandwidth = _quantity(units.parse_bandwidth, 1e6, 1e15, "1 MB/s .. 1000 TB/s")
+_time = _quantity(units.parse_time, 1e-12, 1.0, "1e-12 s .. 1 s")
 
 
 @dataclass(frozen=True)
@@ -227,8 +240,8 @@ def _validate(data: object) -> dict[str, Any]:
 
 def _expected_form(fld: _Field) -> str:
     forms = {_flops: units.FLOPS_FORM, _bytes: units.BYTES_FORM, _bandwidth: units.BANDWIDTH_FORM,
-             _time: units.TIME_FORM, _fraction: "a number in (0, 1]", _positive: "a positive number",
-             _non_negative: "a number >= 0", _positive_int: "a positive integer", _string: "a string"}
+             _time: units.TIME_FORM, _fraction: "a number in (0, 1]", _positive: "a positive number up to 1e15",
+             _non_negative: "a number in [0, 1e6]", _positive_int: "a positive integer", _string: "a string"}
     return forms.get(fld.check, "a value")
 
 
@@ -275,6 +288,8 @@ def profile_from_yaml(text: str, where: str = "<string>", path: str | None = Non
     """Parse and validate profile YAML text; `where` names the source in error messages."""
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise UserError(f"hardware profile {where}: nested too deeply to be a profile; fix the YAML") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -326,6 +341,7 @@ def _apply_derivation(profile: HardwareProfile, derive: dict[str, Any] | None, w
 
 def validate_profile_file(path: str | Path) -> HardwareProfile:
     """Load and strictly validate a profile file; raise UserError naming the file and field."""
+    check_reference(str(path), "hardware profile")
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -348,6 +364,7 @@ def _looks_like_path(s: str) -> bool:
 
 def load_profile(name_or_path: str | Path) -> HardwareProfile:
     """A shipped profile by name (case-insensitive, e.g. 'a100-sxm-80gb') or a user YAML file by path."""
+    check_reference(str(name_or_path), "hardware profile")
     if isinstance(name_or_path, Path) or _looks_like_path(str(name_or_path)):
         return validate_profile_file(name_or_path)
     name = str(name_or_path).strip().lower()

@@ -65,6 +65,8 @@ def _parse(value: object, units: dict[str, Decimal], expected: str) -> Decimal:
     if not m:
         raise UnitError(value, expected)
     number, unit = Decimal(m.group(1)), m.group(2)
+    if number and abs(number.adjusted()) > 300:  # beyond float range either way (and Decimal's Emax)
+        raise UnitError(value, expected, "out of range:")
     if unit not in units:
         hint = ""
         lowered = {u.lower(): u for u in units}

@@ -24,8 +24,27 @@ from torch import nn
 from autoparallel.plan import Plan
 
 STEPS = 5
-LR = 1e-3  # AdamW; small enough that summation-order noise stays far below 1e-5 in 5 steps
-EPS = 1e-6  # see test_trainer.py: keeps Adam from amplifying ~1e-10 gradient noise into O(lr) updates
+LR = 1e-3
+# AdamW eps: Adam turns a gradient change d into an update change of at most LR * d / EPS (the update is
+# LR * m_hat / (sqrt(v_hat) + EPS) and sqrt(v_hat) >= 0), so EPS caps how far summation-order noise can move
+# a parameter whose gradient is tiny. At 1e-6 that gain was 1000 and plain micro-batching alone moved the
+# tiny-llama embedding by 6.4e-6 (llama tp2+sp: 1.6e-5, over the old fixed 1e-5); at 1e-4 it is 10.
+EPS = 1e-4
+# The equivalence tolerances are derived, not fitted. A parallel plan sums the same fp32 terms in another
+# order (sharded matmuls, reduce-scatters, micro-batch accumulation). Pairwise summation of n terms errs by
+# at most ceil(log2 n) * u * sum|terms| (u = 2**-24); the gradient sums run over GLOBAL_BATCH * SEQ = 128
+# token positions (depth 7), and sum|terms| is taken as GRAD_SCALE, a bound on the largest gradient entry
+# of the tiny models (0.21, tiny-gpt; checked by test_trainer.test_gradient_scale_bounds_the_tolerance).
+# Measured: full batch vs 8 one-row micro-batches differ by 1.9e-9 per gradient entry, under GRAD_NOISE.
+FP32_UNIT_ROUNDOFF = 2.0**-24
+GRAD_SCALE = 0.25
+GRAD_NOISE = 7 * FP32_UNIT_ROUNDOFF * GRAD_SCALE            # 1.04e-7
+# Every step's m_hat is a weighted mean of the step gradients (weights sum to 1), so each step's update
+# moves by at most LR * GRAD_NOISE / EPS; x2 bounds the second-moment term (d v_hat / v_hat <= 2 d / |g|).
+PARAM_ATOL = 2 * STEPS * LR * GRAD_NOISE / EPS              # 1.04e-5
+# The loss is a mean of 128 cross entropies through 4 blocks: forward reordering noise ~ depth * u ~ 1e-6
+# relative at most (measured 8.6e-8); a wrong shard or missing reduction changes it by far more than 1e-5.
+LOSS_RTOL = 1e-5
 SEQ = 16
 GLOBAL_BATCH = 8
 

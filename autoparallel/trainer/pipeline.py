@@ -74,9 +74,6 @@ def build_schedule(parts: list[tuple[int, nn.Module]], plan: Plan, pp_mesh: Devi
                    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
     n_stages = plan.pp * plan.vpp
     n_micro = plan.num_micro_batches
-    if n_micro < plan.pp:
-        raise UserError(f"plan: {n_micro} micro-batches cannot fill a {plan.pp}-stage pipeline; 1F1B needs at "
-                        f"least pp micro-batches (lower micro_batch or raise global_batch)")
     group = pp_mesh.get_group()
     stages = [PipelineStage(mod, v, n_stages, device, group=group) for v, mod in parts]
     if plan.vpp == 1:

@@ -258,7 +258,7 @@ class AutoParallelTrainer:
     # ---- building ----------------------------------------------------------------------------
     def _validate(self, plan: Plan) -> None:
         env, layout = self._env, self._layout
-        plan.validate(len(layout.blocks) if layout.container is not None else None)
+        plan.check_runnable(len(layout.blocks) if layout.container is not None else None)
         if plan.model_fingerprint and plan.model_fingerprint != self._fingerprint:
             raise UserError(f"plan was made for another model (fingerprint {plan.model_fingerprint} != "
                             f"{self._fingerprint} of {type(self._model).__name__}'s parameter names and shapes); "
@@ -271,9 +271,6 @@ class AutoParallelTrainer:
         if unknown:
             raise UserError(f"plan placement for {unknown[0]!r}: the model has no such module; the plan was made "
                             f"for another model")
-        if plan.tp > 1 and not any(v in ("colwise", "rowwise", "vocab") for v in plan.placements.values()):
-            raise UserError(f"plan: tp={plan.tp} but no module is placed colwise, rowwise or vocab, so nothing "
-                            f"would be split over the tp ranks; add placements or use tp=1")
         if plan.gpus != env.world_size:
             raise UserError(f"plan is for {plan.gpus} processes (pp*dp*ep*tp = {plan.pp}*{plan.dp}*{plan.ep}*"
                             f"{plan.tp}) but {env.world_size} are running; launch with `torchrun --nproc-per-node "

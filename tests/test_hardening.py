@@ -1,0 +1,308 @@
+"""Issue 15's reproductions, one named test each: bad input of any kind is exit 2 with one `error:` line
+(never a traceback, a hang or exit 0), and the planner emits only plans the trainer accepts."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from cli_harness import run_cli
+
+from autoparallel.plan import Plan
+
+ROOT = Path(__file__).resolve().parents[1]
+B = ("--hardware", "h100-sxm", "--gpus", "8", "--global-batch", "16", "--seq-len", "128")
+LLAMA = {"model_type": "llama", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+         "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 4}
+GPT2 = {"model_type": "gpt2", "vocab_size": 256, "n_positions": 128, "n_embd": 64, "n_layer": 2, "n_head": 4}
+QWEN2_MOE = {**LLAMA, "model_type": "qwen2_moe", "moe_intermediate_size": 32, "shared_expert_intermediate_size": 64,
+             "num_experts": 4, "num_experts_per_tok": 2}
+
+
+def usage_error(*argv: str, needle: str = "", limit_s: float = 30.0) -> str:
+    """Assert exit 2 with exactly one `error:` line (and `needle` in it); return that line."""
+    o = run_cli(argv, limit_s)
+    assert o.kind == "usage-error", (o.kind, o.rc, o.err[-2000:], o.escaped[-2000:])
+    line = o.error_lines[0]
+    assert needle in line, (needle, line)
+    return line
+
+
+def ok(*argv: str) -> str:
+    o = run_cli(argv)
+    assert o.kind == "ok", (o.rc, o.err[-2000:], o.escaped[-2000:])
+    return o.out
+
+
+def config(tmp_path: Path, data: dict, name: str = "config.json") -> str:
+    p = tmp_path / name
+    p.write_text(json.dumps(data) if name.endswith(".json") else "\n".join(f"{k}: {v}" for k, v in data.items()))
+    return str(p)
+
+
+def profile(tmp_path: Path, old: str, new: str) -> str:
+    text = (ROOT / "hardware_profiles" / "h100-sxm.yaml").read_text()
+    assert old in text, old
+    p = tmp_path / "hw.yaml"
+    p.write_text(text.replace(old, new))
+    return str(p)
+
+
+def plan_file(tmp_path: Path, **changes: object) -> str:
+    """A plan file for tiny-llama on 8 x h100-sxm written by `plan`, with fields replaced."""
+    path = tmp_path / "plan.json"
+    ok("plan", "tiny-llama", *B, "--quiet", "--output", str(path))
+    data = json.loads(path.read_text())
+    data["plan"].update(changes)
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+# ---- tracebacks --------------------------------------------------------------------------------------
+def test_memory_1e309GB_is_an_error_not_overflow():
+    usage_error("plan", "tiny-gpt", *B, "--max-memory-per-gpu", "1e309GB", needle="--max-memory-per-gpu")
+
+
+@pytest.mark.parametrize("data", [{**LLAMA, "num_attention_heads": 0}, {**GPT2, "n_head": 0}], ids=["llama", "gpt2"])
+def test_zero_attention_heads(tmp_path, data):
+    usage_error("trace", config(tmp_path, data), needle="positive")
+
+
+@pytest.mark.parametrize("name", ["config.json", "config.yaml"])
+def test_model_config_not_utf8(tmp_path, name):
+    p = tmp_path / name
+    p.write_bytes(b"\xff\xfe\x00model_type: llama\x80")
+    usage_error("trace", str(p), needle="UTF-8")
+
+
+def test_plan_file_not_utf8(tmp_path):
+    p = tmp_path / "plan.yaml"
+    p.write_bytes(b"plan:\n  model: \xff\xfe\x80\n")
+    usage_error("estimate", "tiny-llama", *B, "--plan", str(p), needle="UTF-8")
+
+
+@pytest.mark.parametrize("name,text", [("config.json", "[" * 100000), ("config.yaml", "a:\n" + "[" * 100000),
+                                       ("deep.yaml", "".join(f"{' ' * i}k{i}:\n" for i in range(3000)))],
+                         ids=["json-brackets", "yaml-brackets", "yaml-indents"])
+def test_deeply_nested_config(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    usage_error("trace", str(p))
+
+
+def test_deeply_nested_plan_file(tmp_path):
+    p = tmp_path / "plan.json"
+    p.write_text("[" * 100000)
+    usage_error("estimate", "tiny-llama", *B, "--plan", str(p), needle="plan file")
+
+
+@pytest.mark.parametrize("key", ["hidden_size", "vocab_size", "intermediate_size", "num_hidden_layers",
+                                 "num_attention_heads", "max_position_embeddings"])
+@pytest.mark.parametrize("value", [10**12, 10**30])
+def test_huge_config_sizes(tmp_path, key, value):
+    usage_error("trace", config(tmp_path, {**LLAMA, key: value}), needle=key)
+
+
+def test_negative_shared_expert_size(tmp_path):
+    usage_error("trace", config(tmp_path, {**QWEN2_MOE, "shared_expert_intermediate_size": -4}),
+                needle="shared_expert_intermediate_size")
+
+
+@pytest.mark.parametrize("old,new", [
+    ("bf16: 989 TFLOPS", "bf16: 1e-400 TFLOPS"),
+    ("bandwidth: 3.35 TB/s", "bandwidth: 1e-300 B/s"),
+    ("latency: 3 us", "latency: 1e300 s"),
+    ("capacity: 81559 MiB", "capacity: 1 B"),
+    ("usable_fraction: 0.95", "usable_fraction: 1e-300"),
+    ("bf16: 989 TFLOPS", "bf16: 1e1000000 TFLOPS"),
+], ids=["flops-1e-400", "bandwidth-1e-300", "latency-1e300", "capacity-1B", "usable-1e-300", "flops-1e1000000"])
+def test_absurd_profile_values(tmp_path, old, new):
+    hw = profile(tmp_path, old, new)
+    usage_error("profiles", "validate", hw, needle="hw.yaml")
+    usage_error("plan", "tiny-gpt", "--hardware", hw, "--gpus", "8", "--global-batch", "16", "--seq-len", "128",
+                needle="hw.yaml")
+
+
+@pytest.mark.parametrize("command", ["trace", "plan"])
+def test_name_longer_than_255(command):
+    name = "x" * 300
+    if command == "trace":
+        usage_error("trace", name, needle="255")
+        usage_error("trace", name + ".json", needle="255")
+    else:
+        usage_error("plan", "tiny-gpt", "--hardware", name, "--gpus", "8", "--global-batch", "16", needle="255")
+
+
+@pytest.mark.parametrize("where", ["directory", "missing-folder", "empty"])
+def test_output_path_checked_before_planning(tmp_path, where):
+    path = {"directory": str(tmp_path), "missing-folder": str(tmp_path / "no" / "plan.yaml"), "empty": ""}[where]
+    t0 = time.perf_counter()
+    usage_error("plan", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "64", "--global-batch", "512",
+                "--output", path, needle="--output")
+    assert time.perf_counter() - t0 < 5  # refused before tracing and planning an 8B model
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_output_to_full_disk():
+    usage_error("plan", "tiny-gpt", *B, "--quiet", "--output", "/dev/full", needle="cannot write")
+
+
+@pytest.mark.parametrize("path", ["out.xyz", "chart", ""])
+def test_plot_path_needs_a_known_suffix(tmp_path, path):
+    usage_error("compare", "tiny-gpt", *B, "--plot", str(tmp_path / path) if path else "", needle="--plot")
+
+
+@pytest.mark.parametrize("changes,needle", [
+    ({"placements": ["colwise"]}, "placements"),
+    ({"recompute": 5}, "recompute"),
+    ({"stage_layers": ["a"]}, "stage_layers"),
+    ({"stage_layers": [-4, 8]}, "stage_layers"),
+    ({"sequence_parallel": "maybe"}, "sequence_parallel"),
+    ({"param_dtype": "fp7"}, "param_dtype"),
+    ({"placements": {"layers.99.nope": "colwise"}}, "layers.99.nope"),
+    ({"gpus": True}, "gpus"),
+    ({"zero": "3"}, "zero"),
+])
+def test_malformed_plan_file(tmp_path, changes, needle):
+    usage_error("estimate", "tiny-llama", *B, "--plan", plan_file(tmp_path, **changes), needle=needle)
+
+
+def test_trace_batch_beyond_int64():
+    usage_error("trace", "tiny-gpt", "--batch", "99999999999999999999", needle="--batch")
+
+
+# ---- hangs -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", ["plan", "compare"])
+@pytest.mark.parametrize("gpus", [str(2**31), str(2**40), "1e18"])
+def test_huge_gpu_count_is_refused_quickly(command, gpus):
+    usage_error(command, "tiny-gpt", "--hardware", "h100-sxm", "--gpus", gpus, "--global-batch", "16",
+                "--seq-len", "128", needle="--gpus", limit_s=10)
+
+
+def test_huge_global_batch_is_refused_quickly():
+    usage_error("plan", "tiny-gpt", "--hardware", "h100-sxm", "--gpus", "8", "--global-batch", str(2**31),
+                "--seq-len", "128", needle="--global-batch", limit_s=10)
+
+
+def test_largest_accepted_cluster_plans_quickly():
+    """The limits themselves do not hang: a million devices with a batch that divides them."""
+    o = run_cli(["plan", "tiny-llama", "--hardware", "h100-sxm", "--gpus", "1000000", "--global-batch",
+                 "1000000", "--seq-len", "16", "--quiet"], limit_s=30)
+    assert o.kind in ("ok", "usage-error"), (o.kind, o.err[-1000:])
+
+
+def test_hundred_thousand_layers_is_refused(tmp_path):
+    usage_error("trace", config(tmp_path, {**LLAMA, "num_hidden_layers": 100000}), needle="num_hidden_layers",
+                limit_s=10)
+
+
+# ---- nonsense accepted ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("tokens", ["nan", "inf", "-1e12", "0"])
+def test_compare_tokens_must_be_finite_positive(tokens):
+    usage_error("compare", "tiny-gpt", *B, "--tokens", tokens, needle="--tokens")
+
+
+@pytest.mark.parametrize("size", ["0.5", "80", "0.5B", "0"])
+def test_memory_without_unit_is_not_the_whole_device(size):
+    usage_error("plan", "tiny-gpt", *B, "--max-memory-per-gpu", size, needle="--max-memory-per-gpu")
+
+
+def test_seq_len_beyond_learned_positions():
+    usage_error("plan", "gpt2", *B[:-1], "4096", needle="learned positions")
+    usage_error("trace", "gpt2", "--seq-len", "4096", needle="learned positions")
+    usage_error("trace", "tiny-gpt", "--seq-len", "129", needle="128")
+
+
+@pytest.mark.parametrize("fix,needle", [
+    ("sp=maybe", "maybe"), ("sp=banana", "banana"), ("sp=2", "sp"), ("tp=2;pp=2", ";"), ("tp=8,tp=2", "twice"),
+    ("tp=", "tp"), ("=2", "KEY=VALUE"), ("tp=1e400", "tp"),
+])
+def test_fix_strings_are_strict(fix, needle):
+    usage_error("plan", "tiny-llama", *B, "--fix", fix, needle=needle)
+
+
+def test_fix_booleans_accepted():
+    for value in ("true", "on", "1", "false", "off", "0", "yes", "no"):
+        o = run_cli(["plan", "tiny-llama", *B, "--quiet", "--fix", f"sp={value},tp=2"])
+        assert o.kind in ("ok", "usage-error") and "sp" not in "".join(o.error_lines), o.err
+
+
+@pytest.mark.parametrize("top", ["-1", "101"])
+def test_top_range(top):
+    usage_error("plan", "tiny-llama", *B, "--top", top, needle="--top")
+
+
+def test_estimate_plan_file_sets_seq_len_and_batch(tmp_path):
+    path = plan_file(tmp_path)
+    with_file = json.loads(ok("estimate", "tiny-llama", *B[:-2], "--plan", path, "--json"))
+    assert with_file["plan"]["seq_len"] == 128
+    usage_error("estimate", "tiny-llama", *B[:-1], "4096", "--plan", path, needle="--seq-len")
+    usage_error("estimate", "tiny-llama", *B[:-3], "32", "--seq-len", "128", "--plan", path, needle="--global-batch")
+    for flag in (("--tp", "2"), ("--zero", "1"), ("--sequence-parallel",), ("--recompute", "full")):
+        usage_error("estimate", "tiny-llama", *B, "--plan", path, *flag, needle=flag[0])
+
+
+def test_factory_calling_sys_exit(tmp_path, monkeypatch):
+    (tmp_path / "exiting_factory.py").write_text("import sys\n\ndef make():\n    sys.exit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    usage_error("trace", "exiting_factory:make", needle="SystemExit")
+
+
+@pytest.mark.parametrize("key,value", [("rms_norm_eps", -1), ("rope_theta", 0), ("rms_norm_eps", "nan")])
+def test_nonpositive_norm_eps_and_rope_theta(tmp_path, key, value):
+    usage_error("trace", config(tmp_path, {**LLAMA, key: value}), needle=key)
+
+
+def test_yaml_exponent_without_dot_is_a_number(tmp_path):
+    """PyYAML reads `1e-5` as a string; the config reader accepts it as the profile loader does."""
+    ok("trace", config(tmp_path, {**LLAMA, "rms_norm_eps": "1e-5"}, name="config.yaml"), "--seq-len", "16")
+
+
+# ---- planner <-> trainer contract ----------------------------------------------------------------------
+def test_pipeline_gets_at_least_pp_micro_batches(tmp_path):
+    path = tmp_path / "plan.yaml"
+    o = run_cli(["plan", "tiny-llama", "--hardware", "h100-sxm", "--gpus", "4", "--global-batch", "8", "--seq-len",
+                 "16", "--fix", "pp=2,dp=2", "--quiet", "--output", str(path)])
+    assert o.kind in ("ok", "usage-error"), o.err
+    if o.kind == "ok":
+        plan = Plan.load(path)
+        assert plan.num_micro_batches >= plan.pp
+        plan.check_runnable()
+
+
+@pytest.mark.parametrize("model", ["tiny-gpt", "tiny-llama", "tiny-moe"])
+def test_pinned_tp_plan_splits_a_module(model):
+    import autoparallel
+    plan = autoparallel.plan(model, hardware="h100-sxm", gpus=4, global_batch=8, seq_len=16, fix={"dp": 2, "tp": 2})
+    assert plan.tp == 2 and {"colwise", "rowwise"} <= set(plan.placements.values())
+    plan.check_runnable()
+
+
+def test_solver_status_is_feasible_when_a_solve_is_unproven(monkeypatch):
+    """StageModel.proven is read: a configuration solve that stopped at its limit makes the run FEASIBLE."""
+    from autoparallel import planner as planner_mod
+    from autoparallel.api import plan_result
+    real = planner_mod.StageModel.solve
+
+    def unproven(self):
+        plan = real(self)
+        self.proven = False
+        return plan
+    monkeypatch.setattr(planner_mod.StageModel, "solve", unproven)
+    result, _ = plan_result("tiny-llama", hardware="h100-sxm", gpus=8, global_batch=16, seq_len=128)
+    assert result.solver.status == "FEASIBLE"
+    monkeypatch.undo()
+    result, _ = plan_result("tiny-llama", hardware="h100-sxm", gpus=8, global_batch=16, seq_len=128)
+    assert result.solver.status == "OPTIMAL"
+
+
+def test_calibrate_measurements_deeply_nested(tmp_path):
+    p = tmp_path / "m.json"
+    p.write_text("[" * 100000)
+    usage_error("calibrate", "--from-measurements", str(p), "--output", str(tmp_path / "c.yaml"), needle="m.json")
+
+
+def test_calibrate_output_checked_before_measuring(tmp_path):
+    usage_error("calibrate", "--output", str(tmp_path / "no" / "c.yaml"), needle="--output")
