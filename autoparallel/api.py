@@ -8,22 +8,40 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from functools import lru_cache
-from typing import Any
-
-import torch
-from torch import nn
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, TextIO
 
 from autoparallel.errors import UserError
 from autoparallel.graph import OpGraph
 from autoparallel.plan import Plan
 from autoparallel.planner import Planner, PlanResult
+from autoparallel.trace_cache import TraceCache, TraceKey, module_identity, spec_identity
 from autoparallel.units import parse_bytes
 from cost_models.estimate import CostModel, Estimate
 from hardware_profiles import Cluster, load_profile
 
+if TYPE_CHECKING:  # torch loads only when a model is actually traced (a warm cache never needs it)
+    import torch
+    from torch import nn
+
 TRACE_BATCH = 1  # costs scale linearly in the micro-batch; one sample is traced
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Progress lines on stderr for the steps that can take seconds; `enabled=False` is silent."""
+
+    enabled: bool = True
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def say(self, msg: str) -> None:
+        if self.enabled:
+            print(msg, file=self.stream, flush=True)
+
+
+QUIET = Progress(enabled=False)
 
 
 @dataclass
@@ -42,21 +60,50 @@ def _model_name(model: Any) -> str:
     return name if isinstance(name, str) else type(model).__name__
 
 
-@lru_cache(maxsize=8)
-def _trace_cached(ref: str, batch: int, seq_len: int) -> OpGraph:
-    from autoparallel.tracer import trace
-    return trace(ref, batch=batch, seq_len=seq_len)
+def _model_identity(model: Any) -> str | None:
+    """What determines the traced graph for the cache key; None when it cannot be known without
+    running user code (`package.module:callable`), so that model is traced every time."""
+    from autoparallel.specs import ModelSpec, load_model_spec
+
+    if isinstance(model, (str, dict, ModelSpec)):
+        try:
+            return spec_identity(load_model_spec(model))
+        except UserError:
+            if isinstance(model, str) and ":" in model:
+                return None  # package.module:callable (or bad input the tracer reports in its words)
+            raise
+    torch_mod = sys.modules.get("torch")
+    if torch_mod is not None and isinstance(model, torch_mod.nn.Module):
+        return module_identity(model)
+    return None
 
 
 def trace_model(model: str | nn.Module | Any, batch: int = TRACE_BATCH, seq_len: int = 2048,
-                dtype: torch.dtype = torch.bfloat16) -> OpGraph:
-    """OpGraph of one training step; catalog names and spec paths are cached per process."""
+                dtype: torch.dtype | None = None, cache: TraceCache | bool = True,
+                progress: Progress = QUIET) -> OpGraph:
+    """OpGraph of one training step, in bf16 unless `dtype`. Looked up in and stored to the on-disk
+    trace cache (autoparallel.trace_cache; `cache=True`: the default directory, False: bypassed)."""
     if batch < 1 or seq_len < 1:
         raise UserError(f"batch={batch} and seq_len={seq_len} must be >= 1")
-    if isinstance(model, str) and dtype == torch.bfloat16:
-        return _trace_cached(model, batch, seq_len)
+    dtype_name = "bfloat16" if dtype is None else str(dtype).removeprefix("torch.")
+    store = TraceCache.default() if cache is True else (cache or None)
+    identity = _model_identity(model)  # also rejects an unknown model before any progress line
+    key = TraceKey.of(identity, batch, seq_len, dtype_name) if identity is not None and store else None
+    if key is not None:
+        graph = store.load(key)
+        if graph is not None:
+            progress.say(f"trace {_model_name(model)}: from cache ({graph.g.number_of_nodes():,} ops)")
+            return graph
+    progress.say(f"tracing {_model_name(model)} (batch {batch} x seq {seq_len}, {dtype_name}) on the meta device ...")
+    t0 = time.perf_counter()
+    import torch
+
     from autoparallel.tracer import trace
-    return trace(model, batch=batch, seq_len=seq_len, dtype=dtype)
+    graph = trace(model, batch=batch, seq_len=seq_len, dtype=dtype or torch.bfloat16)
+    if key is not None:
+        store.store(key, graph)
+    progress.say(f"traced {graph.g.number_of_nodes():,} ops in {time.perf_counter() - t0:.1f} s")
+    return graph
 
 
 def make_cluster(hardware: str | Any, gpus: int, gpus_per_node: int | None = None) -> Cluster:
@@ -70,22 +117,26 @@ def _budget(max_memory_per_gpu: str | int | float | None) -> float | None:
 
 def context(model: Any, hardware: str | Any, gpus: int, seq_len: int, gpus_per_node: int | None = None,
             max_memory_per_gpu: Any = None, graph: OpGraph | None = None,
-            overlap_grad_sync: bool = True) -> PlanContext:
+            overlap_grad_sync: bool = True, cache: TraceCache | bool = True,
+            progress: Progress = QUIET) -> PlanContext:
     cluster = make_cluster(hardware, gpus, gpus_per_node)
-    graph = graph or trace_model(model, seq_len=seq_len)
+    budget = _budget(max_memory_per_gpu)   # bad input fails before the trace
+    graph = graph or trace_model(model, seq_len=seq_len, cache=cache, progress=progress)
     cm = CostModel(graph, cluster, overlap_grad_sync=overlap_grad_sync)
-    return PlanContext(_model_name(model), graph, cluster, cm, cm._budget(_budget(max_memory_per_gpu)))
+    return PlanContext(_model_name(model), graph, cluster, cm, cm._budget(budget))
 
 
 def plan_result(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int,
                 max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
-                top_k: int = 3, progress: bool = False, graph: OpGraph | None = None,
-                overlap_grad_sync: bool = True) -> tuple[PlanResult, PlanContext]:
-    ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, graph, overlap_grad_sync)
-    import sys
-    say = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
+                top_k: int = 3, progress: Progress | bool = False, graph: OpGraph | None = None,
+                overlap_grad_sync: bool = True, cache: TraceCache | bool = True) -> tuple[PlanResult, PlanContext]:
+    """The planner's result and what it planned with; `progress`: lines on stderr (True) or a Progress."""
+    prog = progress if isinstance(progress, Progress) else Progress(enabled=progress)
+    ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, graph, overlap_grad_sync,
+                  cache, prog)
     planner = Planner(ctx.graph, ctx.cluster, global_batch, seq_len, ctx.budget_bytes, fix,
-                      model_name=ctx.model_name, progress=say, cost_model=ctx.cost_model)
+                      model_name=ctx.model_name, progress=prog.say if prog.enabled else None,
+                      cost_model=ctx.cost_model)
     return planner.solve(top_k=top_k), ctx
 
 
@@ -103,9 +154,11 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
                   max_memory_per_gpu: Any = None, gpus_per_node: int | None = None, plan_file: str | None = None,
                   tp: int = 1, pp: int = 1, ep: int = 1, vpp: int = 1, micro_batch: int = 1,
                   recompute: str = "none", zero: int = 0, sequence_parallel: bool = False,
-                  grad_reduce_dtype: str = "fp32") -> tuple[Estimate, Plan]:
+                  grad_reduce_dtype: str = "fp32", cache: TraceCache | bool = True,
+                  progress: Progress = QUIET) -> tuple[Estimate, Plan]:
     """Predict one explicitly given plan (dp = gpus / (tp*pp*ep)), or a saved plan file."""
-    ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu)
+    ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, cache=cache,
+                  progress=progress)
     if plan_file:
         p = Plan.load(plan_file)
         if p.gpus != gpus:
@@ -135,16 +188,20 @@ class CompareRow:
 
 
 def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, seq_len: int,
-            max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None) -> list[CompareRow]:
+            max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
+            cache: TraceCache | bool = True, progress: Progress = QUIET) -> list[CompareRow]:
     """Plan the same model on each hardware profile (one trace shared by all)."""
     if not hardware:
         raise UserError("--hardware: give at least one profile, e.g. h100-sxm,mi300x")
-    graph = trace_model(model, seq_len=seq_len)
+    graph = trace_model(model, seq_len=seq_len, cache=cache, progress=progress)
     rows = []
-    for hw in hardware:
+    for k, hw in enumerate(hardware, 1):
+        progress.say(f"[{k}/{len(hardware)}] planning on {hw} ...")
+        t0 = time.perf_counter()
         result, ctx = plan_result(model, hardware=hw, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
                                   max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node,
                                   graph=graph)
+        progress.say(f"[{k}/{len(hardware)}] {hw}: {result.solver.status} in {time.perf_counter() - t0:.1f} s")
         rows.append(CompareRow(ctx.cluster.profile.name, result, ctx))
     return rows
 
@@ -153,6 +210,7 @@ def plan_model(model: nn.Module, *, hardware: str | Any, gpus: int, global_batch
                max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None) -> Plan:
     """Plan an in-memory nn.Module (the trainer's entry point); the plan carries its fingerprint."""
     from autoparallel.plan import fingerprint
+
     p = plan(model, hardware=hardware, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
              max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node)
     return replace(p, model_fingerprint=fingerprint([(n, tuple(t.shape)) for n, t in model.named_parameters()]))
