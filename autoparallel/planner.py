@@ -11,10 +11,12 @@ counts blocks of each class per stage, so depth does not blow it up.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -158,6 +160,10 @@ class Planner:
         self.placements = placements
         self._placement_cache: dict[tuple[int, bool], dict[str, str]] = {}
         self._stage_models: dict[MeshConfig, StageModel] = {}
+        # Shared by every StageModel: segment analyses per (tp, SP) and segment costs under a small key
+        # (the cost model's own cache keys on the whole placement tuple, slow to hash per lookup).
+        self._segments: dict[tuple[int, bool], tuple[dict, tuple]] = {}
+        self._costs: dict[tuple, object] = {}
         self._check_pins()
 
     # ---- the space ----------------------------------------------------------------------------------------
@@ -270,6 +276,22 @@ class Planner:
                      tp=cfg.tp, sequence_parallel=key[1]))
         return self._placement_cache[key]
 
+    def segments_of(self, tp: int, sp: bool, placements: dict[str, str]) -> tuple[dict, tuple]:
+        """(segments, cost-model key) of the placements solved for (tp, SP), computed once."""
+        hit = self._segments.get((tp, sp))
+        if hit is None or hit[2] is not placements:
+            hit = self._segments[tp, sp] = (self.cm.segments(placements, sp), self.cm.segments_key(placements, sp),
+                                            placements)
+        return hit[0], hit[1]
+
+    def segment_cost(self, prefix: tuple, key: tuple, name: str, rc: str):
+        """CostModel.segment_cost for (tp, SP, ep, micro-batch, tp span, ep span) = prefix."""
+        hit = self._costs.get((prefix, name, rc))
+        if hit is None:
+            tp, sp, ep, mb, tp_span, ep_span = prefix
+            hit = self._costs[prefix, name, rc] = self.cm.segment_cost(key, name, tp, ep, sp, mb, rc, tp_span, ep_span)
+        return hit
+
     # ---- bounds -------------------------------------------------------------------------------------------
     def lower_bound(self, cfg: MeshConfig) -> float:
         """t >= (m - 1/v) * sum_T / p + sum_T / v with sum_T at no recompute (T_max >= sum_T / p and
@@ -289,6 +311,40 @@ class Planner:
             self._stage_models[cfg] = StageModel(self, cfg)
         return self._stage_models[cfg]
 
+    def group_bound(self, group: list[MeshConfig]) -> float:
+        """A lower bound on `lower_bound` of configurations that differ only in vpp and ZeRO stage (they
+        share block times, p2p time and m): with sum_T(v) = ends + blocks + p2p * p * v, the bound's
+        pipeline terms are >= (m - 1/v) sum_T(v) / p + sum_T(v) / v = sum_T(v) (m/p + (p-1)/(v p)), and
+        its sync term is >= 0. Scaled down by 1e-12 so rounding never lifts it above a member's bound."""
+        cfg = group[0]
+        sm = self._stage_model(cfg)
+        work = sm.pre_post_time() + sum(sm.block_time(c, "none") * k for c, k in sm.class_counts.items())
+        p, m = cfg.pp, sm.m
+        return min((work + sm.p2p_per_virtual_stage * p * v) * (m / p + (p - 1) / (v * p))
+                   for v in {c.vpp for c in group}) * (1 - 1e-12)
+
+    def _bound_order(self, configs: list[MeshConfig]) -> Iterator[tuple[float, int, MeshConfig]]:
+        """(lower_bound, index, configuration) in increasing (bound, index): the order of sorting every
+        configuration's bound, but a group of configurations that differ only in vpp and ZeRO stage has
+        its members' bounds computed only once the group's `group_bound` reaches the head of the heap
+        (most groups never do: they cannot beat the plan found by then)."""
+        groups: dict[tuple, list[tuple[int, MeshConfig]]] = {}
+        for i, c in enumerate(configs):
+            key = (c.tp, c.pp, c.dp, c.ep, c.micro_batch, c.sequence_parallel, c.grad_reduce_dtype)
+            groups.setdefault(key, []).append((i, c))
+        members = list(groups.values())
+        # entries (bound, index, group id or -1, config); (bound, index) is unique, so the tail never compares
+        heap: list[tuple[float, int, int, MeshConfig]] = [
+            (self.group_bound([c for _, c in m]), m[0][0], g, m[0][1]) for g, m in enumerate(members)]
+        heapq.heapify(heap)
+        while heap:
+            b, i, g, cfg = heapq.heappop(heap)
+            if g < 0:
+                yield b, i, cfg
+                continue
+            for j, c in members[g]:
+                heapq.heappush(heap, (self.lower_bound(c), j, -1, c))
+
     # ---- search -------------------------------------------------------------------------------------------
     def solve(self, top_k: int = 3, time_limit_s: float = 60.0) -> PlanResult:
         t0 = time.perf_counter()
@@ -296,16 +352,19 @@ class Planner:
         if not configs:
             raise UserError(self._no_config_reason())
         self._say(f"planning {self.model_name}: {len(configs)} mesh configurations on {self.cluster}")
-        bounded = sorted(((self.lower_bound(c), i, c) for i, c in enumerate(configs)), key=lambda x: x[:2])
+        order = self._bound_order(configs)
         best: list[Candidate] = []    # feasible, sorted by step time
         misses: list[MeshConfig] = []   # configurations that did not fit, for the explanation
         solved = 0
         last_say = time.perf_counter()
         proven = True
-        for lb, _, cfg in bounded:
+        pending: tuple[float, int, MeshConfig] | None = None   # the first configuration not visited
+        for lb, i, cfg in order:
             if best and lb >= best[0].estimate.step_time_s:
-                break  # sorted bounds: no remaining configuration can beat the winner
+                pending = (lb, i, cfg)
+                break  # increasing bounds: no remaining configuration can beat the winner
             if time.perf_counter() - t0 > time_limit_s:
+                pending = (lb, i, cfg)
                 proven = False
                 break
             solved += 1
@@ -328,21 +387,22 @@ class Planner:
             if time.perf_counter() - last_say > 1.0:
                 self._say(f"  {solved} configurations solved, best {best[0].estimate.step_time_s:.4f} s/step")
                 last_say = time.perf_counter()
-        runners = self._find_runners_up(best, bounded[solved:], top_k) if best else []
+        rest = itertools.chain([pending] if pending else [], order)
+        runners = self._find_runners_up(best, rest, top_k) if best else []
         wall = time.perf_counter() - t0
         if not best:
             return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved),
                               explanation=self._explain_infeasible(self._closest_miss(misses)))
         winner = best[0]
-        remaining = [lb for lb, _, c in bounded[solved:]]
-        bound = min([winner.estimate.step_time_s] + remaining) if remaining else winner.estimate.step_time_s
+        # the smallest bound not visited is the pending one (bounds come in increasing order)
+        bound = min(winner.estimate.step_time_s, pending[0]) if pending else winner.estimate.step_time_s
         status = "OPTIMAL" if proven and bound >= winner.estimate.step_time_s - 1e-12 else "FEASIBLE"
         self._say(f"  done: {solved}/{len(configs)} configurations solved in {wall:.2f} s")
         return PlanResult(winner.plan, winner.estimate,
                           SolverInfo(status, wall, winner.estimate.step_time_s, bound, len(configs), solved),
                           runners_up=runners)
 
-    def _find_runners_up(self, best: list[Candidate], rest: list, k: int,
+    def _find_runners_up(self, best: list[Candidate], rest: Iterable[tuple[float, int, MeshConfig]], k: int,
                          budget_s: float = 2.0) -> list[Candidate]:
         """Runners-up: the best other meshes among those solved, topped up by solving the next
         configurations in bound order (not proven the 2nd..k-th best: each is a real, costed plan)."""
@@ -475,10 +535,9 @@ class StageModel:
         self.rep = {c: graph.blocks[bc.index(c)] for c in self.classes}
         self.sp = cfg.sequence_parallel and cfg.tp > 1
         self.placements = self.plan0.placements
-        self.segs = self.cm.segments(self.placements, self.sp)
-        self._costs: dict[tuple[str, str], object] = {}
-        self.key = self.cm.segments_key(self.placements, self.sp)
+        self.segs, self.key = planner.segments_of(cfg.tp, self.sp, self.placements)
         self.span = self.plan0.mesh_span()
+        self._cost_prefix = (cfg.tp, self.sp, cfg.ep, cfg.micro_batch, self.span["tp"], self.span["ep"])
         self.modes = [self.pl.fix["recompute"]] if "recompute" in self.pl.fix else list(RECOMPUTE_MODES)
         self.p2p_per_virtual_stage = 0.0
         self.mem_unit = planner.budget / RESOLUTION   # bytes per integer unit
@@ -498,12 +557,7 @@ class StageModel:
 
     # ---- coefficients --------------------------------------------------------------------------------------
     def cost(self, name: str, rc: str):
-        hit = self._costs.get((name, rc))
-        if hit is None:
-            c = self.cfg
-            hit = self._costs[name, rc] = self.cm.segment_cost(self.key, name, c.tp, c.ep, self.sp, c.micro_batch,
-                                                               rc, self.span["tp"], self.span["ep"])
-        return hit
+        return self.pl.segment_cost(self._cost_prefix, self.key, name, rc)
 
     def block_time(self, cls: int, rc: str) -> float:
         return self.cost(self.rep[cls], rc).total_s
@@ -624,6 +678,13 @@ class StageModel:
             return [{} for _ in range(p)]
         infl = np.array([in_flight_micro_batches(d, p, v, self.m) for d in range(p)])[:, None, None]
         cap = np.array([self.pl.budget / (1 + ALLOCATOR_RESERVE) - self.fixed_memory(d) for d in range(p)])[:, None, None]
+        # A rank whose model states alone exceed its memory holds no more blocks (every other term is
+        # >= 0): dropping those counts shrinks the grid without changing any option (+1 for rounding).
+        state = self.block_memory(c)
+        if state > 0:
+            ks = ks[ks <= math.floor(float(cap.max()) / state) + 1]
+            if ks.size == 0:
+                return [{} for _ in range(p)]
         act = {r: infl * costs[r].act_bytes for r in modes}
         work = {r: costs[r].working_bytes for r in modes}
         K, NF = np.meshgrid(ks, np.arange(0, ks[-1] + 1 if ok["full"] else 1), indexing="ij")
@@ -664,9 +725,8 @@ class StageModel:
                 na = np.clip(na, 0, np.maximum(rest - 1, 0))
                 consider(na, rest - na, fine)
         j = np.argmin(best_t, axis=2)
-        tb = np.take_along_axis(best_t, j[..., None], axis=2)[..., 0]
-        nab = np.take_along_axis(best_na, j[..., None], axis=2)[..., 0]
-        nsb = np.take_along_axis(best_ns, j[..., None], axis=2)[..., 0]
+        at = (np.arange(shape[0])[:, None], np.arange(shape[1])[None, :], j)   # plain indexing: cheaper than
+        tb, nab, nsb = best_t[at], best_na[at], best_ns[at]                      # take_along_axis here
         out: list[dict[int, tuple[float, tuple[int, int, int]]]] = []
         for d in range(p):
             fin = np.isfinite(tb[d])
