@@ -373,6 +373,9 @@ class Planner:
                 misses.append(cfg)
                 continue
             if len(sm.classes) == 1 and best:
+                # the cheap bound is <= relaxed_bound, so pruning on it first decides exactly as before
+                if sm.quick_relaxed_bound() >= best[0].estimate.step_time_s:
+                    continue
                 lb2 = sm.relaxed_bound()
                 if lb2 >= best[0].estimate.step_time_s:
                     continue
@@ -777,6 +780,62 @@ class StageModel:
             ks[d] += 1
             need -= 1
         return tau, ks
+
+    def quick_relaxed_bound(self) -> float:
+        """A cheaper lower bound on `relaxed_bound` (uniform blocks): each rank's fastest fitting time
+        t*(d, k) relaxed to the linear program with fractional recompute counts and the working set cut
+        to its floor (the logits on the last rank): k * t_none plus the cheapest way to free the memory
+        k blocks of no recompute exceed, on the lower convex hull of the per-block (memory saved, time
+        added) points of selective and full recompute. Then the convex-minorant bound of _relaxed without
+        the min-max term, scaled down by 1e-9 so rounding never lifts it above relaxed_bound."""
+        if tuple(self.modes) != RECOMPUTE_MODES:
+            return -math.inf
+        c = self.classes[0]
+        rep_ = self.rep[c]
+        v, L, p = self.cfg.vpp, self.cm.num_blocks, self.cfg.pp
+        ks = np.arange(v, L - v * (p - 1) + 1, dtype=float)
+        if ks.size == 0:
+            return math.inf
+        t = {r: self.block_time(c, r) for r in RECOMPUTE_MODES}
+        act = {r: self.cost(rep_, r).act_bytes for r in RECOMPUTE_MODES}
+        cost = {r: t[r] - t["none"] for r in ("selective", "full")}
+        if min(cost.values()) < 0 or min(act.values()) < 0:
+            return -math.inf
+        infl = np.array([in_flight_micro_batches(d, p, v, self.m) for d in range(p)], dtype=float)[:, None]
+        cap = np.array([self.pl.budget / (1 + ALLOCATOR_RESERVE) - self.fixed_memory(d) - self.logits_floor(d)
+                        for d in range(p)])[:, None]
+        excess = ks[None, :] * (self.block_memory(c) + infl * act["none"]) - cap      # [p, K] bytes to free
+        per_block = np.maximum(excess, 0.0) / ks[None, :]
+        sel, full = (infl * (act["none"] - act[r]) for r in ("selective", "full"))      # bytes freed per block
+        extra = np.full(per_block.shape, np.inf)                                         # [p, K] s per block
+        extra[per_block <= 0] = 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for s_, c_ in ((sel, cost["selective"]), (full, cost["full"])):
+                ok = (per_block <= s_) & (s_ > 0)
+                extra = np.where(ok, np.minimum(extra, per_block * c_ / s_), extra)
+            between = (per_block >= sel) & (per_block <= full) & (full > sel)
+            chord = cost["selective"] + (per_block - sel) * (cost["full"] - cost["selective"]) / (full - sel)
+            extra = np.where(between, np.minimum(extra, chord), extra)
+        times = ks[None, :] * (t["none"] + extra)                                        # [p, K]
+        ends = np.array([self._device_constants(d)[0] for d in range(p)])
+        base = float(np.sum(times[:, 0] + ends))
+        floor_max = float(np.max(times[:, 0] + ends))
+        need = L - p * v
+        slopes = []
+        for d in range(p):
+            fin = np.isfinite(times[d])
+            if not fin.any():
+                return math.inf
+            last = int(np.flatnonzero(fin)[-1])   # infeasibility only grows with k
+            hull = _lower_hull(ks[: last + 1], times[d, : last + 1])
+            for (k0, t0), (k1, t1) in zip(hull, hull[1:]):
+                slopes.append(np.full(int(k1 - k0), (t1 - t0) / (k1 - k0)))
+        allslopes = np.sort(np.concatenate(slopes)) if slopes else np.zeros(0)
+        if allslopes.size < need:
+            return math.inf
+        total = base + float(allslopes[:need].sum())
+        m = self.m
+        return ((m - 1 / v) * max(total / p, floor_max) + total / v + self.sync_bound()) * (1 - 1e-9)
 
     def relaxed_sum(self) -> float:
         """Lower bound on sum_d T_d: the convex-minorant greedy of `relaxed_bound`."""
