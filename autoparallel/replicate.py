@@ -222,14 +222,19 @@ class _Expander:
             raise _Mismatch
         return copies[self.idx[old]]
 
-    def _rename(self, module: str, r: int, i: int) -> str:
+    def _rename_spec(self, module: str, r: int) -> tuple[int, str] | None:
+        """How a module path of traced block r's ops reads in a copy: (offset of its block from the
+        copy's block, path below that block); None for paths outside the blocks (kept as they are)."""
         if not module.startswith(self.prefix):
-            return module
+            return None
         head = module[len(self.prefix):].split(".", 1)[0]
         q = self.pos_of_path.get(self.prefix + head)
         if q is None:
-            return module
-        return self.plan.blocks[self._target(r, i, q)] + module[len(self.prefix + head):]
+            return None
+        delta = self.kept[q] - self.kept[r]
+        if abs(delta) > 1:
+            raise _Mismatch
+        return delta, module[len(self.prefix + head):]
 
     # ---- assembly
     def run(self, edges: list[tuple[int, int]]) -> tuple[list[dict[str, Any]], list[tuple[int, int]]]:
@@ -248,14 +253,21 @@ class _Expander:
                 continue
             emitted.add(phase)
             order = range(self.L) if phase == "fwd" else range(self.L - 1, -1, -1)
+            renames: dict[int, list[tuple[int, str] | None]] = {}   # per template: (delta, suffix) per node
             for i in order:
                 t = self.pos_of_index[self.plan.template[i]]
-                new_ids = []
-                for n in self.runs[phase, t]:
+                run = self.runs[phase, t]
+                if t not in renames:
+                    renames[t] = [self._rename_spec(self.nodes[n]["module"], t) for n in run]
+                new_ids = list(range(len(out), len(out) + len(run)))
+                for n, spec in zip(run, renames[t]):
                     # block and region are reassigned on the full list (tracer._assign_regions)
                     a = {**self.nodes[n], "block": None, "region": ""}
-                    a["module"] = self._rename(a["module"], t, i)
-                    new_ids.append(len(out))
+                    if spec is not None:
+                        target = i + spec[0]
+                        if not 0 <= target < self.L:
+                            raise _Mismatch
+                        a["module"] = self.plan.blocks[target] + spec[1]
                     out.append(a)
                     origin.append((n, t, i))
                 self.inst[phase, i] = new_ids

@@ -15,6 +15,7 @@ only saves time).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib.metadata
 import inspect
@@ -130,6 +131,8 @@ class TraceCache:
         return self.directory / f"trace-{key.digest()}.pkl"
 
     def load(self, key: TraceKey) -> OpGraph | None:
+        was_enabled = gc.isenabled()
+        gc.disable()  # unpickling creates ~10^5 small objects: cyclic GC passes would double the time
         try:
             with open(self.path(key), "rb") as f:
                 graph = pickle.load(f)
@@ -137,6 +140,9 @@ class TraceCache:
             return None
         except Exception:  # truncated, from another version, unreadable: a miss, rewritten on store
             return None
+        finally:
+            if was_enabled:
+                gc.enable()
         return graph if isinstance(graph, OpGraph) else None
 
     def store(self, key: TraceKey, graph: OpGraph) -> bool:
