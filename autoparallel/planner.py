@@ -297,13 +297,7 @@ class Planner:
         """t >= (m - 1/v) * sum_T / p + sum_T / v with sum_T at no recompute (T_max >= sum_T / p and
         the T_max coefficient m - 1/v >= 0), plus the data-parallel and optimizer bound."""
         sm = self._stage_model(cfg)
-        total = sm.pre_post_time() + sum(sm.block_time(c, "none") * k for c, k in sm.class_counts.items())
-        total += sm.p2p_per_virtual_stage * cfg.pp * cfg.vpp
-        m, v, p = sm.m, cfg.vpp, cfg.pp
-        t_block = min(sm.block_time(c, "none") for c in sm.classes)
-        ends = np.array([sm._device_constants(d)[0] for d in range(p)])
-        tau = _min_max_blocks(ends, t_block, self.cm.num_blocks, v)
-        return (m - 1 / v) * max(total / p, tau) + total / v + sm.sync_bound()
+        return self._pipeline_bound(sm, cfg.vpp) + sm.sync_bound()
 
     def _stage_model(self, cfg: MeshConfig) -> StageModel:
         """One StageModel per configuration: the bound and the solve share its cached costs."""
@@ -312,16 +306,22 @@ class Planner:
         return self._stage_models[cfg]
 
     def group_bound(self, group: list[MeshConfig]) -> float:
-        """A lower bound on `lower_bound` of configurations that differ only in vpp and ZeRO stage (they
-        share block times, p2p time and m): with sum_T(v) = ends + blocks + p2p * p * v, the bound's
-        pipeline terms are >= (m - 1/v) sum_T(v) / p + sum_T(v) / v = sum_T(v) (m/p + (p-1)/(v p)), and
-        its sync term is >= 0. Scaled down by 1e-12 so rounding never lifts it above a member's bound."""
-        cfg = group[0]
-        sm = self._stage_model(cfg)
-        work = sm.pre_post_time() + sum(sm.block_time(c, "none") * k for c, k in sm.class_counts.items())
-        p, m = cfg.pp, sm.m
-        return min((work + sm.p2p_per_virtual_stage * p * v) * (m / p + (p - 1) / (v * p))
-                   for v in {c.vpp for c in group}) * (1 - 1e-12)
+        """A lower bound on `lower_bound` of configurations that differ only in vpp and ZeRO stage: they
+        share block times, p2p time and m, so for each of their vpp values this is `lower_bound` without
+        its sync term (>= 0, the only part that depends on ZeRO), computed with the same operations.
+        Scaled down by 1e-12 as a margin against rounding."""
+        sm = self._stage_model(group[0])
+        return min(self._pipeline_bound(sm, v) for v in sorted({c.vpp for c in group})) * (1 - 1e-12)
+
+    def _pipeline_bound(self, sm: StageModel, v: int) -> float:
+        """(m - 1/v) * max(sum_T / p, tau) + sum_T / v for sm's configuration run with vpp = v."""
+        total = sm.pre_post_time() + sum(sm.block_time(c, "none") * k for c, k in sm.class_counts.items())
+        total += sm.p2p_per_virtual_stage * sm.cfg.pp * v
+        m, p = sm.m, sm.cfg.pp
+        t_block = min(sm.block_time(c, "none") for c in sm.classes)
+        ends = np.array([sm.ends_time(d, v) for d in range(p)])
+        tau = _min_max_blocks(ends, t_block, self.cm.num_blocks, v)
+        return (m - 1 / v) * max(total / p, tau) + total / v
 
     def _bound_order(self, configs: list[MeshConfig]) -> Iterator[tuple[float, int, MeshConfig]]:
         """(lower_bound, index, configuration) in increasing (bound, index): the order of sorting every
@@ -970,12 +970,22 @@ class StageModel:
             self._consts = [self._compute_device_constants(r) for r in range(self.cfg.pp)]
         return self._consts[d]
 
+    def ends_time(self, d: int, vpp: int) -> float:
+        """Rank d's time per micro-batch outside its blocks with vpp virtual stages per rank: p2p of
+        its virtual stages plus the ends (embeddings on the first stage, head on the last) it runs."""
+        p = self.cfg.pp
+        time_ = self.p2p_per_virtual_stage * vpp
+        for s, name in ((0, "pre"), (p * vpp - 1, "post")):
+            if s % p == d:
+                time_ += self.cost(name, "none").total_s
+        return time_
+
     def _compute_device_constants(self, d: int) -> tuple[float, float, float, float]:
         """Rank d's partition-independent terms: (time of its ends + p2p, gradient-sync constant and
         its ends' sync, optimizer time of its ends, backward cover of its ends)."""
         c, p = self.cfg, self.cfg.pp
         ds, dc, es, ec = self.dp_time_linear()
-        time_ = self.p2p_per_virtual_stage * c.vpp
+        time_ = self.ends_time(d, c.vpp)
         sync = dc if c.dp * c.ep > 1 else 0.0
         if c.dp > 1 and self.params_of(self.rep[self.classes[0]])[1] > 0:
             sync += ec
@@ -984,7 +994,6 @@ class StageModel:
             if s % p != d:
                 continue
             sc = self.cost(name, "none")
-            time_ += sc.total_s
             pa, pe = self.params_of(name)
             sync += ds * (pa - pe) + es * pe
             opt += pa * self.cm.optimizer_seconds_per_param(self.plan0)
