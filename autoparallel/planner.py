@@ -74,10 +74,12 @@ class SolverInfo:
     bound: float | None       # proven lower bound on the best step time in the space [s]
     configs_total: int = 0
     configs_solved: int = 0
+    cpu_s: float | None = None   # CPU time of this process during the search (wall_s on a busy host is more)
 
     def to_dict(self) -> dict:
         return {"status": self.status, "wall_s": round(self.wall_s, 4), "objective": self.objective,
-                "bound": self.bound, "configs_total": self.configs_total, "configs_solved": self.configs_solved}
+                "bound": self.bound, "configs_total": self.configs_total, "configs_solved": self.configs_solved,
+                "cpu_s": None if self.cpu_s is None else round(self.cpu_s, 4)}
 
 
 @dataclass
@@ -347,7 +349,7 @@ class Planner:
 
     # ---- search -------------------------------------------------------------------------------------------
     def solve(self, top_k: int = 3, time_limit_s: float = 60.0) -> PlanResult:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         configs = list(self.mesh_configs())
         if not configs:
             raise UserError(self._no_config_reason())
@@ -392,9 +394,9 @@ class Planner:
                 last_say = time.perf_counter()
         rest = itertools.chain([pending] if pending else [], order)
         runners = self._find_runners_up(best, rest, top_k) if best else []
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         if not best:
-            return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved),
+            return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved, cpu),
                               explanation=self._explain_infeasible(self._closest_miss(misses)))
         winner = best[0]
         # the smallest bound not visited is the pending one (bounds come in increasing order)
@@ -402,7 +404,7 @@ class Planner:
         status = "OPTIMAL" if proven and bound >= winner.estimate.step_time_s - 1e-12 else "FEASIBLE"
         self._say(f"  done: {solved}/{len(configs)} configurations solved in {wall:.2f} s")
         return PlanResult(winner.plan, winner.estimate,
-                          SolverInfo(status, wall, winner.estimate.step_time_s, bound, len(configs), solved),
+                          SolverInfo(status, wall, winner.estimate.step_time_s, bound, len(configs), solved, cpu),
                           runners_up=runners)
 
     def _find_runners_up(self, best: list[Candidate], rest: Iterable[tuple[float, int, MeshConfig]], k: int,

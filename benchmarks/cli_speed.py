@@ -36,6 +36,7 @@ PLAN_70B = ["plan", "llama3-70b", "--hardware", "h100-sxm", "--gpus", "64", "--g
 @dataclass
 class Run:
     total_s: float
+    cpu_s: float            # user + system CPU seconds of the child
     first_line_s: float | None
     returncode: int
     stdout: str
@@ -47,15 +48,15 @@ class Row:
     command: str
     target: str
     totals: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
     first_lines: list[float] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
         def stats(xs: list[float]) -> dict | None:
-            return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3),
-                    "max": round(max(xs), 3)} if xs else None
+            return _stats(xs) if xs else None
         return {"name": self.name, "command": self.command, "target": self.target, "total_s": stats(self.totals),
-                "first_line_s": stats(self.first_lines), **self.extra}
+                "cpu_s": stats(self.cpus), "first_line_s": stats(self.first_lines), **self.extra}
 
 
 def run_cli(args: list[str], cache_dir: str) -> Run:
@@ -79,11 +80,12 @@ def run_cli(args: list[str], cache_dir: str) -> Run:
                threading.Thread(target=watch, args=(proc.stderr, False))]
     for t in threads:
         t.start()
-    rc = proc.wait()
+    _, status, usage = os.wait4(proc.pid, 0)
     total = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
     for t in threads:
         t.join()
-    return Run(total, min(first) if first else None, rc, "".join(out))
+    return Run(total, usage.ru_utime + usage.ru_stime, min(first) if first else None, proc.returncode, "".join(out))
 
 
 def measure(name: str, args: list[str], target: str, runs: int, cold: bool, expect_rc: int = 0) -> Row:
@@ -97,20 +99,25 @@ def measure(name: str, args: list[str], target: str, runs: int, cold: bool, expe
             if r.returncode != expect_rc:
                 raise RuntimeError(f"{row.command}: exit {r.returncode}")
             row.totals.append(r.total_s)
+            row.cpus.append(r.cpu_s)
             if r.first_line_s is not None:
                 row.first_lines.append(r.first_line_s)
             if "--json" in args and r.returncode == 0:
                 solver = json.loads(r.stdout)["solver"]
                 row.extra.setdefault("solver_wall_s", []).append(solver["wall_s"])
+                row.extra.setdefault("solver_cpu_s", []).append(solver["cpu_s"])
                 row.extra["status"] = solver["status"]
                 p = json.loads(r.stdout)["plan"]
                 row.extra["plan"] = (f"dp{p['dp']} tp{p['tp']} pp{p['pp']} vpp{p['vpp']} mb{p['micro_batch']} "
                                      f"zero{p['zero']}{' sp' if p['sequence_parallel'] else ''}")
     if "solver_wall_s" in row.extra:
-        walls = row.extra.pop("solver_wall_s")
-        row.extra["solver_s"] = {"median": round(statistics.median(walls), 3), "min": round(min(walls), 3),
-                                 "max": round(max(walls), 3)}
+        row.extra["solver_s"] = _stats(row.extra.pop("solver_wall_s"))
+        row.extra["solver_cpu_s"] = _stats(row.extra.pop("solver_cpu_s"))
     return row
+
+
+def _stats(xs: list[float]) -> dict:
+    return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3), "max": round(max(xs), 3)}
 
 
 def sc21_row(runs: int) -> Row:
@@ -124,34 +131,39 @@ def sc21_row(runs: int) -> Row:
     model = load_model_spec(case["model"])
     row = Row(case["name"], "python benchmarks/cli_speed.py (in-process, see plan_speed.py)", "solver <= 2 s")
     graph = context(model, case["hardware"], case["gpus"], case["seq_len"], overlap_grad_sync=False).graph
-    walls = []
+    walls, cpus = [], []
     for _ in range(runs):
         res, _ = plan_result(model, hardware=case["hardware"], gpus=case["gpus"], global_batch=case["global_batch"],
                              seq_len=case["seq_len"], graph=graph, overlap_grad_sync=False, top_k=0)
         walls.append(res.solver.wall_s)
+        cpus.append(res.solver.cpu_s)
         p = res.plan
         row.extra["status"] = res.solver.status
         row.extra["plan"] = (f"dp{p.dp} tp{p.tp} pp{p.pp} vpp{p.vpp} mb{p.micro_batch} zero{p.zero}"
                              f"{' sp' if p.sequence_parallel else ''}")
-    row.extra["solver_s"] = {"median": round(statistics.median(walls), 3), "min": round(min(walls), 3),
-                             "max": round(max(walls), 3)}
+    row.extra["solver_s"] = _stats(walls)
+    row.extra["solver_cpu_s"] = _stats(cpus)
     return row
 
 
-def table(rows: list[dict], runs: int) -> str:
+def table(rows: list[dict], runs: int, load: float) -> str:
     def fmt(s: dict | None) -> str:
         return "-" if s is None else f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})"
     lines = ["## CLI speed", "",
              f"Command: `python benchmarks/cli_speed.py --runs {runs}` ({platform.machine()}, {os.cpu_count()} cores "
              f"shared with other work, Python {platform.python_version()}). Each command in a fresh interpreter; "
              "median (min-max) seconds over the runs; cold = empty trace cache, warm = cache filled by an "
-             "earlier run; first line = first line on stderr or stdout.", "",
-             "| case | command | target | total s | first line s | solver s | status | plan |",
-             "|---|---|---|---|---|---|---|---|"]
+             "earlier run; first line = first line on stderr or stdout. Wall seconds depend on what else "
+             "runs on the shared cores (load average at the start: "
+             f"{load:.1f}); CPU seconds (user + system of the process, or of the search for "
+             "the solver) are what a quiet machine's wall time approaches.", "",
+             "| case | command | target | total s (wall) | total s (CPU) | first line s | solver s (wall) | "
+             "solver s (CPU) | status | plan |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['name']} | `{r['command']}` | {r['target']} | {fmt(r['total_s'])} | "
-                     f"{fmt(r['first_line_s'])} | {fmt(r.get('solver_s'))} | {r.get('status', '-')} | "
-                     f"{r.get('plan', '-')} |")
+        lines.append(f"| {r['name']} | `{r['command']}` | {r['target']} | {fmt(r['total_s'])} | {fmt(r['cpu_s'])} | "
+                     f"{fmt(r['first_line_s'])} | {fmt(r.get('solver_s'))} | {fmt(r.get('solver_cpu_s'))} | "
+                     f"{r.get('status', '-')} | {r.get('plan', '-')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -160,6 +172,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
     n = args.runs
+    load = os.getloadavg()[0]
     rows = [
         measure("--help", ["--help"], "<= 0.3 s", n, cold=True),
         measure("profiles list", ["profiles", "list"], "<= 0.3 s", n, cold=True),
@@ -177,7 +190,7 @@ def main() -> None:
     for r in out:
         print(json.dumps(r), flush=True)
     (ROOT / "benchmarks" / "results" / "cli_speed.json").write_text(json.dumps(out, indent=1) + "\n")
-    text = table(out, n)
+    text = table(out, n, load)
     (ROOT / "docs" / "benchmarks_cli.md").write_text(text)
     bench = ROOT / "docs" / "benchmarks.md"
     doc = bench.read_text()
