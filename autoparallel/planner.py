@@ -166,6 +166,8 @@ class Planner:
         # (the cost model's own cache keys on the whole placement tuple, slow to hash per lookup).
         self._segments: dict[tuple[int, bool], tuple[dict, tuple]] = {}
         self._costs: dict[tuple, object] = {}
+        self._p2p: dict[tuple, float] = {}
+        self._pipeline: dict[tuple, float] = {}   # _pipeline_bound per (group, vpp): shared by members
         self._check_pins()
 
     # ---- the space ----------------------------------------------------------------------------------------
@@ -286,6 +288,16 @@ class Planner:
                                             placements)
         return hit[0], hit[1]
 
+    def p2p_time(self, plan: Plan, pp_span: str) -> float:
+        """Send + receive of one stage boundary's activation, forward and backward [s]; it depends on
+        tp, SP, the micro-batch and the pipeline link only, so configurations share it."""
+        key = (plan.tp, plan.sequence_parallel, plan.micro_batch, pp_span)
+        hit = self._p2p.get(key)
+        if hit is None:
+            from cost_models.comm import send_recv_time
+            hit = self._p2p[key] = 2 * send_recv_time(self.cm._boundary_bytes(plan), link_for(self.cm.profile, pp_span))
+        return hit
+
     def segment_cost(self, prefix: tuple, key: tuple, name: str, rc: str):
         """CostModel.segment_cost for (tp, SP, ep, micro-batch, tp span, ep span) = prefix."""
         hit = self._costs.get((prefix, name, rc))
@@ -316,7 +328,15 @@ class Planner:
         return min(self._pipeline_bound(sm, v) for v in sorted({c.vpp for c in group})) * (1 - 1e-12)
 
     def _pipeline_bound(self, sm: StageModel, v: int) -> float:
-        """(m - 1/v) * max(sum_T / p, tau) + sum_T / v for sm's configuration run with vpp = v."""
+        """(m - 1/v) * max(sum_T / p, tau) + sum_T / v for sm's configuration run with vpp = v (every
+        input is shared by the configurations of sm's group, so the value is computed once per v)."""
+        key = (_group_key(sm.cfg), v)
+        hit = self._pipeline.get(key)
+        if hit is None:
+            hit = self._pipeline[key] = self._compute_pipeline_bound(sm, v)
+        return hit
+
+    def _compute_pipeline_bound(self, sm: StageModel, v: int) -> float:
         total = sm.pre_post_time() + sum(sm.block_time(c, "none") * k for c, k in sm.class_counts.items())
         total += sm.p2p_per_virtual_stage * sm.cfg.pp * v
         m, p = sm.m, sm.cfg.pp
@@ -332,8 +352,7 @@ class Planner:
         (most groups never do: they cannot beat the plan found by then)."""
         groups: dict[tuple, list[tuple[int, MeshConfig]]] = {}
         for i, c in enumerate(configs):
-            key = (c.tp, c.pp, c.dp, c.ep, c.micro_batch, c.sequence_parallel, c.grad_reduce_dtype)
-            groups.setdefault(key, []).append((i, c))
+            groups.setdefault(_group_key(c), []).append((i, c))
         members = list(groups.values())
         # entries (bound, index, group id or -1, config); (bound, index) is unique, so the tail never compares
         heap: list[tuple[float, int, int, MeshConfig]] = [
@@ -485,6 +504,11 @@ class Planner:
             self.progress(msg)
 
 
+def _group_key(c: MeshConfig) -> tuple:
+    """Configurations equal in all but vpp and ZeRO stage: they share block times, p2p time and m."""
+    return c.tp, c.pp, c.dp, c.ep, c.micro_batch, c.sequence_parallel, c.grad_reduce_dtype
+
+
 def _min_max_blocks(ends: np.ndarray, t_block: float, blocks: int, v: int) -> float:
     """Smallest tau with sum_d floor((tau - ends_d) / t_block) >= blocks, every rank holding >= v
     blocks: the bottleneck time when every block runs at its fastest (a valid lower bound)."""
@@ -544,12 +568,8 @@ class StageModel:
         self.span = self.plan0.mesh_span()
         self._cost_prefix = (cfg.tp, self.sp, cfg.ep, cfg.micro_batch, self.span["tp"], self.span["ep"])
         self.modes = [self.pl.fix["recompute"]] if "recompute" in self.pl.fix else list(RECOMPUTE_MODES)
-        self.p2p_per_virtual_stage = 0.0
         self.mem_unit = planner.budget / RESOLUTION   # bytes per integer unit
-        if cfg.pp > 1:
-            from cost_models.comm import send_recv_time
-            self.p2p_per_virtual_stage = 2 * send_recv_time(self.cm._boundary_bytes(self.plan0),
-                                                            link_for(self.cm.profile, self.span["pp"]))
+        self.p2p_per_virtual_stage = planner.p2p_time(self.plan0, self.span["pp"]) if cfg.pp > 1 else 0.0
 
     @property
     def ns(self) -> float:
