@@ -8,12 +8,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from functools import lru_cache
-from typing import Any
-
-import torch
-from torch import nn
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, TextIO
 
 from autoparallel.errors import UserError
 from autoparallel.graph import OpGraph
@@ -21,12 +19,32 @@ from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, MAX_TOP
 from autoparallel.plan import Plan
 from autoparallel.planner import Planner, PlanResult, parse_fix
 from autoparallel.sharding import cost_model as sharding_cost_model
+from autoparallel.trace_cache import TraceCache, TraceKey, module_identity, spec_identity
 from autoparallel.units import parse_bytes
 from cost_models.estimate import CostModel, Estimate
 from hardware_profiles import Cluster, load_profile
 
+if TYPE_CHECKING:  # torch loads only when a model is actually traced (a warm cache never needs it)
+    import torch
+    from torch import nn
+
 TRACE_BATCH = 1  # costs scale linearly in the micro-batch; one sample is traced
 DEFAULT_SEQ_LEN = 2048
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Progress lines on stderr for the steps that can take seconds; `enabled=False` is silent."""
+
+    enabled: bool = True
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def say(self, msg: str) -> None:
+        if self.enabled:
+            print(msg, file=self.stream, flush=True)
+
+
+QUIET = Progress(enabled=False)
 
 
 @dataclass
@@ -45,23 +63,52 @@ def _model_name(model: Any) -> str:
     return name if isinstance(name, str) else type(model).__name__
 
 
-@lru_cache(maxsize=8)
-def _trace_cached(ref: str, batch: int, seq_len: int) -> OpGraph:
-    from autoparallel.tracer import trace
-    return trace(ref, batch=batch, seq_len=seq_len)
+def _model_identity(model: Any) -> str | None:
+    """What determines the traced graph for the cache key; None when it cannot be known without
+    running user code (`package.module:callable`), so that model is traced every time."""
+    from autoparallel.specs import ModelSpec, load_model_spec
+
+    if isinstance(model, (str, dict, ModelSpec)):
+        try:
+            return spec_identity(load_model_spec(model))
+        except UserError:
+            if isinstance(model, str) and ":" in model:
+                return None  # package.module:callable (or bad input the tracer reports in its words)
+            raise
+    torch_mod = sys.modules.get("torch")
+    if torch_mod is not None and isinstance(model, torch_mod.nn.Module):
+        return module_identity(model)
+    return None
 
 
 def trace_model(model: str | nn.Module | Any, batch: int = TRACE_BATCH, seq_len: int = 2048,
-                dtype: torch.dtype = torch.bfloat16) -> OpGraph:
-    """OpGraph of one training step; catalog names and spec paths are cached per process."""
+                dtype: torch.dtype | None = None, cache: TraceCache | bool = True,
+                progress: Progress = QUIET) -> OpGraph:
+    """OpGraph of one training step, in bf16 unless `dtype`. Looked up in and stored to the on-disk
+    trace cache (autoparallel.trace_cache; `cache=True`: the default directory, False: bypassed)."""
     check_int(batch, "--batch", 1, MAX_TRACE_BATCH)
     check_int(seq_len, "--seq-len", 1, MAX_SEQ_LEN)
     from autoparallel.specs import check_seq_len, spec_of
     check_seq_len(spec_of(model), seq_len)  # also reads and validates a config before any tracing
-    if isinstance(model, str) and dtype == torch.bfloat16:
-        return _trace_cached(model, batch, seq_len)
+    dtype_name = "bfloat16" if dtype is None else str(dtype).removeprefix("torch.")
+    store = TraceCache.default() if cache is True else (cache or None)
+    identity = _model_identity(model)  # also rejects an unknown model before any progress line
+    key = TraceKey.of(identity, batch, seq_len, dtype_name) if identity is not None and store else None
+    if key is not None:
+        graph = store.load(key)
+        if graph is not None:
+            progress.say(f"trace {_model_name(model)}: from cache ({graph.g.number_of_nodes():,} ops)")
+            return graph
+    progress.say(f"tracing {_model_name(model)} (batch {batch} x seq {seq_len}, {dtype_name}) on the meta device ...")
+    t0 = time.perf_counter()
+    import torch
+
     from autoparallel.tracer import trace
-    return trace(model, batch=batch, seq_len=seq_len, dtype=dtype)
+    graph = trace(model, batch=batch, seq_len=seq_len, dtype=dtype or torch.bfloat16)
+    if key is not None:
+        store.store(key, graph)
+    progress.say(f"traced {graph.g.number_of_nodes():,} ops in {time.perf_counter() - t0:.1f} s")
+    return graph
 
 
 def make_cluster(hardware: str | Any, gpus: int, gpus_per_node: int | None = None) -> Cluster:
@@ -78,26 +125,29 @@ def _budget(max_memory_per_gpu: str | int | float | None) -> float | None:
 
 def context(model: Any, hardware: str | Any, gpus: int, seq_len: int, gpus_per_node: int | None = None,
             max_memory_per_gpu: Any = None, graph: OpGraph | None = None,
-            overlap_grad_sync: bool = True, runtime: str = "trainer") -> PlanContext:
+            overlap_grad_sync: bool = True, runtime: str = "trainer", cache: TraceCache | bool = True,
+            progress: Progress = QUIET) -> PlanContext:
     cluster = hardware if isinstance(hardware, Cluster) else make_cluster(hardware, gpus, gpus_per_node)
     budget = _budget(max_memory_per_gpu)  # parsed before the trace: bad input costs no work
-    graph = graph or trace_model(model, seq_len=seq_len)
+    graph = graph or trace_model(model, seq_len=seq_len, cache=cache, progress=progress)
     cm = sharding_cost_model(graph, cluster, overlap_grad_sync=overlap_grad_sync, runtime=runtime)
     return PlanContext(_model_name(model), graph, cluster, cm, cm._budget(budget))
 
 
 def plan_result(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int,
                 max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
-                top_k: int = 3, progress: bool = False, graph: OpGraph | None = None,
-                overlap_grad_sync: bool = True) -> tuple[PlanResult, PlanContext]:
+                top_k: int = 3, progress: Progress | bool = False, graph: OpGraph | None = None,
+                overlap_grad_sync: bool = True, cache: TraceCache | bool = True) -> tuple[PlanResult, PlanContext]:
+    """The planner's result and what it planned with; `progress`: lines on stderr (True) or a Progress."""
     check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH)
     check_int(top_k, "--top", 0, MAX_TOP)
     fix = parse_fix(fix)  # pins are read before the trace, so a bad --fix costs nothing
-    ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, graph, overlap_grad_sync)
-    import sys
-    say = (lambda s: print(s, file=sys.stderr, flush=True)) if progress else None
+    prog = progress if isinstance(progress, Progress) else Progress(enabled=progress)
+    ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, graph, overlap_grad_sync,
+                  cache=cache, progress=prog)
     planner = Planner(ctx.graph, ctx.cluster, global_batch, seq_len, ctx.budget_bytes, fix,
-                      model_name=ctx.model_name, progress=say, cost_model=ctx.cost_model)
+                      model_name=ctx.model_name, progress=prog.say if prog.enabled else None,
+                      cost_model=ctx.cost_model)
     return planner.solve(top_k=top_k), ctx
 
 
@@ -118,6 +168,7 @@ ESTIMATE_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "ep": 1, "vpp": 1, "micro
 
 def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int | None = None,
                   max_memory_per_gpu: Any = None, gpus_per_node: int | None = None, plan_file: str | None = None,
+                  cache: TraceCache | bool = True, progress: Progress = QUIET,
                   **options: Any) -> tuple[Estimate, Plan]:
     """Predict one explicitly given plan (dp = gpus / (tp*pp*ep); `options` are ESTIMATE_DEFAULTS' keys,
     None = not given), or a saved plan file, which then defines the mesh, seq_len and batch: an option
@@ -130,7 +181,7 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
     check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH)
     if plan_file:
         return _estimate_plan_file(model, hardware, gpus, global_batch, seq_len, max_memory_per_gpu,
-                                   gpus_per_node, plan_file, given)
+                                   gpus_per_node, plan_file, given, cache, progress)
     o = {**ESTIMATE_DEFAULTS, **given}
     for name in ("tp", "pp", "ep", "vpp", "micro_batch"):
         check_int(o[name], f"--{name.replace('_', '-')}", 1, MAX_GPUS if name != "micro_batch" else MAX_GLOBAL_BATCH)
@@ -138,7 +189,8 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
     check_int(gpus, "--gpus", 1, MAX_GPUS)
     if gpus % (tp * pp * ep):
         raise UserError(f"--tp {tp} x --pp {pp} x --ep {ep} = {tp * pp * ep} does not divide --gpus {gpus}")
-    ctx = context(model, hardware, gpus, seq_len or DEFAULT_SEQ_LEN, gpus_per_node, max_memory_per_gpu)
+    ctx = context(model, hardware, gpus, seq_len or DEFAULT_SEQ_LEN, gpus_per_node, max_memory_per_gpu,
+                  cache=cache, progress=progress)
     p = Plan(model=ctx.model_name, hardware=ctx.cluster.profile.name, gpus=gpus,
              gpus_per_node=ctx.cluster.devices_per_node, global_batch=global_batch, seq_len=seq_len or DEFAULT_SEQ_LEN,
              dp=gpus // (tp * pp * ep), tp=tp, pp=pp, ep=ep, vpp=o["vpp"], micro_batch=o["micro_batch"],
@@ -150,7 +202,8 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
 
 def _estimate_plan_file(model: Any, hardware: Any, gpus: int, global_batch: int, seq_len: int | None,
                         max_memory_per_gpu: Any, gpus_per_node: int | None, plan_file: str,
-                        given: dict[str, Any]) -> tuple[Estimate, Plan]:
+                        given: dict[str, Any], cache: TraceCache | bool = True,
+                        progress: Progress = QUIET) -> tuple[Estimate, Plan]:
     if given:
         flag = "--" + next(iter(given)).replace("_", "-")
         raise UserError(f"estimate: {flag} conflicts with --plan {plan_file}, which sets the whole layout; drop "
@@ -161,7 +214,7 @@ def _estimate_plan_file(model: Any, hardware: Any, gpus: int, global_batch: int,
         if mine is not None and mine != theirs:
             raise UserError(f"estimate: {flag} {mine} but plan file {plan_file} is for {flag} {theirs}; pass "
                             f"{flag} {theirs} or re-plan")
-    ctx = context(model, hardware, gpus, p.seq_len, gpus_per_node, max_memory_per_gpu)
+    ctx = context(model, hardware, gpus, p.seq_len, gpus_per_node, max_memory_per_gpu, cache=cache, progress=progress)
     p.validate(len(ctx.graph.blocks))
     unknown = sorted(set(p.placements) - set(ctx.graph.parametric_ops))
     if unknown:
@@ -179,19 +232,24 @@ class CompareRow:
 
 
 def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, seq_len: int,
-            max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None) -> list[CompareRow]:
+            max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
+            cache: TraceCache | bool = True, progress: Progress = QUIET) -> list[CompareRow]:
     """Plan the same model on each hardware profile (one trace shared by all)."""
     if not hardware:
         raise UserError("--hardware: give at least one profile, e.g. h100-sxm,mi300x")
     clusters = [make_cluster(hw, gpus, gpus_per_node) for hw in hardware]  # every name checked before the trace
     check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH)
     fix = parse_fix(fix)
-    graph = trace_model(model, seq_len=seq_len)
+    graph = trace_model(model, seq_len=seq_len, cache=cache, progress=progress)
     rows = []
-    for cluster in clusters:
+    for k, cluster in enumerate(clusters, 1):
+        hw = cluster.profile.name
+        progress.say(f"[{k}/{len(hardware)}] planning on {hw} ...")
+        t0 = time.perf_counter()
         result, ctx = plan_result(model, hardware=cluster, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
                                   max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node,
                                   graph=graph)
+        progress.say(f"[{k}/{len(hardware)}] {hw}: {result.solver.status} in {time.perf_counter() - t0:.1f} s")
         rows.append(CompareRow(ctx.cluster.profile.name, result, ctx))
     return rows
 
@@ -200,6 +258,7 @@ def plan_model(model: nn.Module, *, hardware: str | Any, gpus: int, global_batch
                max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None) -> Plan:
     """Plan an in-memory nn.Module (the trainer's entry point); the plan carries its fingerprint."""
     from autoparallel.plan import fingerprint
+
     p = plan(model, hardware=hardware, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
              max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node)
     return replace(p, model_fingerprint=fingerprint([(n, tuple(t.shape)) for n, t in model.named_parameters()]))

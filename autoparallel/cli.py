@@ -39,6 +39,15 @@ def _add_cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-memory-per-gpu", default=None, help="memory budget, e.g. 80GB (default: the device's usable)")
 
 
+def _add_run_flags(p: argparse.ArgumentParser, cache: bool = True) -> None:
+    """--quiet, and --no-cache for commands that trace."""
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr (--json is quiet too)")
+    if cache:
+        p.add_argument("--no-cache", action="store_true",
+                       help="trace again instead of reading the trace cache ($AUTOPARALLEL_CACHE_DIR, "
+                            "default ~/.cache/autoparallel)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="autoparallel", description="Automatic parallel-strategy planner for PyTorch.")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -47,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(t)
     t.add_argument("--batch", type=int, default=1)
     t.add_argument("--json", action="store_true")
+    _add_run_flags(t)
 
     e = sub.add_parser("estimate", help="predict step time, throughput and memory of one plan")
     _add_model_args(e)
@@ -62,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--sequence-parallel", action="store_true")
     e.add_argument("--grad-reduce-dtype", default=None, choices=["fp32", "bf16"])
     e.add_argument("--json", action="store_true")
+    e.add_argument("--no-cache", action="store_true", help="trace again instead of reading the trace cache")
 
     p = sub.add_parser("plan", help="find the fastest plan that fits (dry run)")
     _add_model_args(p)
@@ -71,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--output", default=None, help="write the plan to this file (.yaml or .json)")
     p.add_argument("--explain", default=None, metavar="OP_PATH", help="show the placement choices for one op")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_run_flags(p)
 
     c = sub.add_parser("compare", help="plan one model on several hardware profiles")
     _add_model_args(c)
@@ -84,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--tokens", type=float, default=None, help="tokens to train, for time-to-train")
     c.add_argument("--plot", default=None, help="write a step-time breakdown bar chart (PNG)")
     c.add_argument("--json", action="store_true")
+    _add_run_flags(c)
 
     pr = sub.add_parser("profiles", help="hardware profiles: list | show NAME | validate FILE")
     prs = pr.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -108,9 +120,17 @@ def _seq_len(args: argparse.Namespace) -> int:
     return DEFAULT_SEQ_LEN if args.seq_len is None else args.seq_len
 
 
+# Progress goes to stderr once the cheap inputs (model reference, hardware, budget) are checked, so bad
+# input stays one `error:` line; the stages load lazily (torch only when a trace is not cached).
+def _progress(args: argparse.Namespace):
+    from autoparallel.api import Progress
+    return Progress(enabled=not (args.quiet or getattr(args, "json", False)))
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     from autoparallel.api import trace_model
-    graph = trace_model(args.model, batch=args.batch, seq_len=_seq_len(args))
+    graph = trace_model(args.model, batch=args.batch, seq_len=_seq_len(args), cache=not args.no_cache,
+                        progress=_progress(args))
     if args.json:
         print(json.dumps(graph.summary(), indent=2))
     else:
@@ -127,7 +147,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     est, plan = estimate_plan(
         args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
         global_batch=args.global_batch, seq_len=args.seq_len, max_memory_per_gpu=args.max_memory_per_gpu,
-        plan_file=args.plan, **options)
+        plan_file=args.plan, cache=not args.no_cache, **options)
     if args.json:
         print(json.dumps({"plan": plan.to_dict(), "predicted": est.to_dict()}, indent=2))
     else:
@@ -143,7 +163,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     result, ctx = plan_result(
         args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
         global_batch=args.global_batch, seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu,
-        fix=args.fix, top_k=args.top, progress=not args.quiet)
+        fix=args.fix, top_k=args.top, progress=_progress(args), cache=not args.no_cache)
     if result.plan is None:
         raise UserError(f"INFEASIBLE: {result.explanation}")
     if args.output is not None:
@@ -161,6 +181,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    hardware = [h.strip() for h in args.hardware.split(",") if h.strip()]
     from autoparallel.api import compare
     from autoparallel.report import PLOT_SUFFIXES, compare_json, format_compare, plot_compare, pyplot
     if args.tokens is not None:
@@ -168,9 +189,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.plot is not None:
         check_output_path(args.plot, "--plot", PLOT_SUFFIXES)
         pyplot()
-    rows = compare(args.model, hardware=[h.strip() for h in args.hardware.split(",") if h.strip()],
+    rows = compare(args.model, hardware=hardware,
                    gpus=args.gpus, gpus_per_node=args.gpus_per_node, global_batch=args.global_batch,
-                   seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu, fix=args.fix)
+                   seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu, fix=args.fix,
+                   cache=not args.no_cache, progress=_progress(args))
     if args.json:
         print(json.dumps(compare_json(rows, args.tokens), indent=2))
     else:

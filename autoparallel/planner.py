@@ -11,10 +11,13 @@ counts blocks of each class per stage, so depth does not blow it up.
 
 from __future__ import annotations
 
+import gc
+import heapq
+import itertools
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -75,10 +78,12 @@ class SolverInfo:
     bound: float | None       # proven lower bound on the best step time in the space [s]
     configs_total: int = 0
     configs_solved: int = 0
+    cpu_s: float | None = None   # CPU time of this process during the search (wall_s on a busy host is more)
 
     def to_dict(self) -> dict:
         return {"status": self.status, "wall_s": round(self.wall_s, 4), "objective": self.objective,
-                "bound": self.bound, "configs_total": self.configs_total, "configs_solved": self.configs_solved}
+                "bound": self.bound, "configs_total": self.configs_total, "configs_solved": self.configs_solved,
+                "cpu_s": None if self.cpu_s is None else round(self.cpu_s, 4)}
 
 
 @dataclass
@@ -194,6 +199,12 @@ class Planner:
         self._placement_cache: dict[tuple[int, bool], dict[str, str]] = {}
         self._fallback_tp: set[int] = set()   # tp degrees placed by Megatron's layout (see _placements)
         self._stage_models: dict[MeshConfig, StageModel] = {}
+        # Shared by every StageModel: segment analyses per (tp, SP) and segment costs under a small key
+        # (the cost model's own cache keys on the whole placement tuple, slow to hash per lookup).
+        self._segments: dict[tuple[int, bool], tuple[dict, tuple]] = {}
+        self._costs: dict[tuple, object] = {}
+        self._p2p: dict[tuple, float] = {}
+        self._pipeline: dict[tuple, float] = {}   # _pipeline_bound per (group, vpp): shared by members
         self._check_pins()
 
     # ---- the space ----------------------------------------------------------------------------------------
@@ -334,18 +345,39 @@ class Planner:
                             f"use tp=1 (data or pipeline parallelism instead)")
         return False
 
+    def segments_of(self, tp: int, sp: bool, placements: dict[str, str]) -> tuple[dict, tuple]:
+        """(segments, cost-model key) of the placements solved for (tp, SP), computed once."""
+        hit = self._segments.get((tp, sp))
+        if hit is None or hit[2] is not placements:
+            hit = self._segments[tp, sp] = (self.cm.segments(placements, sp), self.cm.segments_key(placements, sp),
+                                            placements)
+        return hit[0], hit[1]
+
+    def p2p_time(self, plan: Plan, pp_span: str) -> float:
+        """Send + receive of one stage boundary's activation, forward and backward [s]; it depends on
+        tp, SP, the micro-batch and the pipeline link only, so configurations share it."""
+        key = (plan.tp, plan.sequence_parallel, plan.micro_batch, pp_span)
+        hit = self._p2p.get(key)
+        if hit is None:
+            from cost_models.comm import send_recv_time
+            hit = self._p2p[key] = 2 * send_recv_time(self.cm._boundary_bytes(plan), link_for(self.cm.profile, pp_span))
+        return hit
+
+    def segment_cost(self, prefix: tuple, key: tuple, name: str, rc: str):
+        """CostModel.segment_cost for (tp, SP, ep, micro-batch, tp span, ep span) = prefix."""
+        hit = self._costs.get((prefix, name, rc))
+        if hit is None:
+            tp, sp, ep, mb, tp_span, ep_span = prefix
+            hit = self._costs[prefix, name, rc] = self.cm.segment_cost(key, name, tp, ep, sp, mb, rc, tp_span, ep_span,
+                                                                       self.compile)
+        return hit
+
     # ---- bounds -------------------------------------------------------------------------------------------
     def lower_bound(self, cfg: MeshConfig) -> float:
         """t >= (m - 1/v) * sum_T / p + sum_T / v with sum_T at no recompute (T_max >= sum_T / p and
         the T_max coefficient m - 1/v >= 0), plus the data-parallel and optimizer bound."""
         sm = self._stage_model(cfg)
-        total = sm.pre_post_time() + sum(sm.block_time(c, "none") * k for c, k in sm.class_counts.items())
-        total += sm.p2p_per_virtual_stage * cfg.pp * cfg.vpp
-        m, v, p = sm.m, cfg.vpp, cfg.pp
-        t_block = min(sm.block_time(c, "none") for c in sm.classes)
-        ends = np.array([sm._device_constants(d)[0] for d in range(p)])
-        tau = _min_max_blocks(ends, t_block, self.cm.num_blocks, v)
-        return (m - 1 / v) * max(total / p, tau) + total / v + sm.sync_bound()
+        return self._pipeline_bound(sm, cfg.vpp) + sm.sync_bound()
 
     def _stage_model(self, cfg: MeshConfig) -> StageModel:
         """One StageModel per configuration: the bound and the solve share its cached costs."""
@@ -353,23 +385,84 @@ class Planner:
             self._stage_models[cfg] = StageModel(self, cfg)
         return self._stage_models[cfg]
 
+    def group_bound(self, group: list[MeshConfig]) -> float:
+        """A lower bound on `lower_bound` of configurations that differ only in vpp and ZeRO stage: they
+        share block times, p2p time and m, so for each of their vpp values this is `lower_bound` without
+        its sync term (>= 0, the only part that depends on ZeRO), computed with the same operations.
+        Scaled down by 1e-12 as a margin against rounding."""
+        sm = self._stage_model(group[0])
+        return min(self._pipeline_bound(sm, v) for v in sorted({c.vpp for c in group})) * (1 - 1e-12)
+
+    def _pipeline_bound(self, sm: StageModel, v: int) -> float:
+        """(m - 1/v) * max(sum_T / p, tau) + sum_T / v for sm's configuration run with vpp = v (every
+        input is shared by the configurations of sm's group, so the value is computed once per v)."""
+        key = (_group_key(sm.cfg), v)
+        hit = self._pipeline.get(key)
+        if hit is None:
+            hit = self._pipeline[key] = self._compute_pipeline_bound(sm, v)
+        return hit
+
+    def _compute_pipeline_bound(self, sm: StageModel, v: int) -> float:
+        total = sm.pre_post_time() + sum(sm.block_time(c, "none") * k for c, k in sm.class_counts.items())
+        total += sm.p2p_per_virtual_stage * sm.cfg.pp * v
+        m, p = sm.m, sm.cfg.pp
+        t_block = min(sm.block_time(c, "none") for c in sm.classes)
+        ends = np.array([sm.ends_time(d, v) for d in range(p)])
+        tau = _min_max_blocks(ends, t_block, self.cm.num_blocks, v)
+        return (m - 1 / v) * max(total / p, tau) + total / v
+
+    def _bound_order(self, configs: list[MeshConfig]) -> Iterator[tuple[float, int, MeshConfig]]:
+        """(lower_bound, index, configuration) in increasing (bound, index): the order of sorting every
+        configuration's bound, but a group of configurations that differ only in vpp and ZeRO stage has
+        its members' bounds computed only once the group's `group_bound` reaches the head of the heap
+        (most groups never do: they cannot beat the plan found by then)."""
+        groups: dict[tuple, list[tuple[int, MeshConfig]]] = {}
+        for i, c in enumerate(configs):
+            groups.setdefault(_group_key(c), []).append((i, c))
+        members = list(groups.values())
+        # entries (bound, index, group id or -1, config); (bound, index) is unique, so the tail never compares
+        heap: list[tuple[float, int, int, MeshConfig]] = [
+            (self.group_bound([c for _, c in m]), m[0][0], g, m[0][1]) for g, m in enumerate(members)]
+        heapq.heapify(heap)
+        while heap:
+            b, i, g, cfg = heapq.heappop(heap)
+            if g < 0:
+                yield b, i, cfg
+                continue
+            for j, c in members[g]:
+                heapq.heappush(heap, (self.lower_bound(c), j, -1, c))
+
     # ---- search -------------------------------------------------------------------------------------------
     def solve(self, top_k: int = 3, time_limit_s: float = 60.0) -> PlanResult:
-        t0 = time.perf_counter()
+        # The search allocates many short-lived objects and few reference cycles; cyclic GC passes
+        # over the graph's ~10^5 live objects cost ~10% of the search, so they wait until it ends.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._solve(top_k, time_limit_s)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _solve(self, top_k: int, time_limit_s: float) -> PlanResult:
+        t0, cpu0 = time.perf_counter(), time.process_time()
         configs = list(self.mesh_configs())
         if not configs:
             raise UserError(self._no_config_reason())
         self._say(f"planning {self.model_name}: {len(configs)} mesh configurations on {self.cluster}")
-        bounded = sorted(((self.lower_bound(c), i, c) for i, c in enumerate(configs)), key=lambda x: x[:2])
+        order = self._bound_order(configs)
         best: list[Candidate] = []    # feasible, sorted by step time
         misses: list[MeshConfig] = []   # configurations that did not fit, for the explanation
         solved = 0
         last_say = time.perf_counter()
         proven = True
-        for lb, _, cfg in bounded:
+        pending: tuple[float, int, MeshConfig] | None = None   # the first configuration not visited
+        for lb, i, cfg in order:
             if best and lb >= best[0].estimate.step_time_s:
-                break  # sorted bounds: no remaining configuration can beat the winner
+                pending = (lb, i, cfg)
+                break  # increasing bounds: no remaining configuration can beat the winner
             if time.perf_counter() - t0 > time_limit_s:
+                pending = (lb, i, cfg)
                 proven = False
                 break
             solved += 1
@@ -378,6 +471,9 @@ class Planner:
                 misses.append(cfg)
                 continue
             if len(sm.classes) == 1 and best:
+                # the cheap bound is <= relaxed_bound, so pruning on it first decides exactly as before
+                if sm.quick_relaxed_bound() >= best[0].estimate.step_time_s:
+                    continue
                 lb2 = sm.relaxed_bound()
                 if lb2 >= best[0].estimate.step_time_s:
                     continue
@@ -394,22 +490,23 @@ class Planner:
             if time.perf_counter() - last_say > 1.0:
                 self._say(f"  {solved} configurations solved, best {best[0].estimate.step_time_s:.4f} s/step")
                 last_say = time.perf_counter()
-        runners = self._find_runners_up(best, bounded[solved:], top_k) if best else []
-        wall = time.perf_counter() - t0
+        rest = itertools.chain([pending] if pending else [], order)
+        runners = self._find_runners_up(best, rest, top_k) if best else []
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         if not best:
-            return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved),
+            return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved, cpu),
                               explanation=self._explain_infeasible(self._closest_miss(misses)))
         winner = best[0]
         winner.plan.check_runnable(self.cm.num_blocks)  # the contract: every plan emitted, the trainer runs
-        remaining = [lb for lb, _, c in bounded[solved:]]
-        bound = min([winner.estimate.step_time_s] + remaining) if remaining else winner.estimate.step_time_s
+        # the smallest bound not visited is the pending one (bounds come in increasing order)
+        bound = min(winner.estimate.step_time_s, pending[0]) if pending else winner.estimate.step_time_s
         status = "OPTIMAL" if proven and bound >= winner.estimate.step_time_s - 1e-12 else "FEASIBLE"
         self._say(f"  done: {solved}/{len(configs)} configurations solved in {wall:.2f} s")
         return PlanResult(winner.plan, winner.estimate,
-                          SolverInfo(status, wall, winner.estimate.step_time_s, bound, len(configs), solved),
+                          SolverInfo(status, wall, winner.estimate.step_time_s, bound, len(configs), solved, cpu),
                           runners_up=runners)
 
-    def _find_runners_up(self, best: list[Candidate], rest: list, k: int,
+    def _find_runners_up(self, best: list[Candidate], rest: Iterable[tuple[float, int, MeshConfig]], k: int,
                          budget_s: float = 2.0) -> list[Candidate]:
         """Runners-up: the best other meshes among those solved, topped up by solving the next
         configurations in bound order (not proven the 2nd..k-th best: each is a real, costed plan)."""
@@ -512,6 +609,11 @@ def _ties_matched(graph: OpGraph, placements: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def _group_key(c: MeshConfig) -> tuple:
+    """Configurations equal in all but vpp and ZeRO stage: they share block times, p2p time and m."""
+    return c.tp, c.pp, c.dp, c.ep, c.micro_batch, c.sequence_parallel, c.grad_reduce_dtype
+
+
 def _min_max_blocks(ends: np.ndarray, t_block: float, blocks: int, v: int) -> float:
     """Smallest tau with sum_d floor((tau - ends_d) / t_block) >= blocks, every rank holding >= v
     blocks: the bottleneck time when every block runs at its fastest (a valid lower bound)."""
@@ -568,17 +670,12 @@ class StageModel:
         self.rep = {c: graph.blocks[bc.index(c)] for c in self.classes}
         self.sp = cfg.sequence_parallel and cfg.tp > 1
         self.placements = self.plan0.placements
-        self.segs = self.cm.segments(self.placements, self.sp)
-        self._costs: dict[tuple[str, str], object] = {}
-        self.key = self.cm.segments_key(self.placements, self.sp)
+        self.segs, self.key = planner.segments_of(cfg.tp, self.sp, self.placements)
         self.span = self.plan0.mesh_span()
+        self._cost_prefix = (cfg.tp, self.sp, cfg.ep, cfg.micro_batch, self.span["tp"], self.span["ep"])
         self.modes = [self.pl.fix["recompute"]] if "recompute" in self.pl.fix else list(RECOMPUTE_MODES)
-        self.p2p_per_virtual_stage = 0.0
         self.mem_unit = planner.budget / RESOLUTION   # bytes per integer unit
-        if cfg.pp > 1:
-            from cost_models.comm import send_recv_time
-            self.p2p_per_virtual_stage = 2 * send_recv_time(self.cm._boundary_bytes(self.plan0),
-                                                            link_for(self.cm.profile, self.span["pp"]))
+        self.p2p_per_virtual_stage = planner.p2p_time(self.plan0, self.span["pp"]) if cfg.pp > 1 else 0.0
 
     @property
     def ns(self) -> float:
@@ -591,13 +688,7 @@ class StageModel:
 
     # ---- coefficients --------------------------------------------------------------------------------------
     def cost(self, name: str, rc: str):
-        hit = self._costs.get((name, rc))
-        if hit is None:
-            c = self.cfg
-            hit = self._costs[name, rc] = self.cm.segment_cost(self.key, name, c.tp, c.ep, self.sp, c.micro_batch,
-                                                               rc, self.span["tp"], self.span["ep"],
-                                                               self.plan0.compile)
-        return hit
+        return self.pl.segment_cost(self._cost_prefix, self.key, name, rc)
 
     def block_time(self, cls: int, rc: str) -> float:
         return self.cost(self.rep[cls], rc).total_s
@@ -719,6 +810,13 @@ class StageModel:
             return [{} for _ in range(p)]
         infl = np.array([in_flight_micro_batches(d, p, v, self.m) for d in range(p)])[:, None, None]
         cap = np.array([self.pl.budget / (1 + ALLOCATOR_RESERVE) - self.fixed_memory(d) for d in range(p)])[:, None, None]
+        # A rank whose model states alone exceed its memory holds no more blocks (every other term is
+        # >= 0): dropping those counts shrinks the grid without changing any option (+1 for rounding).
+        state = self.block_memory(c)
+        if state > 0:
+            ks = ks[ks <= math.floor(float(cap.max()) / state) + 1]
+            if ks.size == 0:
+                return [{} for _ in range(p)]
         act = {r: infl * costs[r].act_bytes for r in modes}
         work = {r: costs[r].working_bytes for r in modes}
         K, NF = np.meshgrid(ks, np.arange(0, ks[-1] + 1 if ok["full"] else 1), indexing="ij")
@@ -759,9 +857,8 @@ class StageModel:
                 na = np.clip(na, 0, np.maximum(rest - 1, 0))
                 consider(na, rest - na, fine)
         j = np.argmin(best_t, axis=2)
-        tb = np.take_along_axis(best_t, j[..., None], axis=2)[..., 0]
-        nab = np.take_along_axis(best_na, j[..., None], axis=2)[..., 0]
-        nsb = np.take_along_axis(best_ns, j[..., None], axis=2)[..., 0]
+        at = (np.arange(shape[0])[:, None], np.arange(shape[1])[None, :], j)   # plain indexing: cheaper than
+        tb, nab, nsb = best_t[at], best_na[at], best_ns[at]                      # take_along_axis here
         out: list[dict[int, tuple[float, tuple[int, int, int]]]] = []
         for d in range(p):
             fin = np.isfinite(tb[d])
@@ -812,6 +909,62 @@ class StageModel:
             ks[d] += 1
             need -= 1
         return tau, ks
+
+    def quick_relaxed_bound(self) -> float:
+        """A cheaper lower bound on `relaxed_bound` (uniform blocks): each rank's fastest fitting time
+        t*(d, k) relaxed to the linear program with fractional recompute counts and the working set cut
+        to its floor (the logits on the last rank): k * t_none plus the cheapest way to free the memory
+        k blocks of no recompute exceed, on the lower convex hull of the per-block (memory saved, time
+        added) points of selective and full recompute. Then the convex-minorant bound of _relaxed without
+        the min-max term, scaled down by 1e-9 so rounding never lifts it above relaxed_bound."""
+        if tuple(self.modes) != RECOMPUTE_MODES:
+            return -math.inf
+        c = self.classes[0]
+        rep_ = self.rep[c]
+        v, L, p = self.cfg.vpp, self.cm.num_blocks, self.cfg.pp
+        ks = np.arange(v, L - v * (p - 1) + 1, dtype=float)
+        if ks.size == 0:
+            return math.inf
+        t = {r: self.block_time(c, r) for r in RECOMPUTE_MODES}
+        act = {r: self.cost(rep_, r).act_bytes for r in RECOMPUTE_MODES}
+        cost = {r: t[r] - t["none"] for r in ("selective", "full")}
+        if min(cost.values()) < 0 or min(act.values()) < 0:
+            return -math.inf
+        infl = np.array([in_flight_micro_batches(d, p, v, self.m) for d in range(p)], dtype=float)[:, None]
+        cap = np.array([self.pl.budget / (1 + ALLOCATOR_RESERVE) - self.fixed_memory(d) - self.logits_floor(d)
+                        for d in range(p)])[:, None]
+        excess = ks[None, :] * (self.block_memory(c) + infl * act["none"]) - cap      # [p, K] bytes to free
+        per_block = np.maximum(excess, 0.0) / ks[None, :]
+        sel, full = (infl * (act["none"] - act[r]) for r in ("selective", "full"))      # bytes freed per block
+        extra = np.full(per_block.shape, np.inf)                                         # [p, K] s per block
+        extra[per_block <= 0] = 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for s_, c_ in ((sel, cost["selective"]), (full, cost["full"])):
+                ok = (per_block <= s_) & (s_ > 0)
+                extra = np.where(ok, np.minimum(extra, per_block * c_ / s_), extra)
+            between = (per_block >= sel) & (per_block <= full) & (full > sel)
+            chord = cost["selective"] + (per_block - sel) * (cost["full"] - cost["selective"]) / (full - sel)
+            extra = np.where(between, np.minimum(extra, chord), extra)
+        times = ks[None, :] * (t["none"] + extra)                                        # [p, K]
+        ends = np.array([self._device_constants(d)[0] for d in range(p)])
+        base = float(np.sum(times[:, 0] + ends))
+        floor_max = float(np.max(times[:, 0] + ends))
+        need = L - p * v
+        slopes = []
+        for d in range(p):
+            fin = np.isfinite(times[d])
+            if not fin.any():
+                return math.inf
+            last = int(np.flatnonzero(fin)[-1])   # infeasibility only grows with k
+            hull = _lower_hull(ks[: last + 1], times[d, : last + 1])
+            for (k0, t0), (k1, t1) in zip(hull, hull[1:]):
+                slopes.append(np.full(int(k1 - k0), (t1 - t0) / (k1 - k0)))
+        allslopes = np.sort(np.concatenate(slopes)) if slopes else np.zeros(0)
+        if allslopes.size < need:
+            return math.inf
+        total = base + float(allslopes[:need].sum())
+        m = self.m
+        return ((m - 1 / v) * max(total / p, floor_max) + total / v + self.sync_bound()) * (1 - 1e-9)
 
     def relaxed_sum(self) -> float:
         """Lower bound on sum_d T_d: the convex-minorant greedy of `relaxed_bound`."""
@@ -948,12 +1101,22 @@ class StageModel:
             self._consts = [self._compute_device_constants(r) for r in range(self.cfg.pp)]
         return self._consts[d]
 
+    def ends_time(self, d: int, vpp: int) -> float:
+        """Rank d's time per micro-batch outside its blocks with vpp virtual stages per rank: p2p of
+        its virtual stages plus the ends (embeddings on the first stage, head on the last) it runs."""
+        p = self.cfg.pp
+        time_ = self.p2p_per_virtual_stage * vpp
+        for s, name in ((0, "pre"), (p * vpp - 1, "post")):
+            if s % p == d:
+                time_ += self.cost(name, "none").total_s
+        return time_
+
     def _compute_device_constants(self, d: int) -> tuple[float, float, float, float]:
         """Rank d's partition-independent terms: (time of its ends + p2p, gradient-sync constant and
         its ends' sync, optimizer time of its ends, backward cover of its ends)."""
         c, p = self.cfg, self.cfg.pp
         ds, dc, es, ec = self.dp_time_linear()
-        time_ = self.p2p_per_virtual_stage * c.vpp
+        time_ = self.ends_time(d, c.vpp)
         sync = dc if c.dp * c.ep > 1 else 0.0
         if c.dp > 1 and self.params_of(self.rep[self.classes[0]])[1] > 0:
             sync += ec
@@ -962,7 +1125,6 @@ class StageModel:
             if s % p != d:
                 continue
             sc = self.cost(name, "none")
-            time_ += sc.total_s
             pa, pe = self.params_of(name)
             sync += ds * (pa - pe) + es * pe
             opt += pa * self.cm.optimizer_seconds_per_param(self.plan0)

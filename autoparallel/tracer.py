@@ -42,6 +42,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from autoparallel.errors import UserError
 from autoparallel.graph import ExpertGroup, OpGraph, ParamOp
 from autoparallel.plan import fingerprint
+from autoparallel.replicate import ReplicationPlan, expand, plan_replication, reduced
 
 __all__ = ["trace", "find_blocks"]
 
@@ -54,7 +55,7 @@ _NORM_CLASSES: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.RMSNorm, nn.Group
 def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
           dtype: torch.dtype = torch.bfloat16, example_inputs: Any = None,
           loss_fn: Callable[..., torch.Tensor] | None = None,
-          model_name: str | None = None) -> OpGraph:
+          model_name: str | None = None, replicate_blocks: bool = True) -> OpGraph:
     """Trace one training step (forward + loss + backward) of `model` into an OpGraph.
 
     model: an nn.Module (real or meta weights: it is never modified, and real weights are not
@@ -67,6 +68,9 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     loss_fn: loss_fn(output, *positional_inputs) -> scalar tensor. Default: cross entropy of the
         logits (in fp32, as torchtitan) against the input tokens for language models, else
         output.sum().
+    replicate_blocks: trace one representative of each run of identical blocks and copy its ops to
+        the others (autoparallel.replicate; the same graph, in time independent of depth). False
+        traces every block (for a model whose forward treats identical blocks differently by position).
     """
     if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
         raise UserError(f"trace: batch must be a positive integer, got {batch!r}")
@@ -80,16 +84,14 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     blocks = find_blocks(meta_model)
     args, kwargs, tokens, vocab = _inputs(meta_model, blocks, name, batch, seq_len, dtype, example_inputs)
 
-    tr = _Tracer(meta_model, blocks)
+    def loss_of(out: Any) -> torch.Tensor:
+        return _loss(out, args, tokens, vocab, loss_fn)
+
+    plan = plan_replication(meta_model, blocks) if replicate_blocks else None
+    tr = _traced_replicated(meta_model, plan, args, kwargs, loss_of) if plan is not None else None
     error: BaseException | None = None
-    try:
-        tr.run(args, kwargs, lambda out: _loss(out, args, tokens, vocab, loss_fn))
-    except UserError:
-        raise
-    except Exception as e:  # data-dependent control flow and anything else meta tensors cannot run
-        error = e
-    finally:
-        tr.remove_hooks()
+    if tr is None:
+        tr, error = _traced(meta_model, blocks, args, kwargs, loss_of)
 
     graph = OpGraph(g=nx.DiGraph(), model_name=name, batch=batch, seq_len=seq_len,
                     dtype=str(dtype).removeprefix("torch."), parameters=0, param_bytes=0,
@@ -109,6 +111,38 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     graph.warnings.extend(tr.warnings)
     _find_expert_groups(graph, meta_model, blocks)
     return graph
+
+
+def _traced(model: nn.Module, blocks: list[str], args: tuple, kwargs: dict,
+            loss_of: Callable[[Any], torch.Tensor]) -> tuple[_Tracer, BaseException | None]:
+    """The recorded step, and the exception that stopped it (None when it completed)."""
+    tr = _Tracer(model, blocks)
+    error: BaseException | None = None
+    try:
+        tr.run(args, kwargs, loss_of)
+    except UserError:
+        raise
+    except Exception as e:  # data-dependent control flow and anything else meta tensors cannot run
+        error = e
+    finally:
+        tr.remove_hooks()
+    return tr, error
+
+
+def _traced_replicated(model: nn.Module, plan: ReplicationPlan, args: tuple, kwargs: dict,
+                       loss_of: Callable[[Any], torch.Tensor]) -> _Tracer | None:
+    """The step traced on the reduced model, its ops expanded to every block (autoparallel.replicate);
+    None when the model does not fit the pattern and every block has to be traced."""
+    with reduced(model, plan) as kept:
+        tr, error = _traced(model, kept, args, kwargs, loss_of)
+    if error is not None:
+        return None
+    _assign_regions(tr.nodes, kept)
+    full = expand(tr.nodes, tr.edges, plan)
+    if full is None:
+        return None
+    tr.nodes, tr.edges = full
+    return tr
 
 
 # ============================================================================ model preparation
@@ -567,7 +601,7 @@ class _Tracer:
         if self.pending_saved and self.phase == "fwd":
             self.nodes[nid]["saved_bytes"] += self.pending_saved
             self.pending_saved = 0
-        for p in preds:
+        for p in sorted(preds):  # sorted: the edge order does not depend on set iteration
             self.edges.append((p, nid))
         schema = getattr(func, "_schema", None)
         mutable = schema is not None and schema.is_mutable

@@ -94,9 +94,9 @@ def markdown(rows: list[dict], cmd: str) -> str:
             f"{r['activation_bytes_per_block'] / 2**20:,.0f} MiB | {'yes' if r['ok'] else 'NO'} |")
     lines += [
         "",
-        "`trace()` s covers building the model on the meta device, tracing every block (no block is "
-        "replicated: identical blocks are detected after tracing and share a `block_class`), and "
-        "assembling the OpGraph; process s adds the interpreter start and `import torch`. Peak RSS is "
+        "`trace()` s covers building the model on the meta device, tracing one representative of "
+        "each run of identical blocks and copying its ops to the others (autoparallel/replicate.py), "
+        "and assembling the OpGraph; process s adds the interpreter start and `import torch`. Peak RSS is "
         "the child process's `ru_maxrss`, torch included. No weights are allocated: parameters live on "
         "the meta device.",
         "",

@@ -2,7 +2,7 @@
 
     python examples/train_moe.py                            # CPU, one process, tiny-moe, about a minute
     torchrun --nproc-per-node 4 examples/train_moe.py --fix ep=2   # experts split over 2 ranks (all-to-all)
-    torchrun --nproc-per-node 8 examples/train_moe.py --model qwen2-moe-a2.7b --batch 32 --seq 2048
+    torchrun --nproc-per-node 8 examples/train_moe.py --model qwen3-30b-a3b --batch 32 --seq 2048
 
 Same conventions as train_gpt.py: device/backend from the environment, hardware="auto", synthetic but
 learnable data generated identically on every rank from the step number.

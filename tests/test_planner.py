@@ -140,3 +140,24 @@ def test_runners_up_are_slower_and_say_why(tiny):
     for c in res.runners_up:
         assert c.estimate.step_time_s >= res.estimate.step_time_s
         assert "step time" in c.why
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layers=st.integers(8, 24), gpus=st.sampled_from([8, 16, 32]), batch=st.sampled_from([32, 64]),
+       squeeze=st.floats(0.02, 1.0))
+def test_search_bounds_are_below_the_bounds_they_stand_in_for(layers, gpus, batch, squeeze):
+    """group_bound <= lower_bound of each member; quick_relaxed_bound <= relaxed_bound: pruning on the
+    cheaper bound first never changes a decision (the search visits and solves what it did before)."""
+    spec = _spec(layers, 8, 4, 16, 256, 512)
+    ctx = context(spec, "h100-sxm", gpus, 1024, gpus_per_node=8)
+    budget = squeeze * 80 * 2**30
+    planner = Planner(ctx.graph, ctx.cluster, batch, 1024, budget, cost_model=ctx.cost_model)
+    groups: dict[tuple, list[MeshConfig]] = {}
+    for c in planner.mesh_configs():
+        groups.setdefault((c.tp, c.pp, c.dp, c.ep, c.micro_batch, c.sequence_parallel), []).append(c)
+    for members in groups.values():
+        gb = planner.group_bound(members)
+        for c in members:
+            assert gb <= planner.lower_bound(c)
+            sm = planner._stage_model(c)
+            assert sm.quick_relaxed_bound() <= sm.relaxed_bound()

@@ -1,0 +1,81 @@
+"""Identical blocks traced once (autoparallel.replicate): the replicated graph equals the full trace."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoparallel import tracer
+from autoparallel.replicate import plan_replication
+from autoparallel.specs import load_model_spec
+from autoparallel.tracer import trace
+
+CASES = [
+    ("llama3-8b", {}, 32),
+    ("gpt3-1.3b", {}, 32),
+    ("qwen3-30b-a3b", {}, 16),                      # MoE with qk-norm
+    ("tiny-moe", {"num_layers": 16, "moe_layers": (False, False) + (True,) * 10 + (False, True, True, False)}, 16),
+    ("tiny-moe", {"num_layers": 8, "moe_layers": (True, False) * 4}, 16),   # alternating classes
+    ("tiny-gpt", {"num_layers": 12, "dropout": 0.1, "attn_impl": "eager"}, 16),
+    ("tiny-llama", {"num_layers": 10, "tie_word_embeddings": True}, 16),
+]
+
+
+@pytest.mark.parametrize("ref,overrides,seq", CASES, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(CASES)])
+def test_replicated_graph_equals_full_trace(ref, overrides, seq, monkeypatch):
+    spec = load_model_spec(ref, **overrides)
+    expanded = []
+    real = tracer.expand
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        expanded.append(out is not None)
+        return out
+
+    monkeypatch.setattr(tracer, "expand", spy)
+    full = trace(spec, seq_len=seq, replicate_blocks=False)
+    assert expanded == []
+    fast = trace(spec, seq_len=seq)
+    assert expanded == [True]  # the replicated path ran and did not fall back
+    assert list(fast.g.nodes(data=True)) == list(full.g.nodes(data=True))
+    assert set(fast.g.edges) == set(full.g.edges)
+    assert fast.forward_flops == full.forward_flops and fast.backward_flops == full.backward_flops
+    assert fast.saved_bytes_total == full.saved_bytes_total
+    assert fast.block_class == full.block_class
+    assert set(fast.param_op_edges) == set(full.param_op_edges)
+    assert fast.parametric_ops == full.parametric_ops and fast.expert_groups == full.expert_groups
+    assert (fast.parameters, fast.fingerprint) == (full.parameters, full.fingerprint)
+    assert fast.summary() == full.summary()
+
+
+def test_uniform_model_traces_five_blocks():
+    from torch import nn
+    with __import__("torch").device("meta"):
+        from autoparallel.models import build_model
+        model = build_model(load_model_spec("tiny-llama", num_layers=40))
+    blocks = tracer.find_blocks(model)
+    plan = plan_replication(model, blocks)
+    assert plan is not None and plan.kept == (0, 1, 2, 38, 39)
+    assert plan.template[:3] == (0, 1, 1) and plan.template[-1] == 39
+    assert isinstance(model.get_submodule("layers"), nn.ModuleDict)
+
+
+def test_position_dependent_model_falls_back_to_the_full_trace():
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(32, 8)
+            self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.emb(x)
+            for i in range(len(self.layers)):  # indexing: the reduced list cannot run this
+                h = self.layers[i](h).relu()
+            return h
+
+    full = trace(Net(), seq_len=8, replicate_blocks=False)
+    fast = trace(Net(), seq_len=8)
+    assert not fast.module_level
+    assert list(fast.g.nodes(data=True)) == list(full.g.nodes(data=True))
