@@ -222,7 +222,8 @@ def _train(cfg: Config, out: Path, rank: int) -> dict[str, Any]:
     return {"losses": losses}
 
 
-def worker(rank: int, world: int, port: int, out: str, configs: list[Config]) -> None:
+def worker(rank: int, world: int, port: int, out: str, configs: list[Any], train: Any = None) -> None:
+    """train(cfg, out, rank) -> result dict, default _train (other test modules bring their own)."""
     import datetime
 
     import torch.distributed as dist
@@ -235,7 +236,7 @@ def worker(rank: int, world: int, port: int, out: str, configs: list[Config]) ->
     for cfg in configs:
         t0 = time.time()
         try:
-            result = _train(cfg, outdir, rank)
+            result = (train or _train)(cfg, outdir, rank)
         except Exception as e:  # recorded per configuration so one failure does not hide the others
             result = {"error": f"{type(e).__name__}: {e}", "error_type": type(e).__name__,
                       "traceback": traceback.format_exc()}
@@ -245,10 +246,10 @@ def worker(rank: int, world: int, port: int, out: str, configs: list[Config]) ->
     dist.destroy_process_group()
 
 
-def run_spawned(world: int, configs: list[Config], out: Path, timeout: float = 600.0) -> None:
+def run_spawned(world: int, configs: list[Any], out: Path, timeout: float = 600.0, train: Any = None) -> None:
     import torch.multiprocessing as mp
 
-    ctx = mp.start_processes(worker, args=(world, free_port(), str(out), configs), nprocs=world, join=False,
+    ctx = mp.start_processes(worker, args=(world, free_port(), str(out), configs, train), nprocs=world, join=False,
                              start_method="spawn")
     deadline = time.time() + timeout
     while not ctx.join(timeout=max(1.0, deadline - time.time())):

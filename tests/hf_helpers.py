@@ -1,0 +1,155 @@
+"""Tiny random-weight Hugging Face causal LMs for the trainer tests (transformers required), their
+Megatron placements by module role, HF batches, the single-process reference loop with HF's own loss,
+and a spawned multi-process runner (one process group for many configurations, as trainer_helpers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import trainer_helpers as H
+from torch import nn
+
+from autoparallel.plan import Plan
+from autoparallel.trainer.structure import find_layout, model_fingerprint
+from autoparallel.trainer.tensor_parallel import is_norm_like
+
+STEPS = 3
+VOCAB = 128
+SEQ = 16
+ROWS = 8
+# 8 heads and 4 kv heads: whole (GQA) heads split under tp 2 and 4.
+_KW = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=8,
+           num_key_value_heads=4, max_position_embeddings=64)
+MODELS = ("llama", "qwen2", "gpt2", "mixtral", "qwen3moe", "phi3", "gemma")
+
+
+def config(name: str):
+    import transformers as T
+
+    if name == "llama":
+        return T.LlamaConfig(**_KW)
+    if name == "qwen2":
+        return T.Qwen2Config(**_KW)
+    if name == "gpt2":  # dropout off: the reference and the parallel run must draw nothing
+        return T.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=8, n_positions=64, resid_pdrop=0.0,
+                            embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    if name == "mixtral":
+        return T.MixtralConfig(**_KW, num_local_experts=4, num_experts_per_tok=2)
+    if name == "qwen3moe":
+        return T.Qwen3MoeConfig(**_KW, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, head_dim=4)
+    if name == "phi3":
+        return T.Phi3Config(**_KW, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    if name == "gemma":
+        return T.GemmaConfig(**_KW, head_dim=4)
+    raise KeyError(name)
+
+
+def build(name: str, seed: int = 0) -> nn.Module:
+    import transformers as T
+
+    torch.manual_seed(seed)
+    model = T.AutoModelForCausalLM.from_config(config(name))
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    return model
+
+
+def batches(steps: int = STEPS, masked: bool = False) -> list[dict[str, torch.Tensor]]:
+    """HF batches {"input_ids", "labels"} (labels = inputs, HF shifts them). masked: some labels -100,
+    unevenly over rows, so micro-batches and data slices hold different numbers of valid tokens."""
+    g = torch.Generator().manual_seed(1234)
+    out = []
+    for _ in range(steps):
+        ids = torch.randint(0, VOCAB, (ROWS, SEQ), generator=g)
+        labels = ids.clone()
+        if masked:
+            for r in range(ROWS):
+                labels[r, : 2 * r] = -100
+        out.append({"input_ids": ids, "labels": labels})
+    return out
+
+
+# ---- plans ------------------------------------------------------------------------------------
+_COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+_ROWWISE = ("o_proj", "down_proj")
+
+
+def placements(model: nn.Module, sp: bool) -> dict[str, str]:
+    """Megatron's layout by role: separate q/k/v and gate/up column-wise, o/down row-wise (when their
+    siblings are split), token embedding vocab-wise, the head column-wise; fused qkv / gate_up (Phi-3)
+    and GPT-2's Conv1D stay replicated (a column split of a fused weight would cut across q/k/v)."""
+    out: dict[str, str] = {}
+    mods = dict(model.named_modules())
+    emb = next(n for n, m in mods.items() if m is model.get_input_embeddings())
+    for path, mod in mods.items():
+        leaf = path.rsplit(".", 1)[-1]
+        parent = path.rpartition(".")[0]
+        if not any(True for _ in mod.parameters(recurse=False)):
+            continue
+        if is_norm_like(mod):
+            out[path] = "sequence" if sp else "replicate"
+        elif path == emb:
+            out[path] = "vocab"
+        elif path == "lm_head":
+            out[path] = "colwise"
+        elif isinstance(mod, nn.Linear) and leaf in _COLWISE:
+            out[path] = "colwise"
+        elif isinstance(mod, nn.Linear) and leaf in _ROWWISE and any(
+                f"{parent}.{c}" in mods for c in _COLWISE):
+            out[path] = "rowwise"
+        elif leaf == "experts":
+            out[path] = "expert"
+        else:
+            out[path] = "replicate"
+    return out
+
+
+def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: int = 1, micro_batch: int = 1,
+              zero: int = 0, sp: bool = False) -> Plan:
+    n = len(find_layout(model).blocks)
+    return Plan(model=type(model).__name__, hardware="cpu", gpus=dp * tp * pp * ep, gpus_per_node=8,
+                global_batch=ROWS, seq_len=SEQ, dp=dp, tp=tp, pp=pp, ep=ep, micro_batch=micro_batch, zero=zero,
+                sequence_parallel=sp, recompute=("none",) * n,
+                stage_layers=(n // 2, n - n // 2) if pp == 2 else (), grad_reduce_dtype="fp32", param_dtype="fp32",
+                placements=placements(model, sp) if tp > 1 or ep > 1 else {},
+                model_fingerprint=model_fingerprint(model))
+
+
+# ---- reference --------------------------------------------------------------------------------
+def reference(name: str, masked: bool = False, steps: int = STEPS) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """A plain single-process loop with HF's own loss: model(input_ids=..., labels=...).loss."""
+    torch.set_num_threads(1)
+    model = build(name)
+    opt = torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS)
+    losses = []
+    for b in batches(steps, masked):
+        loss = model(**b).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses, {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
+
+
+# ---- multi-process runner ---------------------------------------------------------------------
+@dataclass
+class Config:
+    name: str
+    model: str
+    plan: dict[str, Any]
+    masked: bool = False
+    steps: int = STEPS
+
+
+def train(cfg: Config, out: Path, rank: int) -> dict[str, Any]:
+    from autoparallel.trainer import AutoParallelTrainer
+
+    model = build(cfg.model)
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
+                                  plan=make_plan(model, **cfg.plan))
+    losses = [trainer.step(b) for b in batches(cfg.steps, cfg.masked)]
+    torch.save(trainer.full_state_dict(), out / f"{cfg.name}.rank{rank}.pt")
+    return {"losses": losses}

@@ -1,0 +1,127 @@
+"""Hugging Face causal LMs passed to AutoParallelTrainer as they are (CPU, gloo, fp32): {"input_ids",
+"labels"} batches, no loss_fn, under every plan kind. Each configuration must match a plain
+single-process loop using HF's own loss (model(**batch).loss): per-step losses within 1e-5 relative
+and every final parameter within 1e-5 absolute. Why those tolerances hold: fp32 everywhere, 3 AdamW
+steps at lr 1e-3 (eps 1e-6, see test_trainer.py); the parallel run differs from the reference only
+in summation order (tp partial sums, all-reduces, per-token loss sums), ~1e-7 relative per op, and
+Adam's update is bounded by lr per step, so order noise cannot grow past ~1e-6 in 3 steps.
+
+Matrix (one 4-process group, kept lean for CI): every model under at least one multi-dimensional
+plan, every plan kind with at least two models:
+  dp2 x tp2            llama, gpt2, phi3, mixtral
+  dp2 x tp2 + SP       qwen2, gemma, qwen3moe, llama (labels partly -100: token weighting)
+  pp2 x dp2            llama, gpt2 (tied embedding split over stages), gemma, qwen3moe
+  tp4                  qwen2, phi3
+  ep2 x dp2            mixtral, qwen3moe
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+import hf_helpers as HF  # noqa: E402
+import trainer_helpers as H  # noqa: E402
+from hf_helpers import Config  # noqa: E402
+
+from autoparallel.errors import UserError  # noqa: E402
+from autoparallel.trainer import AutoParallelTrainer  # noqa: E402
+
+DP2TP2 = {"dp": 2, "tp": 2, "micro_batch": 2}
+DP2TP2SP = {"dp": 2, "tp": 2, "sp": True, "micro_batch": 2}
+PP2DP2 = {"pp": 2, "dp": 2, "micro_batch": 2}
+TP4 = {"tp": 4, "micro_batch": 4}
+EP2DP2 = {"ep": 2, "dp": 2, "micro_batch": 1}
+
+WORLD4: list[Config] = [
+    *(Config(f"{m}-dp2xtp2", m, DP2TP2) for m in ("llama", "gpt2", "phi3", "mixtral")),
+    *(Config(f"{m}-dp2xtp2-sp", m, DP2TP2SP) for m in ("qwen2", "gemma", "qwen3moe")),
+    Config("llama-dp2xtp2-sp-masked", "llama", DP2TP2SP, masked=True),
+    *(Config(f"{m}-pp2xdp2", m, PP2DP2) for m in ("llama", "gpt2", "gemma", "qwen3moe")),
+    *(Config(f"{m}-tp4", m, TP4) for m in ("qwen2", "phi3")),
+    *(Config(f"{m}-ep2xdp2", m, EP2DP2) for m in ("mixtral", "qwen3moe")),
+]
+
+
+@functools.cache
+def reference(model: str, masked: bool) -> tuple[list[float], dict[str, torch.Tensor]]:
+    return HF.reference(model, masked)
+
+
+@pytest.fixture(scope="module")
+def world4(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hf_world4")
+    H.run_spawned(4, WORLD4, out, train=HF.train)
+    return out
+
+
+def _max_diffs(losses, params, ref_losses, ref_params) -> tuple[float, float]:
+    loss_rel = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses, strict=True))
+    param_abs = max((params[n] - p).abs().max().item() for n, p in ref_params.items())
+    return loss_rel, param_abs
+
+
+@pytest.mark.parametrize("cfg", WORLD4, ids=lambda c: c.name)
+def test_hf_model_as_is_matches_single_process(cfg, world4):
+    res = H.result(world4, cfg.name)
+    assert "error" not in res, res.get("traceback", res.get("error"))
+    per_rank = [H.result_of_rank(world4, cfg.name, r)["losses"] for r in range(4)]
+    assert all(x == per_rank[0] for x in per_rank), f"ranks disagree on the loss: {per_rank}"
+    ref_losses, ref_params = reference(cfg.model, cfg.masked)
+    params = H.gathered_params(world4, cfg.name)
+    assert set(params) == set(ref_params), sorted(set(params) ^ set(ref_params))
+    loss_rel, param_abs = _max_diffs(res["losses"], params, ref_losses, ref_params)
+    print(f"{cfg.name}: max loss rel diff {loss_rel:.2e}, max param abs diff {param_abs:.2e}")
+    assert loss_rel <= 1e-5, (res["losses"], ref_losses)
+    assert param_abs <= 1e-5
+
+
+@pytest.mark.parametrize("cfg", [c for c in WORLD4 if c.plan.get("tp", 1) > 1], ids=lambda c: c.name)
+def test_replicated_parameters_stay_identical_across_ranks(cfg, world4):
+    """Every rank's copy of a parameter (gathered when sharded, its own copy when replicated: norms,
+    routers, qk-norms) is bit-identical after training: a replicated weight whose gradient is not
+    summed over the tp ranks (Qwen3-MoE's q_norm / k_norm inside head-sharded attention) drifts."""
+    per_rank = [H.params_of_rank(world4, cfg.name, r) for r in range(4)]
+    for name in per_rank[0]:
+        for r in range(1, 4):
+            assert torch.equal(per_rank[0][name], per_rank[r][name]), (
+                f"{name}: rank {r} differs from rank 0 by {(per_rank[0][name] - per_rank[r][name]).abs().max():.2e}")
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_local_mode_hf_batches_and_token_weighting(masked):
+    """One process, 4 micro-batches: HF label shift, -100 ignored and the loss averaged over the valid
+    tokens of the whole batch (not per micro-batch) equal HF's own loss on the whole batch."""
+    model = HF.build("llama")
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
+                                  plan=HF.make_plan(model, micro_batch=2))
+    losses = [trainer.step(b) for b in HF.batches(masked=masked)]
+    ref_losses, ref_params = reference("llama", masked)
+    loss_rel, param_abs = _max_diffs(losses, trainer.full_state_dict(), ref_losses, ref_params)
+    assert loss_rel <= 1e-5 and param_abs <= 1e-5, (loss_rel, param_abs)
+
+
+def test_attention_mask_in_batch_matches_hf():
+    """A right-padded batch with attention_mask: same loss as HF's model(**batch).loss."""
+    model = HF.build("qwen2")
+    batch = HF.batches(1)[0]
+    mask = torch.ones_like(batch["input_ids"])
+    mask[::2, 12:] = 0
+    labels = batch["labels"].masked_fill(mask == 0, -100)
+    batch = {**batch, "labels": labels, "attention_mask": mask}
+    with torch.no_grad():
+        expected = model(**batch).loss.item()
+    trainer = AutoParallelTrainer(model, lambda params: torch.optim.SGD(params, lr=0.0),
+                                  plan=HF.make_plan(model, micro_batch=4))
+    assert abs(trainer.step(batch) - expected) <= 1e-6 * expected
+
+
+def test_checkpoint_before_the_plan_exists():
+    model = HF.build("llama")
+    trainer = AutoParallelTrainer(model, hardware=None)
+    with pytest.raises(UserError, match=r"load_checkpoint\(\) before the plan exists"):
+        trainer.load_checkpoint("/nonexistent")
