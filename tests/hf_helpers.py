@@ -13,9 +13,10 @@ import torch
 import trainer_helpers as H
 from torch import nn
 
+from autoparallel.placements import megatron_placements
 from autoparallel.plan import Plan
+from autoparallel.tracer import trace
 from autoparallel.trainer.structure import find_layout, model_fingerprint
-from autoparallel.trainer.tensor_parallel import is_norm_like
 
 STEPS = 3
 VOCAB = 128
@@ -73,38 +74,10 @@ def batches(steps: int = STEPS, masked: bool = False) -> list[dict[str, torch.Te
 
 
 # ---- plans ------------------------------------------------------------------------------------
-_COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
-_ROWWISE = ("o_proj", "down_proj")
-
-
 def placements(model: nn.Module, sp: bool) -> dict[str, str]:
-    """Megatron's layout by role: separate q/k/v and gate/up column-wise, o/down row-wise (when their
-    siblings are split), token embedding vocab-wise, the head column-wise; fused qkv / gate_up (Phi-3)
-    and GPT-2's Conv1D stay replicated (a column split of a fused weight would cut across q/k/v)."""
-    out: dict[str, str] = {}
-    mods = dict(model.named_modules())
-    emb = next(n for n, m in mods.items() if m is model.get_input_embeddings())
-    for path, mod in mods.items():
-        leaf = path.rsplit(".", 1)[-1]
-        parent = path.rpartition(".")[0]
-        if not any(True for _ in mod.parameters(recurse=False)):
-            continue
-        if is_norm_like(mod):
-            out[path] = "sequence" if sp else "replicate"
-        elif path == emb:
-            out[path] = "vocab"
-        elif path == "lm_head":
-            out[path] = "colwise"
-        elif isinstance(mod, nn.Linear) and leaf in _COLWISE:
-            out[path] = "colwise"
-        elif isinstance(mod, nn.Linear) and leaf in _ROWWISE and any(
-                f"{parent}.{c}" in mods for c in _COLWISE):
-            out[path] = "rowwise"
-        elif leaf == "experts":
-            out[path] = "expert"
-        else:
-            out[path] = "replicate"
-    return out
+    """Megatron's layout derived from the model's traced operator graph (autoparallel.placements):
+    what the planner hands the trainer, no per-family name table."""
+    return megatron_placements(trace(model, batch=1, seq_len=SEQ), sequence_parallel=sp)
 
 
 def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: int = 1, micro_batch: int = 1,
