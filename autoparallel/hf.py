@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import types
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -147,3 +148,28 @@ def hf_labels(labels: torch.Tensor) -> torch.Tensor:
     """HF's causal-LM label shift: position t is scored against labels[t + 1], the last position
     against nothing (IGNORE_INDEX), as transformers' ForCausalLMLoss does."""
     return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+
+
+def save_pretrained(model: nn.Module, state: dict[str, torch.Tensor], ties: list[list[str]],
+                    path: str | Path) -> None:
+    """Write `state` (full parameters by HF name) as a transformers checkpoint of `model`'s class and
+    config: a copy of `model`'s module tree (parameters on meta, never the user's tensors) takes the
+    values, tied names share one tensor again, and transformers' own save_pretrained writes it, so
+    AutoModelForCausalLM.from_pretrained(path) loads it."""
+    from autoparallel.trainer.materialize import meta_copy
+    from autoparallel.trainer.structure import set_param
+
+    out = meta_copy(model)
+    group_of = {n: g for g in ties for n in g}
+    done: set[str] = set()
+    for name, value in state.items():
+        if name in done:
+            continue
+        param = nn.Parameter(value.detach().clone(), requires_grad=False)
+        for n in group_of.get(name, [name]):
+            set_param(out, n, param)
+            done.add(n)
+    missing = sorted(n for n, p in out.named_parameters() if p.is_meta)
+    if missing:
+        raise RuntimeError(f"save_pretrained: no value for {missing[0]}")
+    out.save_pretrained(str(path))

@@ -5,7 +5,7 @@ and a spawned multi-process runner (one process group for many configurations, a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -110,19 +110,41 @@ def reference(name: str, masked: bool = False, steps: int = STEPS) -> tuple[list
 # ---- multi-process runner ---------------------------------------------------------------------
 @dataclass
 class Config:
+    """One trainer run in the spawned group. resume: {"stop": k, "plan": {...}} saves a checkpoint
+    before step k and continues in a fresh model (another seed) and trainer under that plan; "save":
+    j additionally checkpoints that trainer before step j (for a third leg elsewhere). export: write a
+    save_pretrained checkpoint at the end."""
+
     name: str
     model: str
     plan: dict[str, Any]
     masked: bool = False
     steps: int = STEPS
+    resume: dict[str, Any] = field(default_factory=dict)
+    export: bool = False
+
+
+def _trainer(name: str, plan: dict[str, Any], seed: int = 0):
+    from autoparallel.trainer import AutoParallelTrainer
+
+    model = build(name, seed)
+    return AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
+                               plan=make_plan(model, **plan))
 
 
 def train(cfg: Config, out: Path, rank: int) -> dict[str, Any]:
-    from autoparallel.trainer import AutoParallelTrainer
-
-    model = build(cfg.model)
-    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
-                                  plan=make_plan(model, **cfg.plan))
-    losses = [trainer.step(b) for b in batches(cfg.steps, cfg.masked)]
+    trainer = _trainer(cfg.model, cfg.plan)
+    losses = []
+    for i, b in enumerate(batches(cfg.steps, cfg.masked)):
+        if i == cfg.resume.get("stop"):
+            trainer.save_checkpoint(out / f"{cfg.name}.ckpt")
+            trainer = _trainer(cfg.model, cfg.resume["plan"], seed=99)
+            trainer.load_checkpoint(out / f"{cfg.name}.ckpt")
+            assert trainer.steps == i, (trainer.steps, i)
+        if i == cfg.resume.get("save"):
+            trainer.save_checkpoint(out / f"{cfg.name}.ckpt2")
+        losses.append(trainer.step(b))
     torch.save(trainer.full_state_dict(), out / f"{cfg.name}.rank{rank}.pt")
+    if cfg.export:
+        trainer.save_pretrained(out / f"{cfg.name}.hf")
     return {"losses": losses}

@@ -44,6 +44,13 @@ WORLD4: list[Config] = [
     *(Config(f"{m}-pp2xdp2", m, PP2DP2) for m in ("llama", "gpt2", "gemma", "qwen3moe")),
     *(Config(f"{m}-tp4", m, TP4) for m in ("qwen2", "phi3")),
     *(Config(f"{m}-ep2xdp2", m, EP2DP2) for m in ("mixtral", "qwen3moe")),
+    # resume across plans: dp2 x tp2 (SP) -> pp2 x dp2 at step 1, that run checkpoints at step 2 and
+    # a single process finishes (test_resume_across_plans_into_one_process); tied GPT-2
+    Config("gpt2-resume-dp2xtp2-pp2xdp2", "gpt2", DP2TP2SP, resume={"stop": 1, "plan": PP2DP2, "save": 2}),
+    Config("qwen3moe-resume-ep2xdp2-dp2xtp2", "qwen3moe", EP2DP2, resume={"stop": 2, "plan": DP2TP2SP}),
+    # exports: save_pretrained from pipeline stages (tied embedding split over them) and from shards
+    Config("gemma-export-pp2xdp2", "gemma", PP2DP2, export=True),
+    Config("mixtral-export-ep2xdp2", "mixtral", EP2DP2, export=True),
 ]
 
 
@@ -86,10 +93,12 @@ def test_replicated_parameters_stay_identical_across_ranks(cfg, world4):
     routers, qk-norms) is bit-identical after training: a replicated weight whose gradient is not
     summed over the tp ranks (Qwen3-MoE's q_norm / k_norm inside head-sharded attention) drifts."""
     per_rank = [H.params_of_rank(world4, cfg.name, r) for r in range(4)]
-    for name in per_rank[0]:
-        for r in range(1, 4):
-            assert torch.equal(per_rank[0][name], per_rank[r][name]), (
-                f"{name}: rank {r} differs from rank 0 by {(per_rank[0][name] - per_rank[r][name]).abs().max():.2e}")
+    for name in set().union(*per_rank):
+        holders = [(r, p[name]) for r, p in enumerate(per_rank) if name in p]  # pipeline: its stage's ranks
+        (r0, first), *others = holders
+        for r, value in others:
+            assert torch.equal(first, value), (
+                f"{name}: rank {r} differs from rank {r0} by {(first - value).abs().max():.2e}")
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -118,6 +127,46 @@ def test_attention_mask_in_batch_matches_hf():
     trainer = AutoParallelTrainer(model, lambda params: torch.optim.SGD(params, lr=0.0),
                                   plan=HF.make_plan(model, micro_batch=4))
     assert abs(trainer.step(batch) - expected) <= 1e-6 * expected
+
+
+def test_resume_across_plans_into_one_process(world4):
+    """dp2 x tp2 -> pp2 x dp2 -> one process: the checkpoint the second leg wrote before step 2 loads
+    into a single process, whose last step equals the uninterrupted single-process run."""
+    cfg = next(c for c in WORLD4 if c.name == "gpt2-resume-dp2xtp2-pp2xdp2")
+    trainer = HF._trainer(cfg.model, {"micro_batch": 4}, seed=7)
+    trainer.load_checkpoint(world4 / f"{cfg.name}.ckpt2")
+    assert trainer.steps == 2
+    losses = [trainer.step(b) for b in HF.batches()[2:]]
+    ref_losses, ref_params = reference(cfg.model, False)
+    loss_rel, param_abs = _max_diffs(losses, trainer.full_state_dict(), ref_losses[2:], ref_params)
+    assert loss_rel <= 1e-5 and param_abs <= 1e-5, (loss_rel, param_abs)
+
+
+@pytest.mark.parametrize("cfg", [c for c in WORLD4 if c.export], ids=lambda c: c.name)
+def test_export_loads_with_from_pretrained_and_gives_the_same_logits(cfg, world4):
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(world4 / f"{cfg.name}.hf")
+    trained = H.gathered_params(world4, cfg.name)
+    expected = HF.build(cfg.model, seed=3)
+    expected.load_state_dict(trained)
+    for name, p in loaded.named_parameters(remove_duplicate=False):
+        assert torch.equal(p, trained[name]), name
+    ids = HF.batches(1)[0]["input_ids"]
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, expected(input_ids=ids).logits)
+
+
+def test_local_export_round_trip(tmp_path):
+    trainer = HF._trainer("qwen2", {"micro_batch": 4})
+    trainer.step(HF.batches(1)[0])
+    trainer.save_pretrained(tmp_path / "out")
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    ids = HF.batches(1)[0]["input_ids"]
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, trainer.model_parts[0](ids))
 
 
 def test_checkpoint_before_the_plan_exists():

@@ -24,6 +24,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from autoparallel.errors import UserError
 from autoparallel.hf import IGNORE_INDEX, HFParts, hf_parts, install_forward, is_hf_causal_lm
+from autoparallel.hf import save_pretrained as save_hf_pretrained
 from autoparallel.plan import Plan
 from autoparallel.trainer import checkpoint as ckpt
 from autoparallel.trainer.batch import Batch, check_against_plan, parse_batch
@@ -236,6 +237,25 @@ class AutoParallelTrainer:
         """Load a checkpoint written under any plan for this model (collective)."""
         self._require_plan("load_checkpoint")
         self._steps = ckpt.load(path, self.model_parts, self._optimizers, self._ties, self._fingerprint)
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Export a Hugging Face model as a transformers checkpoint (collective): the full parameters
+        are gathered (from every pipeline stage) to rank 0, which writes them with the model's own
+        save_pretrained, so AutoModelForCausalLM.from_pretrained(path) loads the trained model. Rank 0
+        holds one full copy of the parameters in host memory while writing."""
+        if self._hf is None:
+            raise UserError(f"save_pretrained: {type(self._model).__name__} is not a Hugging Face PreTrainedModel; "
+                            f"use save_checkpoint (or full_state_dict) instead")
+        self._require_plan("save_pretrained")
+        state = self.full_state_dict()
+        if self._meshes is not None and self.plan.pp > 1:
+            parts: list[dict[str, torch.Tensor] | None] = [None] * self._env.world_size
+            dist.gather_object(state, parts if self.rank == 0 else None, dst=0)
+            state = {k: v for part in (parts if self.rank == 0 else []) for k, v in part.items()}
+        if self.rank == 0:
+            save_hf_pretrained(self._model, state, self._ties, path)
+        if self._meshes is not None:
+            dist.barrier()
 
     def _require_plan(self, what: str) -> None:
         """Checkpoints need the parallel model, which exists once the plan does: build it now from the
