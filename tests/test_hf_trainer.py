@@ -174,3 +174,19 @@ def test_checkpoint_before_the_plan_exists():
     trainer = AutoParallelTrainer(model, hardware=None)
     with pytest.raises(UserError, match=r"load_checkpoint\(\) before the plan exists"):
         trainer.load_checkpoint("/nonexistent")
+
+
+def test_train_hf_example_trains_and_exports(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "examples/train_hf.py", "--steps", "8", "--output", str(tmp_path / "out")],
+                         cwd=root, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    first, last = (float(x) for x in run.stdout.split("loss ")[-1].split(" in ")[0].split(" -> "))
+    assert last < first
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "out").config.model_type == "llama"
