@@ -46,9 +46,12 @@ class HFParts:
 
 
 def is_hf_causal_lm(model: nn.Module) -> bool:
-    """A transformers PreTrainedModel with an output head (checked by class names: no import)."""
+    """A decoder-only transformers PreTrainedModel with an output head (checked by class names: no
+    import)."""
     names = {c.__name__ for c in type(model).__mro__}
-    return "PreTrainedModel" in names and hasattr(model, "get_input_embeddings") and hasattr(model, "lm_head")
+    config = getattr(model, "config", None)
+    return ("PreTrainedModel" in names and hasattr(model, "get_input_embeddings") and hasattr(model, "lm_head")
+            and not getattr(config, "is_encoder_decoder", False))
 
 
 def _path_of(model: nn.Module, target: nn.Module | None) -> str | None:

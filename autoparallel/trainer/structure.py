@@ -3,8 +3,9 @@ tied parameters, and stable parameter names (FQNs) that survive wrappers.
 
 The catalog models follow docs/architecture.md (`tok_embeddings [pos_embeddings] layers norm lm_head`,
 blocks in a ModuleDict). A user model is handled the same way when it has one repeated-block
-container (ModuleDict or ModuleList); pipeline parallelism additionally needs that container at the
-root as a ModuleDict and a forward that skips submodules set to None (the torchtitan convention).
+container (ModuleDict or ModuleList, at the root or nested like Hugging Face's `model.layers`);
+pipeline parallelism additionally needs a forward that skips submodules set to None (the torchtitan
+convention; Hugging Face models get one from autoparallel/hf.py).
 """
 
 from __future__ import annotations
