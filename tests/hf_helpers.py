@@ -81,11 +81,11 @@ def placements(model: nn.Module, sp: bool) -> dict[str, str]:
 
 
 def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: int = 1, micro_batch: int = 1,
-              zero: int = 0, sp: bool = False) -> Plan:
+              zero: int = 0, sp: bool = False, recompute: str = "none") -> Plan:
     n = len(find_layout(model).blocks)
     return Plan(model=type(model).__name__, hardware="cpu", gpus=dp * tp * pp * ep, gpus_per_node=8,
                 global_batch=ROWS, seq_len=SEQ, dp=dp, tp=tp, pp=pp, ep=ep, micro_batch=micro_batch, zero=zero,
-                sequence_parallel=sp, recompute=("none",) * n,
+                sequence_parallel=sp, recompute=(recompute,) * n,
                 stage_layers=(n // 2, n - n // 2) if pp == 2 else (), grad_reduce_dtype="fp32", param_dtype="fp32",
                 placements=placements(model, sp) if tp > 1 or ep > 1 else {},
                 model_fingerprint=model_fingerprint(model))
@@ -94,17 +94,7 @@ def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: in
 # ---- reference --------------------------------------------------------------------------------
 def reference(name: str, masked: bool = False, steps: int = STEPS) -> tuple[list[float], dict[str, torch.Tensor]]:
     """A plain single-process loop with HF's own loss: model(input_ids=..., labels=...).loss."""
-    torch.set_num_threads(1)
-    model = build(name)
-    opt = torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS)
-    losses = []
-    for b in batches(steps, masked):
-        loss = model(**b).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    return losses, {n: p.detach().clone() for n, p in model.named_parameters(remove_duplicate=False)}
+    return H.adamw_loop(build(name), batches(steps, masked), lambda model, b: model(**b).loss)
 
 
 # ---- multi-process runner ---------------------------------------------------------------------

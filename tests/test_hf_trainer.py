@@ -13,6 +13,8 @@ plan, every plan kind with at least two models:
   pp2 x dp2            llama, gpt2 (tied embedding split over stages), gemma, qwen3moe
   tp4                  qwen2, phi3
   ep2 x dp2            mixtral, qwen3moe
+plus full / selective activation checkpointing (with ZeRO-3 expert units), resume across plans and
+save_pretrained exports.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ WORLD4: list[Config] = [
     *(Config(f"{m}-pp2xdp2", m, PP2DP2) for m in ("llama", "gpt2", "gemma", "qwen3moe")),
     *(Config(f"{m}-tp4", m, TP4) for m in ("qwen2", "phi3")),
     *(Config(f"{m}-ep2xdp2", m, EP2DP2) for m in ("mixtral", "qwen3moe")),
+    # activation checkpointing of HF blocks (called with keyword arguments), FSDP (zero 3) expert units
+    Config("gemma-dp2xtp2-sp-fullac", "gemma", {**DP2TP2SP, "recompute": "full"}),
+    Config("mixtral-ep2xdp2-zero3-selac", "mixtral", {**EP2DP2, "zero": 3, "recompute": "selective"}),
     # resume across plans: dp2 x tp2 (SP) -> pp2 x dp2 at step 1, that run checkpoints at step 2 and
     # a single process finishes (test_resume_across_plans_into_one_process); tied GPT-2
     Config("gpt2-resume-dp2xtp2-pp2xdp2", "gpt2", DP2TP2SP, resume={"stop": 1, "plan": PP2DP2, "save": 2}),

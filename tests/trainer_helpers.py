@@ -153,13 +153,18 @@ def user_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 # ---- reference --------------------------------------------------------------------------------
 def reference(name: str, steps: int = STEPS) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Plain single-process training: full batch, one AdamW step per batch."""
+    return adamw_loop(build(name), batches(name, steps), lambda model, tokens: F.cross_entropy(
+        model(tokens[:, :-1]).flatten(0, -2).float(), tokens[:, 1:].flatten()))
+
+
+def adamw_loop(model: nn.Module, data: list[Any], loss_of: Any) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """One AdamW step (LR, EPS) per batch on one thread; loss_of(model, batch) -> loss. Returns the
+    per-step losses and the final parameters (tied names each)."""
     torch.set_num_threads(1)
-    model = build(name)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS)
     losses = []
-    for tokens in batches(name, steps):
-        logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, -2).float(), tokens[:, 1:].flatten())
+    for batch in data:
+        loss = loss_of(model, batch)
         loss.backward()
         opt.step()
         opt.zero_grad()
