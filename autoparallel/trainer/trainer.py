@@ -258,15 +258,12 @@ class AutoParallelTrainer:
             dist.barrier()
 
     def _require_plan(self, what: str) -> None:
-        """Checkpoints need the parallel model, which exists once the plan does: build it now from the
-        planner inputs given to the constructor, or refuse (a load into nothing would be silently lost)."""
-        if self._plan is not None:
-            return
-        gb, seq = self._pending
-        if gb is None or seq is None:
+        """Checkpoints need the parallel model, which exists once the plan does (the constructor builds
+        it when given plan= or global_batch_size and seq_len; otherwise the first step() does): refuse
+        before that, since a load into nothing would be silently lost."""
+        if self._plan is None:
             raise UserError(f"{what}() before the plan exists: pass plan=..., or global_batch_size and seq_len, to "
                             f"AutoParallelTrainer(...) so the parallel model is built before the first step()")
-        self._setup(self._make_plan(gb, seq))
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Full (unsharded) CPU copies of this rank's parameters by FQN (collective over the mesh).
