@@ -59,17 +59,22 @@ def build(name: str, seed: int = 0) -> nn.Module:
 
 
 def batches(steps: int = STEPS, masked: bool = False) -> list[dict[str, torch.Tensor]]:
-    """HF batches {"input_ids", "labels"} (labels = inputs, HF shifts them). masked: some labels -100,
-    unevenly over rows, so micro-batches and data slices hold different numbers of valid tokens."""
+    """HF batches {"input_ids", "labels"} (labels = inputs, HF shifts them). masked: rows right-padded
+    by different amounts (attention_mask 0, labels -100 there) and some leading labels -100, so
+    micro-batches and data slices hold different numbers of valid tokens."""
     g = torch.Generator().manual_seed(1234)
     out = []
     for _ in range(steps):
         ids = torch.randint(0, VOCAB, (ROWS, SEQ), generator=g)
-        labels = ids.clone()
+        batch = {"input_ids": ids, "labels": ids.clone()}
         if masked:
+            mask = torch.ones_like(ids)
             for r in range(ROWS):
-                labels[r, : 2 * r] = -100
-        out.append({"input_ids": ids, "labels": labels})
+                mask[r, SEQ - r:] = 0           # r padding positions at the end of row r
+                batch["labels"][r, : r // 2] = -100
+            batch["labels"] = batch["labels"].masked_fill(mask == 0, -100)
+            batch["attention_mask"] = mask
+        out.append(batch)
     return out
 
 

@@ -9,9 +9,10 @@ Adam's update is bounded by lr per step, so order noise cannot grow past ~1e-6 i
 Matrix (one 4-process group, kept lean for CI): every model under at least one multi-dimensional
 plan, every plan kind with at least two models:
   dp2 x tp2            llama, gpt2, phi3, mixtral
-  dp2 x tp2 + SP       qwen2, gemma, qwen3moe, llama (labels partly -100: token weighting)
+  dp2 x tp2 + SP       qwen2, gemma, qwen3moe, llama (right padding with attention_mask, labels partly
+                       -100: HF's token weighting across micro-batches and data slices)
   pp2 x dp2            llama, gpt2 (tied embedding split over stages), gemma, qwen3moe
-  tp4                  qwen2, phi3
+  tp4                  qwen2, phi3 (+ SP)
   ep2 x dp2            mixtral, qwen3moe
 plus full / selective activation checkpointing (with ZeRO-3 expert units), resume across plans and
 save_pretrained exports.
@@ -44,7 +45,8 @@ WORLD4: list[Config] = [
     *(Config(f"{m}-dp2xtp2-sp", m, DP2TP2SP) for m in ("qwen2", "gemma", "qwen3moe")),
     Config("llama-dp2xtp2-sp-masked", "llama", DP2TP2SP, masked=True),
     *(Config(f"{m}-pp2xdp2", m, PP2DP2) for m in ("llama", "gpt2", "gemma", "qwen3moe")),
-    *(Config(f"{m}-tp4", m, TP4) for m in ("qwen2", "phi3")),
+    Config("qwen2-tp4", "qwen2", TP4),
+    Config("phi3-tp4-sp", "phi3", {**TP4, "sp": True}),  # replicated attention called with keywords, under SP
     *(Config(f"{m}-ep2xdp2", m, EP2DP2) for m in ("mixtral", "qwen3moe")),
     # activation checkpointing of HF blocks (called with keyword arguments), FSDP (zero 3) expert units
     Config("gemma-dp2xtp2-sp-fullac", "gemma", {**DP2TP2SP, "recompute": "full"}),
