@@ -15,7 +15,7 @@ import hf_helpers as HF  # noqa: E402
 
 from autoparallel.api import make_cluster  # noqa: E402
 from autoparallel.placements import megatron_placements  # noqa: E402
-from autoparallel.sharding import ENDS, ShardingSolver, solve_placements  # noqa: E402
+from autoparallel.sharding import ENDS, ShardingSolver  # noqa: E402
 from autoparallel.tracer import trace  # noqa: E402
 
 
@@ -74,16 +74,19 @@ def test_token_mixing_is_decided_by_the_graph_not_by_sizes():
     assert sum(flags[64]["model.layers.0"]) == 1  # attention, and only attention
 
 
-def test_solver_puts_megatron_layout_on_a_realistic_hf_llama_at_seq_equal_hidden():
-    graph = trace(_llama(2048, vocab=32000), batch=1, seq_len=2048)
-    for sp in (False, True):
-        p = solve_placements(graph, make_cluster("h100-sxm", 8), 2, sp)
-        block = {k.removeprefix("model.layers.0."): v for k, v in p.items() if k.startswith("model.layers.0.")}
-        assert {k: block[k] for k in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj",
-                                      "mlp.up_proj")} == dict.fromkeys(
-            ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"), "colwise")
-        assert block["self_attn.o_proj"] == block["mlp.down_proj"] == "rowwise"
-        assert p["model.embed_tokens"] == "vocab" and p["lm_head"] == "colwise"
+def test_plan_puts_megatron_layout_on_a_realistic_hf_llama_at_seq_equal_hidden():
+    """`plan` of an HF Llama at hidden 2048 (seq_len 2048 = hidden), tp pinned to 2: column -> row on
+    attention and MLP, vocab-parallel embedding, column-parallel head."""
+    import autoparallel
+
+    plan = autoparallel.plan(_llama(2048, vocab=32000), hardware="h100-sxm", gpus=8, global_batch=64, seq_len=2048,
+                             max_memory_per_gpu="80GB", fix={"tp": 2})
+    block = {k.removeprefix("model.layers.0."): v for k, v in plan.placements.items()
+             if k.startswith("model.layers.0.")}
+    for leaf in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"):
+        assert block[leaf] == "colwise", (leaf, block)
+    assert block["self_attn.o_proj"] == block["mlp.down_proj"] == "rowwise"
+    assert plan.placements["model.embed_tokens"] == "vocab" and plan.placements["lm_head"] == "colwise"
 
 
 def test_megatron_rule_on_fused_and_qk_normed_projections():

@@ -197,3 +197,24 @@ def test_train_hf_example_trains_and_exports(tmp_path):
     first, last = (float(x) for x in run.stdout.split("loss ")[-1].split(" in ")[0].split(" -> "))
     assert last < first
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "out").config.model_type == "llama"
+
+
+@pytest.mark.parametrize("name", HF.MODELS)
+def test_training_forward_equals_the_models_own(name):
+    """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
+    model's own forward bit for bit, with and without a padding mask, and leaves the user's module alone."""
+    import copy
+
+    from autoparallel.hf import hf_parts, install_forward
+
+    model = HF.build(name)
+    ids = HF.batches(1)[0]["input_ids"]
+    mask = torch.ones_like(ids)
+    mask[1, 10:] = 0
+    mine = copy.deepcopy(model)
+    install_forward(mine, hf_parts(model))
+    assert "forward" not in vars(model)
+    with torch.no_grad():
+        assert torch.equal(mine(ids), model(input_ids=ids).logits)
+        valid = mask.bool()
+        assert torch.equal(mine(ids, mask)[valid], model(input_ids=ids, attention_mask=mask).logits[valid])
