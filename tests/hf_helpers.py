@@ -85,14 +85,22 @@ def placements(model: nn.Module, sp: bool) -> dict[str, str]:
     return megatron_placements(trace(model, batch=1, seq_len=SEQ), sequence_parallel=sp)
 
 
+def _placements(model: nn.Module, sp: bool, replicate_all: bool) -> dict[str, str]:
+    out = placements(model, sp)
+    return {p: ("replicate" if v in ("colwise", "rowwise", "vocab") else v) for p, v in out.items()} if replicate_all \
+        else out
+
+
 def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: int = 1, micro_batch: int = 1,
-              zero: int = 0, sp: bool = False, recompute: str = "none") -> Plan:
+              zero: int = 0, sp: bool = False, recompute: str = "none", replicate_all: bool = False) -> Plan:
+    """replicate_all: no module split over tp, norms still 'sequence' under SP (what the planner emits
+    at tiny widths under a pinned tp)."""
     n = len(find_layout(model).blocks)
     return Plan(model=type(model).__name__, hardware="cpu", gpus=dp * tp * pp * ep, gpus_per_node=8,
                 global_batch=ROWS, seq_len=SEQ, dp=dp, tp=tp, pp=pp, ep=ep, micro_batch=micro_batch, zero=zero,
                 sequence_parallel=sp, recompute=(recompute,) * n,
                 stage_layers=(n // 2, n - n // 2) if pp == 2 else (), grad_reduce_dtype="fp32", param_dtype="fp32",
-                placements=placements(model, sp) if tp > 1 or ep > 1 else {},
+                placements=_placements(model, sp, replicate_all) if tp > 1 or ep > 1 else {},
                 model_fingerprint=model_fingerprint(model))
 
 

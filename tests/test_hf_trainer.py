@@ -48,6 +48,8 @@ WORLD4: list[Config] = [
     Config("qwen2-tp4", "qwen2", TP4),
     Config("phi3-tp4-sp", "phi3", {**TP4, "sp": True}),  # replicated attention called with keywords, under SP
     *(Config(f"{m}-ep2xdp2", m, EP2DP2) for m in ("mixtral", "qwen3moe")),
+    # a pinned tp the solver found not worth splitting: every module replicated, the tp ranks redundant
+    Config("qwen2-dp2xtp2-sp-all-replicated", "qwen2", {**DP2TP2SP, "replicate_all": True}),
     # activation checkpointing of HF blocks (called with keyword arguments), FSDP (zero 3) expert units
     Config("gemma-dp2xtp2-sp-fullac", "gemma", {**DP2TP2SP, "recompute": "full"}),
     Config("mixtral-ep2xdp2-zero3-selac", "mixtral", {**EP2DP2, "zero": 3, "recompute": "selective"}),

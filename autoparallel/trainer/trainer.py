@@ -88,6 +88,10 @@ def _logits(output: Any) -> torch.Tensor:
                     f"with .logits, or pass loss_fn")
 
 
+def _splits_over_tp(plan: Plan) -> bool:
+    return any(v in ("colwise", "rowwise", "vocab") for v in plan.placements.values())
+
+
 def _value(loss: torch.Tensor) -> torch.Tensor:
     """A loss as a plain detached fp32 scalar (a loss_parallel loss is a replicated DTensor)."""
     loss = loss.detach()
@@ -328,9 +332,12 @@ class AutoParallelTrainer:
         if unknown:
             raise UserError(f"plan placement for {unknown[0]!r}: the model has no such module; the plan was made "
                             f"for another model")
-        if plan.tp > 1 and not any(v in ("colwise", "rowwise", "vocab") for v in plan.placements.values()):
+        if plan.tp > 1 and not plan.placements:
             raise UserError(f"plan: tp={plan.tp} but no module is placed colwise, rowwise or vocab, so nothing "
                             f"would be split over the tp ranks; add placements or use tp=1")
+        if plan.tp > 1 and not _splits_over_tp(plan) and env.rank == 0:
+            warnings.warn(f"plan: tp={plan.tp} but every module is replicated; the {plan.tp} tp ranks compute the "
+                          f"same thing (the planner found no split worth its communication)", stacklevel=4)
         if plan.gpus != env.world_size:
             raise UserError(f"plan is for {plan.gpus} processes (pp*dp*ep*tp = {plan.pp}*{plan.dp}*{plan.ep}*"
                             f"{plan.tp}) but {env.world_size} are running; launch with `torchrun --nproc-per-node "
@@ -366,10 +373,14 @@ class AutoParallelTrainer:
         experts = self._expert_paths(plan)
         mp = mixed_precision_policy(plan.param_dtype, plan.grad_reduce_dtype)
         # Vocab-sharded logits + parallel cross entropy when the default loss runs on a sharded head.
-        self._loss_parallel = (plan.tp > 1 and self._default_loss
+        # The sharding solver replicates everything when splitting cannot pay (tiny widths under a pinned
+        # tp, sequence parallelism then included): such a plan runs without tensor parallelism, the tp
+        # ranks computing the same thing on the same rows.
+        tensor_parallel = plan.tp > 1 and _splits_over_tp(plan)
+        self._loss_parallel = (tensor_parallel and self._default_loss
                                and lm_head_path(plan.placements, layout) is not None)
         for v, part in parts:
-            if plan.tp > 1:
+            if tensor_parallel:
                 apply_tensor_parallel(part, plan.placements, meshes.tp, plan.sequence_parallel, layout,
                                       loss_parallel=self._loss_parallel)
                 self._retie(part)
@@ -378,7 +389,7 @@ class AutoParallelTrainer:
                     mod = get_submodule(part, path)
                     if mod is not None:
                         apply_expert_parallel(mod, path, meshes.ep)
-            if plan.pp > 1 and plan.tp > 1 and plan.sequence_parallel:
+            if plan.pp > 1 and tensor_parallel and plan.sequence_parallel:
                 add_sequence_boundary_hooks(part, layout, meshes.tp, v == 0, v == plan.pp * plan.vpp - 1)
             apply_recompute(part, layout, plan.recompute,
                             [m for m in (get_submodule(part, p) for p in experts) if m is not None])
