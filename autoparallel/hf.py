@@ -147,6 +147,13 @@ def install_forward(model: nn.Module, parts: HFParts) -> None:
     model.forward = types.MethodType(forward, model)
 
 
+def init_weights(part: nn.Module) -> None:
+    """Initialize a meta-device model's part (a pipeline stage, sharded) with transformers' own
+    per-module initializer. Not `init_weights()`: that also ties the embeddings through `lm_head`,
+    which a pipeline stage may not hold (the trainer re-ties what it holds itself)."""
+    part.initialize_weights()
+
+
 def hf_labels(labels: torch.Tensor) -> torch.Tensor:
     """HF's causal-LM label shift: position t is scored against labels[t + 1], the last position
     against nothing (IGNORE_INDEX), as transformers' ForCausalLMLoss does."""

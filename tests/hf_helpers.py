@@ -5,6 +5,7 @@ and a spawned multi-process runner (one process group for many configurations, a
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,11 +50,14 @@ def config(name: str):
     raise KeyError(name)
 
 
-def build(name: str, seed: int = 0) -> nn.Module:
+def build(name: str, seed: int = 0, meta: bool = False) -> nn.Module:
+    """meta: on the meta device (the trainer initializes the shards with the model's init_weights())."""
     import transformers as T
 
-    torch.manual_seed(seed)
-    model = T.AutoModelForCausalLM.from_config(config(name))
+    if not meta:
+        torch.manual_seed(seed)
+    with torch.device("meta") if meta else contextlib.nullcontext():
+        model = T.AutoModelForCausalLM.from_config(config(name))
     assert all(p.dtype == torch.float32 for p in model.parameters())
     return model
 
@@ -125,18 +129,21 @@ class Config:
     steps: int = STEPS
     resume: dict[str, Any] = field(default_factory=dict)
     export: bool = False
+    meta: bool = False
 
 
-def _trainer(name: str, plan: dict[str, Any], seed: int = 0):
+def _trainer(name: str, plan: dict[str, Any], seed: int = 0, meta: bool = False):
     from autoparallel.trainer import AutoParallelTrainer
 
-    model = build(name, seed)
+    model = build(name, seed, meta)
     return AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
                                plan=make_plan(model, **plan))
 
 
 def train(cfg: Config, out: Path, rank: int) -> dict[str, Any]:
-    trainer = _trainer(cfg.model, cfg.plan)
+    if cfg.meta:
+        torch.manual_seed(100 + rank)  # the ranks' RNGs differ: replicas must still come out equal
+    trainer = _trainer(cfg.model, cfg.plan, meta=cfg.meta)
     losses = []
     for i, b in enumerate(batches(cfg.steps, cfg.masked)):
         if i == cfg.resume.get("stop"):

@@ -24,6 +24,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from autoparallel.errors import UserError
 from autoparallel.hf import IGNORE_INDEX, HFParts, hf_parts, install_forward, is_hf_causal_lm
+from autoparallel.hf import init_weights as hf_init_weights
 from autoparallel.hf import save_pretrained as save_hf_pretrained
 from autoparallel.plan import Plan
 from autoparallel.trainer import checkpoint as ckpt
@@ -148,7 +149,7 @@ class AutoParallelTrainer:
         self._fix = dict(fix or {})
         self._mixed_precision = mixed_precision
         self._compile = compile
-        self._init_fn = init_fn
+        self._init_fn = init_fn if init_fn is not None or self._hf is None else hf_init_weights
         self._env: DistEnv = init_distributed(device_ids)
         self._plan: Plan | None = None
         self._meshes: Meshes | None = None
