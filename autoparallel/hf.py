@@ -43,6 +43,8 @@ class HFParts:
     rotary: str | None         # rotary table module ("model.rotary_emb")
     head: str                  # "lm_head"
     attn_implementation: str   # config._attn_implementation ("sdpa", "eager", ...)
+    sliding_window: int | None = None  # attention window of the sliding layers (Mistral: all of them)
+    mixed_windows: bool = False        # some layers slide, others attend to everything (Gemma 2)
 
 
 def is_hf_causal_lm(model: nn.Module) -> bool:
@@ -84,8 +86,19 @@ def hf_parts(model: nn.Module) -> HFParts:
     norm = next((full(n) for n, c in after if any(True for _ in c.parameters())), None)
     rotary = next((full(n) for n, c in children if hasattr(c, "inv_freq")), None)
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    window, mixed = _windows(model.config)
     return HFParts(embed=embed, positions=positions, dropout=dropout, layers=full(children[layers_idx][0]),
-                   norm=norm, rotary=rotary, head="lm_head", attn_implementation=impl)
+                   norm=norm, rotary=rotary, head="lm_head", attn_implementation=impl, sliding_window=window,
+                   mixed_windows=mixed)
+
+
+def _windows(config: object) -> tuple[int | None, bool]:
+    """(sliding window, whether only some layers use it) from an HF config."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if not window or (types is not None and "sliding_attention" not in types):
+        return None, False
+    return int(window), types is not None and any(t != "sliding_attention" for t in types)
 
 
 def _get(model: nn.Module, path: str | None) -> nn.Module | None:
@@ -95,12 +108,16 @@ def _get(model: nn.Module, path: str | None) -> nn.Module | None:
 
 
 def causal_mask(attention_mask: torch.Tensor | None, seq: int, dtype: torch.dtype,
-                device: torch.device, implementation: str) -> torch.Tensor | None:
+                device: torch.device, implementation: str, window: int | None = None) -> torch.Tensor | None:
     """None where SDPA's is_causal gives causal attention (what HF does without padding); otherwise an
-    additive [B|1, 1, S, S] mask: causal, plus padded keys (attention_mask == 0) masked out."""
-    if attention_mask is None and implementation == "sdpa":
+    additive [B|1, 1, S, S] mask: causal (within `window` positions back, HF's sliding window), plus
+    padded keys (attention_mask == 0) masked out."""
+    if attention_mask is None and implementation == "sdpa" and window is None:
         return None
-    allowed = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()[None, None]
+    allowed = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
+    if window is not None:
+        allowed = allowed.triu(1 - window)  # key j visible from query i when i - j < window
+    allowed = allowed[None, None]
     if attention_mask is not None:
         allowed = allowed & attention_mask[:, None, None, :].bool()
     zero = torch.zeros((), dtype=dtype, device=device)
@@ -121,8 +138,15 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     drop = _get(model, parts.dropout)
     if embed is not None and drop is not None:
         h = drop(h)
+    window = parts.sliding_window if parts.sliding_window is not None and seq > parts.sliding_window else None
+    if window is not None and parts.mixed_windows:
+        from autoparallel.errors import UserError
+
+        raise UserError(f"sequence of {seq} tokens is longer than the sliding window ({window}) of a model that "
+                        f"mixes sliding-window and full-attention layers, which is not supported; use seq_len <= "
+                        f"{window}")
     kwargs: dict = {"attention_mask": causal_mask(attention_mask, seq, h.dtype, h.device,
-                                                  parts.attn_implementation),
+                                                  parts.attn_implementation, window),
                     "position_ids": positions[None]}
     rotary = _get(model, parts.rotary)
     if rotary is not None:

@@ -220,7 +220,7 @@ def test_train_hf_example_trains_and_exports(tmp_path):
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "out").config.model_type == "llama"
 
 
-@pytest.mark.parametrize("name", HF.MODELS)
+@pytest.mark.parametrize("name", (*HF.MODELS, "mistral"))
 def test_training_forward_equals_the_models_own(name):
     """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
     model's own forward bit for bit, with and without a padding mask, and leaves the user's module alone."""
@@ -239,3 +239,22 @@ def test_training_forward_equals_the_models_own(name):
         assert torch.equal(mine(ids), model(input_ids=ids).logits)
         valid = mask.bool()
         assert torch.equal(mine(ids, mask)[valid], model(input_ids=ids, attention_mask=mask).logits[valid])
+
+
+def test_mixed_sliding_window_layers_beyond_the_window_are_refused():
+    import copy
+
+    import transformers as T
+
+    from autoparallel.hf import hf_parts, install_forward
+
+    cfg = T.Qwen2Config(**HF._KW, use_sliding_window=True, sliding_window=4, max_window_layers=1)
+    model = T.AutoModelForCausalLM.from_config(cfg)
+    parts = hf_parts(model)
+    assert parts.sliding_window == 4 and parts.mixed_windows
+    mine = copy.deepcopy(model)
+    install_forward(mine, parts)
+    ids = HF.batches(1)[0]["input_ids"]
+    assert torch.equal(mine(ids[:, :4]), model(input_ids=ids[:, :4]).logits)  # within the window: plain causal
+    with pytest.raises(UserError, match="longer than the sliding window"):
+        mine(ids)
