@@ -45,6 +45,9 @@ def config(name: str):
         return T.Qwen3MoeConfig(**_KW, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, head_dim=4)
     if name == "phi3":
         return T.Phi3Config(**_KW, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    if name == "qwen2moe":  # routed experts plus a gated shared expert
+        return T.Qwen2MoeConfig(**_KW, moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4,
+                                num_experts_per_tok=2)
     if name == "mistral":  # a sliding window shorter than the test sequences
         return T.MistralConfig(**_KW, sliding_window=6)
     if name == "gemma":

@@ -14,6 +14,7 @@ plan, every plan kind with at least two models:
   pp2 x dp2            llama, gpt2 (tied embedding split over stages), gemma, qwen3moe
   tp4                  qwen2, phi3 (+ SP)
   ep2 x dp2            mixtral, qwen3moe
+  ep2 x tp2 + SP       qwen2moe (shared expert split over tp inside the MoE branch)
 plus full / selective activation checkpointing (with ZeRO-3 expert units), resume across plans and
 save_pretrained exports.
 """
@@ -48,6 +49,8 @@ WORLD4: list[Config] = [
     Config("qwen2-tp4", "qwen2", TP4),
     Config("phi3-tp4-sp", "phi3", {**TP4, "sp": True}),  # replicated attention called with keywords, under SP
     *(Config(f"{m}-ep2xdp2", m, EP2DP2) for m in ("mixtral", "qwen3moe")),
+    # Qwen2-MoE: a shared expert (column -> row inside the replicated MoE branch) next to routed experts
+    Config("qwen2moe-ep2xtp2-sp", "qwen2moe", {"ep": 2, "tp": 2, "sp": True, "micro_batch": 2}),
     # a pinned tp the solver found not worth splitting: every module replicated, the tp ranks redundant
     Config("qwen2-dp2xtp2-sp-all-replicated", "qwen2", {**DP2TP2SP, "replicate_all": True}),
     # activation checkpointing of HF blocks (called with keyword arguments), FSDP (zero 3) expert units
@@ -220,7 +223,7 @@ def test_train_hf_example_trains_and_exports(tmp_path):
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "out").config.model_type == "llama"
 
 
-@pytest.mark.parametrize("name", (*HF.MODELS, "mistral"))
+@pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe"))
 def test_training_forward_equals_the_models_own(name):
     """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
     model's own forward bit for bit, with and without a padding mask, and leaves the user's module alone."""
