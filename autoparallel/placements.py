@@ -43,6 +43,22 @@ def megatron_placements(graph: OpGraph, sequence_parallel: bool = False) -> dict
                 out[path] = "replicate"
         else:
             out[path] = "replicate"
+    return _whole_or_split_together(out, kinds)
+
+
+def _whole_or_split_together(out: dict[str, str], kinds: dict[str, str]) -> dict[str, str]:
+    """The Linears of one module (an attention: q/k/v/o) split together or not at all: when some of
+    them must stay whole (OLMo2's q/k feed a norm over all heads, which a head split would cut), the
+    head-split siblings would hand attention mismatched head counts, so the module is replicated."""
+    parents: dict[str, list[str]] = {}
+    for path, kind in kinds.items():
+        if kind == "linear":
+            parents.setdefault(path.rpartition(".")[0], []).append(path)
+    for siblings in parents.values():
+        values = {out[p] for p in siblings}
+        if "rowwise" in values and "replicate" in values:
+            for p in siblings:
+                out[p] = "replicate"
     return out
 
 

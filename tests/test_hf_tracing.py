@@ -100,3 +100,12 @@ def test_megatron_rule_on_fused_and_qk_normed_projections():
     assert attn == {"q_proj": "colwise", "k_proj": "colwise", "v_proj": "colwise", "o_proj": "rowwise",
                     "q_norm": "sequence", "k_norm": "sequence"}
     assert qwen3["model.layers.0.mlp.experts"] == "expert" and qwen3["model.layers.0.mlp.gate"] == "replicate"
+
+
+def test_megatron_rule_keeps_attention_whole_when_a_norm_spans_all_heads():
+    """OLMo2's q_norm / k_norm normalize over all heads: q/k cannot be head-split, so neither can v/o
+    (attention would see mismatched head counts); the MLP is still split."""
+    p = megatron_placements(trace(HF.build("olmo2"), batch=1, seq_len=16))
+    for leaf in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        assert p[f"model.layers.0.self_attn.{leaf}"] == "replicate", (leaf, p)
+    assert p["model.layers.0.mlp.gate_proj"] == "colwise" and p["model.layers.0.mlp.down_proj"] == "rowwise"

@@ -181,8 +181,10 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
             if not sequence_parallel:
                 raise UserError(f"plan: {path} has placement 'sequence' but sequence_parallel is false; use "
                                 f"'replicate' or set sequence_parallel: true")
-            if not _inside_attention(part, path, placements):
-                styles[path] = SequenceParallel()
+            # a norm inside a replicated branch (OLMo2's q_norm in a whole attention) runs on the
+            # gathered sequence, replicated like its branch
+            if not _inside_attention(part, path, placements) and isinstance(seq_in, Shard):
+                styles[path] = SequenceParallel(use_local_output=True)  # post-norms feed the residual add
         elif v == "replicate" and sequence_parallel and _is_position_table(path, layout):
             # [S, h] positional rows -> this rank's sequence chunk (a slice, no communication)
             styles[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(0))
@@ -193,6 +195,7 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
     # qk-norms inside a head-sharded attention: head-parallel norm (grads summed over tp).
     for path, mod in part.named_modules():
         if is_norm_like(mod) and _inside_attention(part, path, placements):
+            _check_per_head(part, path, mod, placements)
             styles[path] = SequenceParallel(sequence_dim=2, use_local_output=True)
     if sequence_parallel:
         for region in regions:
@@ -201,6 +204,19 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         if parent not in styles:
             get_submodule(part, parent).register_forward_pre_hook(_gather_sequence_pre_hook(tp_mesh), with_kwargs=True)
     parallelize_module(part, tp_mesh, styles)
+
+
+def _check_per_head(root: nn.Module, path: str, norm: nn.Module, placements: dict[str, str]) -> None:
+    """A norm over all heads' features (OLMo2's q_norm: as wide as q_proj's output) would normalize
+    only this rank's heads: refuse it (head-parallel norms must be per head, like Qwen3's)."""
+    width = next(norm.parameters()).numel()
+    for p, v in placements.items():
+        sibling = get_submodule(root, p)
+        if (v == "colwise" and _parent(p) == _parent(path) and isinstance(sibling, nn.Linear)
+                and sibling.out_features == width):
+            raise UserError(f"plan: norm {path} spans all heads of {p} (width {width}); a head split would "
+                            f"normalize each rank's heads separately: place {_parent(path)}'s projections "
+                            f"'replicate'")
 
 
 def _inside_attention(root: nn.Module, path: str, placements: dict[str, str]) -> bool:
