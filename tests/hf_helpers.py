@@ -50,6 +50,8 @@ def config(name: str):
                                 num_experts_per_tok=2)
     if name == "olmo2":  # q_norm / k_norm over all heads (not per head like Qwen3)
         return T.Olmo2Config(**_KW)
+    if name == "llama4":  # four blocks: two virtual stages per pipeline rank
+        return T.LlamaConfig(**{**_KW, "num_hidden_layers": 4})
     if name == "mistral":  # a sliding window shorter than the test sequences
         return T.MistralConfig(**_KW, sliding_window=6)
     if name == "gemma":
@@ -98,20 +100,22 @@ def placements(model: nn.Module, sp: bool) -> dict[str, str]:
 
 def _placements(model: nn.Module, sp: bool, replicate_all: bool) -> dict[str, str]:
     out = placements(model, sp)
-    return {p: ("replicate" if v in ("colwise", "rowwise", "vocab") else v) for p, v in out.items()} if replicate_all \
-        else out
+    if not replicate_all:
+        return out
+    return {p: ("replicate" if v in ("colwise", "rowwise", "vocab") else v) for p, v in out.items()}
 
 
-def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: int = 1, micro_batch: int = 1,
-              zero: int = 0, sp: bool = False, recompute: str = "none", replicate_all: bool = False,
+def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: int = 1, vpp: int = 1,
+              micro_batch: int = 1, zero: int = 0, sp: bool = False, recompute: str = "none", replicate_all: bool = False,
               overrides: dict[str, str] | None = None) -> Plan:
     """replicate_all: no module split over tp, norms still 'sequence' under SP (what the planner emits
     at tiny widths under a pinned tp). overrides: placements replacing the derived ones."""
     n = len(find_layout(model).blocks)
     return Plan(model=type(model).__name__, hardware="cpu", gpus=dp * tp * pp * ep, gpus_per_node=8,
                 global_batch=ROWS, seq_len=SEQ, dp=dp, tp=tp, pp=pp, ep=ep, micro_batch=micro_batch, zero=zero,
-                sequence_parallel=sp, recompute=(recompute,) * n,
-                stage_layers=(n // 2, n - n // 2) if pp == 2 else (), grad_reduce_dtype="fp32", param_dtype="fp32",
+                sequence_parallel=sp, recompute=(recompute,) * n, vpp=vpp,
+                stage_layers=(n // (pp * vpp),) * (pp * vpp) if pp > 1 else (), grad_reduce_dtype="fp32",
+                param_dtype="fp32",
                 placements={**_placements(model, sp, replicate_all), **(overrides or {})} if tp > 1 or ep > 1 else {},
                 model_fingerprint=model_fingerprint(model))
 

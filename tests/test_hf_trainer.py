@@ -11,7 +11,8 @@ plan, every plan kind with at least two models:
   dp2 x tp2            llama, gpt2, phi3, mixtral
   dp2 x tp2 + SP       qwen2, gemma, qwen3moe, llama (right padding with attention_mask, labels partly
                        -100: HF's token weighting across micro-batches and data slices)
-  pp2 x dp2            llama, gpt2 (tied embedding split over stages), gemma, qwen3moe
+  pp2 x dp2            llama, gpt2 (tied embedding split over stages), gemma, qwen3moe; 4-block llama
+                       interleaved (vpp 2)
   tp4                  qwen2, phi3 (+ SP)
   ep2 x dp2            mixtral, qwen3moe
   ep2 x tp2 + SP       qwen2moe (shared expert split over tp inside the MoE branch)
@@ -46,6 +47,7 @@ WORLD4: list[Config] = [
     *(Config(f"{m}-dp2xtp2-sp", m, DP2TP2SP) for m in ("qwen2", "gemma", "qwen3moe")),
     Config("llama-dp2xtp2-sp-masked", "llama", DP2TP2SP, masked=True),
     *(Config(f"{m}-pp2xdp2", m, PP2DP2) for m in ("llama", "gpt2", "gemma", "qwen3moe")),
+    Config("llama4-pp2xdp2-interleaved", "llama4", {**PP2DP2, "vpp": 2, "micro_batch": 1}),
     Config("qwen2-tp4", "qwen2", TP4),
     Config("phi3-tp4-sp", "phi3", {**TP4, "sp": True}),  # replicated attention called with keywords, under SP
     *(Config(f"{m}-ep2xdp2", m, EP2DP2) for m in ("mixtral", "qwen3moe")),
