@@ -17,12 +17,12 @@ from autoparallel.graph import OpGraph
 def megatron_placements(graph: OpGraph, sequence_parallel: bool = False) -> dict[str, str]:
     """Module path -> placement (values documented in autoparallel/plan.py)."""
     kinds = {path: op.kind for path, op in graph.parametric_ops.items()}
-    preds: dict[str, set[str]] = {p: set() for p in kinds}
-    succs: dict[str, set[str]] = {p: set() for p in kinds}
-    for a, b in graph.param_op_edges:
-        if a in kinds and b in kinds:
-            succs[a].add(b)
-            preds[b].add(a)
+    preds, succs = _linked_through_head_norms(graph, kinds)
+    fused = _fused_outputs(graph, kinds)
+    # A fused projection (Phi-3's qkv_proj / gate_up_proj) stays whole: a column split would cut
+    # across q/k/v (or gate/up) instead of heads; its consumers then see a whole input.
+    for path in fused:
+        kinds[path] = "fused"
     experts = {p for p, k in kinds.items() if k == "experts"}
     out: dict[str, str] = {}
     for path, kind in sorted(kinds.items()):
@@ -43,6 +43,81 @@ def megatron_placements(graph: OpGraph, sequence_parallel: bool = False) -> dict
                 out[path] = "replicate"
         else:
             out[path] = "replicate"
+    return _whole_or_split_together(out, kinds)
+
+
+def _whole_or_split_together(out: dict[str, str], kinds: dict[str, str]) -> dict[str, str]:
+    """The Linears of one module (an attention: q/k/v/o) split together or not at all: when some of
+    them must stay whole (OLMo2's q/k feed a norm over all heads, which a head split would cut), the
+    head-split siblings would hand attention mismatched head counts, so the module is replicated."""
+    parents: dict[str, list[str]] = {}
+    for path, kind in kinds.items():
+        if kind == "linear":
+            parents.setdefault(path.rpartition(".")[0], []).append(path)
+    for siblings in parents.values():
+        values = {out[p] for p in siblings}
+        if "rowwise" in values and "replicate" in values:
+            for p in siblings:
+                out[p] = "replicate"
+    return out
+
+
+def _linked_through_head_norms(graph: OpGraph, kinds: dict[str, str]
+                               ) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Producer/consumer links between parametric ops, seeing through per-head norms: Qwen3's q_norm
+    (over head_dim, narrower than q_proj's output) sits between q_proj and attention, and a head split
+    commutes with it, so q_proj -> o_proj is a column -> row pair like v_proj -> o_proj."""
+    preds: dict[str, set[str]] = {p: set() for p in kinds}
+    succs: dict[str, set[str]] = {p: set() for p in kinds}
+    for a, b in graph.param_op_edges:
+        if a in kinds and b in kinds:
+            succs[a].add(b)
+            preds[b].add(a)
+    ops = graph.parametric_ops
+    for norm in [p for p, k in kinds.items() if k == "norm"]:
+        width = ops[norm].in_features
+        for a in list(preds[norm]):
+            out = ops[a].out_features
+            if kinds[a] == "linear" and width and out and width < out and out % width == 0:
+                succs[a] |= succs[norm] - {a}
+                for b in succs[norm]:
+                    preds[b].add(a)
+    return preds, succs
+
+
+_SPLIT_OPS = ("split", "split_with_sizes", "slice", "chunk", "narrow", "unbind")
+
+
+def _fused_outputs(graph: OpGraph, kinds: dict[str, str]) -> set[str]:
+    """Linears whose output is cut into pieces along its feature dim (the last dim still has all
+    out_features) before any other parametric op reads it: fused q/k/v or gate/up projections. A slice
+    of a per-head view (rotary's rotate_half on [.., head_dim]) does not count."""
+    g = graph.g
+    by_module: dict[str, list[int]] = {}
+    for n, a in g.nodes(data=True):
+        if a.get("phase") == "fwd":
+            by_module.setdefault(a.get("module", ""), []).append(n)
+    out: set[str] = set()
+    for path, kind in kinds.items():
+        width = graph.parametric_ops[path].out_features
+        own = set(by_module.get(path, ()))
+        if kind != "linear" or not width or not own:
+            continue
+        frontier = [s for n in own for s in g.successors(n) if s not in own]
+        seen: set[int] = set()
+        while frontier and path not in out:
+            n = frontier.pop()
+            a = g.nodes[n]
+            if n in seen or a.get("phase") != "fwd" or a.get("module", "") in kinds:
+                continue
+            seen.add(n)
+            base = a.get("op", "").split(".")[1] if a.get("op", "").startswith("aten.") else a.get("op", "")
+            ins = [sh for p in g.predecessors(n) for sh in g.nodes[p].get("out_shapes") or []]
+            if base in _SPLIT_OPS and any(len(sh) and int(sh[-1]) == width for sh in ins) and all(
+                    int(sh[-1]) < width for sh in a.get("out_shapes") or [] if len(sh)):
+                out.add(path)
+            if len(seen) < 64:  # the split follows within a few ops of the projection
+                frontier.extend(g.successors(n))
     return out
 
 

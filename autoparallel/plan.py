@@ -156,12 +156,13 @@ class Plan:
     def check_runnable(self, num_blocks: int | None = None) -> None:
         """validate() plus what the trainer needs beyond a consistent plan (the planner checks every plan
         it emits with this, so the trainer accepts them): a pipeline gets at least pp micro-batches
-        (1F1B), and tp > 1 splits some module."""
+        (1F1B), and tp > 1 says how modules are placed (a plan whose placements replicate everything runs,
+        every tp rank computing the same; the planner emits none unless tp is pinned and nothing splits)."""
         self.validate(num_blocks)
         if self.pp > 1 and self.num_micro_batches < self.pp:
             raise UserError(f"plan: {self.num_micro_batches} micro-batches cannot fill a {self.pp}-stage pipeline; "
                             f"1F1B needs at least pp micro-batches (lower micro_batch or raise global_batch)")
-        if self.tp > 1 and not any(v in TP_SHARDED for v in self.placements.values()):
+        if self.tp > 1 and not self.placements:
             raise UserError(f"plan: tp={self.tp} but no module is placed colwise, rowwise or vocab, so nothing "
                             f"would be split over the tp ranks; add placements or use tp=1")
 

@@ -622,12 +622,8 @@ def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData
     # token-mixing groups (attention: non-parametric matmuls, [.., s, s] scores) need whole sequences
     mixing = [False] * len(groups)
     for n, own in node_owner.items():
-        if own >= len(nodes) and not mixing[own - len(nodes)]:
-            a = g.nodes[n]
-            shapes = a.get("out_shapes") or []
-            if is_matmul(a.get("op", "")) or any(
-                    graph.seq_len > 1 and sum(1 for d in sh if int(d) == graph.seq_len) >= 2 for sh in shapes):
-                mixing[own - len(nodes)] = True
+        if own >= len(nodes) and not mixing[own - len(nodes)] and _mixes_tokens(g, n, graph.seq_len):
+            mixing[own - len(nodes)] = True
     ties = []
     for node in nodes:
         if node.op is not None:
@@ -641,6 +637,35 @@ def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData
         op_class=np.array([classify_node(a) for a in attrs], dtype=np.int8),
         copy_bytes=np.array([copy_bytes_of(a.get("op", ""), _out_bytes(a)) for a in attrs], dtype=float) / batch,
         owner=np.array([node_owner.get(n, -1) for n in seg_nodes], dtype=int), ties=ties, mixing=mixing)
+
+
+# Ops that only re-describe or copy a tensor: merging heads [b, s, n, d] -> [b, s, n*d] with n*d == s
+# adds a sequence-sized dim without combining positions.
+_RELAYOUT_OPS = frozenset({"view", "_unsafe_view", "reshape", "transpose", "permute", "t", "clone", "contiguous",
+                           "_to_copy", "squeeze", "unsqueeze", "alias", "detach", "slice", "select", "split",
+                           "split_with_sizes", "chunk"})
+
+
+def _seq_dims(shape: Any, seq_len: int) -> int:
+    return sum(1 for d in shape if int(d) == seq_len)
+
+
+def _mixes_tokens(g: Any, n: int, seq_len: int) -> bool:
+    """Op n combines positions of a sequence: an activation x activation matmul (attention scores,
+    fused attention), or an op whose output has more sequence-sized dims than any of its inputs (it
+    creates [.., s, s] structure: a mask, an outer product over positions) other than a relayout.
+    Decided by the graph, not by sizes alone: a per-token op on [b, s, h] with h == s (an RMSNorm's
+    pow / mean / mul) has two sequence-sized dims in and out, and is not token mixing."""
+    a = g.nodes[n]
+    if is_matmul(a.get("op", "")):
+        return True
+    if seq_len <= 1 or _base(a.get("op", "")) in _RELAYOUT_OPS:
+        return False
+    out = max((_seq_dims(sh, seq_len) for sh in a.get("out_shapes") or []), default=0)
+    if out < 2:
+        return False
+    ins = [_seq_dims(sh, seq_len) for p in g.predecessors(n) for sh in g.nodes[p].get("out_shapes") or []]
+    return out > max(ins, default=0)
 
 
 # ============================================================================ costs

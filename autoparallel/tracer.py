@@ -79,6 +79,7 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise UserError(f"trace: dtype must be a floating torch.dtype such as torch.bfloat16, got {dtype!r}")
     meta_model, name, spec = _meta_model(model, dtype)
+    _use_training_forward(meta_model)
     name = model_name or name
     meta_model.train()  # training step: dropout active, as in the runs being planned
     blocks = find_blocks(meta_model)
@@ -163,6 +164,17 @@ def _meta_model(model: Any, dtype: torch.dtype) -> tuple[nn.Module, str, Any]:
         built._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
         return built, name, spec
     return _meta_copy(built, dtype), name, spec
+
+
+def _use_training_forward(meta_model: nn.Module) -> None:
+    """A Hugging Face causal LM traces through autoparallel.hf's forward (installed on the meta copy,
+    the user's module and transformers stay untouched): the training step the trainer runs, without
+    a KV cache and without transformers' mask builders, whose data-dependent checks
+    (find_packed_sequence_indices(...).all()) cannot run on meta tensors."""
+    from autoparallel.hf import hf_parts, install_forward, is_hf_causal_lm
+
+    if is_hf_causal_lm(meta_model):
+        install_forward(meta_model, hf_parts(meta_model))
 
 
 def _meta_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:

@@ -172,13 +172,18 @@ def user_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 # ---- reference --------------------------------------------------------------------------------
 def reference(name: str, steps: int = STEPS) -> tuple[list[float], dict[str, torch.Tensor]]:
     """Plain single-process training: full batch, one AdamW step per batch."""
+    return adamw_loop(build(name), batches(name, steps), lambda model, tokens: F.cross_entropy(
+        model(tokens[:, :-1]).flatten(0, -2).float(), tokens[:, 1:].flatten()))
+
+
+def adamw_loop(model: nn.Module, data: list[Any], loss_of: Any) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """One AdamW step (LR, EPS) per batch on one thread; loss_of(model, batch) -> loss. Returns the
+    per-step losses and the final parameters (tied names each)."""
     torch.set_num_threads(1)
-    model = build(name)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, eps=EPS)
     losses = []
-    for tokens in batches(name, steps):
-        logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, -2).float(), tokens[:, 1:].flatten())
+    for batch in data:
+        loss = loss_of(model, batch)
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -241,7 +246,8 @@ def _train(cfg: Config, out: Path, rank: int) -> dict[str, Any]:
     return {"losses": losses}
 
 
-def worker(rank: int, world: int, port: int, out: str, configs: list[Config]) -> None:
+def worker(rank: int, world: int, port: int, out: str, configs: list[Any], train: Any = None) -> None:
+    """train(cfg, out, rank) -> result dict, default _train (other test modules bring their own)."""
     import datetime
 
     import torch.distributed as dist
@@ -254,7 +260,7 @@ def worker(rank: int, world: int, port: int, out: str, configs: list[Config]) ->
     for cfg in configs:
         t0 = time.time()
         try:
-            result = _train(cfg, outdir, rank)
+            result = (train or _train)(cfg, outdir, rank)
         except Exception as e:  # recorded per configuration so one failure does not hide the others
             result = {"error": f"{type(e).__name__}: {e}", "error_type": type(e).__name__,
                       "traceback": traceback.format_exc()}
@@ -264,10 +270,10 @@ def worker(rank: int, world: int, port: int, out: str, configs: list[Config]) ->
     dist.destroy_process_group()
 
 
-def run_spawned(world: int, configs: list[Config], out: Path, timeout: float = 600.0) -> None:
+def run_spawned(world: int, configs: list[Any], out: Path, timeout: float = 600.0, train: Any = None) -> None:
     import torch.multiprocessing as mp
 
-    ctx = mp.start_processes(worker, args=(world, free_port(), str(out), configs), nprocs=world, join=False,
+    ctx = mp.start_processes(worker, args=(world, free_port(), str(out), configs, train), nprocs=world, join=False,
                              start_method="spawn")
     deadline = time.time() + timeout
     while not ctx.join(timeout=max(1.0, deadline - time.time())):

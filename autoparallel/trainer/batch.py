@@ -5,7 +5,11 @@ loader) in one of three forms:
 
   tokens [B, S+1] (integer tensor)        next-token prediction: inputs tokens[:, :-1], labels tokens[:, 1:]
   (inputs [B, S, ...], labels [B, S, ...]) a tuple or list
-  {"input_ids": ..., "labels": ...}       a mapping ("inputs" is accepted for "input_ids")
+  {"input_ids": ..., "labels": ...}       a mapping ("inputs" is accepted for "input_ids"), optionally
+                                          with "attention_mask" [B, S] (1 = token, 0 = padding)
+
+For a Hugging Face causal LM, labels in a mapping or tuple follow HF's convention: aligned with the
+inputs, shifted here as transformers shifts them (position t predicts labels[t + 1]; -100 ignored).
 
 The rows are split over the dp*ep data-parallel ranks, dp-major: the rank at mesh coordinates (dp=d,
 ep=e) takes rows [(d*ep + e) * B/(dp*ep), (d*ep + e + 1) * B/(dp*ep)). Its slice is cut into
@@ -21,12 +25,14 @@ from typing import Any
 import torch
 
 from autoparallel.errors import UserError
+from autoparallel.hf import hf_labels
 
 
 @dataclass(frozen=True)
 class Batch:
     inputs: torch.Tensor
     labels: torch.Tensor
+    attention_mask: torch.Tensor | None = None
 
     @property
     def rows(self) -> int:
@@ -37,13 +43,17 @@ class Batch:
         return self.inputs.shape[1] if self.inputs.dim() > 1 else 1
 
     def slice(self, start: int, stop: int) -> Batch:
-        return Batch(self.inputs[start:stop], self.labels[start:stop])
+        mask = self.attention_mask
+        return Batch(self.inputs[start:stop], self.labels[start:stop], None if mask is None else mask[start:stop])
 
     def to(self, device: torch.device) -> Batch:
-        return Batch(self.inputs.to(device, non_blocking=True), self.labels.to(device, non_blocking=True))
+        mask = self.attention_mask
+        return Batch(self.inputs.to(device, non_blocking=True), self.labels.to(device, non_blocking=True),
+                     None if mask is None else mask.to(device, non_blocking=True))
 
 
-def parse_batch(batch: Any) -> Batch:
+def parse_batch(batch: Any, hf_shift: bool = False) -> Batch:
+    """hf_shift: labels of a mapping / tuple are HF-style (aligned with the inputs): shift them."""
     if isinstance(batch, torch.Tensor):
         if batch.dim() != 2 or batch.is_floating_point():
             raise UserError(f"batch: a single tensor must be integer tokens [batch, seq+1], got shape "
@@ -56,13 +66,18 @@ def parse_batch(batch: Any) -> Batch:
         labels = batch.get("labels")
         if inputs is None or labels is None:
             raise UserError(f"batch: a mapping needs 'input_ids' and 'labels', got keys {sorted(batch)}")
-        batch = (inputs, labels)
+        mask = batch.get("attention_mask")
+        if mask is not None and tuple(mask.shape) != tuple(inputs.shape[:2]):
+            raise UserError(f"batch: attention_mask {tuple(mask.shape)} must have the shape of input_ids "
+                            f"{tuple(inputs.shape[:2])}")
+        parsed = parse_batch((inputs, labels), hf_shift)
+        return Batch(parsed.inputs, parsed.labels, mask)
     if isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch):
         inputs, labels = batch
         if inputs.dim() == 0 or labels.dim() == 0 or inputs.shape[0] != labels.shape[0]:
             raise UserError(f"batch: inputs {tuple(inputs.shape)} and labels {tuple(labels.shape)} must share "
                             f"the leading batch dimension")
-        return Batch(inputs, labels)
+        return Batch(inputs, hf_labels(labels) if hf_shift else labels)
     raise UserError(f"batch: expected tokens [batch, seq+1], (inputs, labels) or a dict with input_ids/labels, "
                     f"got {type(batch).__name__}")
 

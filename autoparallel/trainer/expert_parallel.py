@@ -11,6 +11,10 @@ weights `w1 [E, f, h]`, `w2 [E, h, f]`, `w3 [E, f, h]`.
 * The module's own forward then runs on the local weight shards with the local counts.
 * Combine: inverse permutation, reverse all-to-all; the router's combine step is unchanged.
 
+HF experts (transformers 5: `forward(hidden_states, top_k_index, top_k_weights)`, stacked
+`gate_up_proj [E, 2f, h]`, `down_proj [E, h, f]`) are recognized by that signature; the token copies are
+sorted by expert here and the routing weights applied after the combine (see `_hf_forward`).
+
 Gradients: every rank's experts receive contributions from the tokens of all ep peers, so after the
 data-parallel mean over dp the expert gradients are still ep times the mean over all dp*ep slices;
 `scale_expert_grads` divides them by ep before the optimizer step.
@@ -18,7 +22,10 @@ data-parallel mean over dp the expert gradients are still ep times the mean over
 
 from __future__ import annotations
 
+import inspect
 import types
+from collections.abc import Callable
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -34,8 +41,11 @@ def _local(p: torch.Tensor) -> torch.Tensor:
     return p.to_local() if isinstance(p, DTensor) else p
 
 
-def _expert_forward(module: nn.Module, routed_input: torch.Tensor, num_tokens_per_expert: torch.Tensor,
-                    ep_mesh: DeviceMesh, orig_forward: types.MethodType) -> torch.Tensor:
+def _dispatch(routed_input: torch.Tensor, num_tokens_per_expert: torch.Tensor, ep_mesh: DeviceMesh,
+              compute: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Send tokens sorted by (global) expert to the ranks holding their experts, run
+    `compute(received sorted by local expert, tokens per local expert)` there and send the results
+    back in the original order."""
     group = ep_mesh.get_group()
     ep = ep_mesh.size()
     counts = num_tokens_per_expert.to(torch.int64)
@@ -54,17 +64,69 @@ def _expert_forward(module: nn.Module, routed_input: torch.Tensor, num_tokens_pe
                          [torch.zeros(0, dtype=torch.long, device=routed_input.device)])
         local_counts = by_src.sum(0)
     received = all_to_all_single_autograd(routed_input, output_splits, input_splits, group)
-    # Run the module's own forward on the local expert shards (weights swapped in for the call).
-    saved = {n: p for n, p in module._parameters.items() if p is not None}
-    try:
-        for n, p in saved.items():
-            module._parameters[n] = _local(p)
-        out = orig_forward(received[perm], local_counts)
-    finally:
-        module._parameters.update(saved)
+    out = compute(received[perm], local_counts)
     inverse = torch.empty_like(perm)
     inverse[perm] = torch.arange(perm.numel(), device=perm.device)
     return all_to_all_single_autograd(out[inverse], input_splits, output_splits, group)
+
+
+@contextmanager
+def _local_experts(module: nn.Module, num_local: int):
+    """The module's own forward sees its local expert shards (weights and, for HF experts, the
+    `num_experts` it loops over) for the duration of the call."""
+    saved = {n: p for n, p in module._parameters.items() if p is not None}
+    count = getattr(module, "num_experts", None)
+    try:
+        for n, p in saved.items():
+            module._parameters[n] = _local(p)
+        if count is not None:
+            module.num_experts = num_local
+        yield
+    finally:
+        module._parameters.update(saved)
+        if count is not None:
+            module.num_experts = count
+
+
+def _grouped_forward(module: nn.Module, routed_input: torch.Tensor, num_tokens_per_expert: torch.Tensor,
+                     ep_mesh: DeviceMesh, orig_forward: Callable) -> torch.Tensor:
+    """GroupedExperts: forward(routed_input sorted by expert, num_tokens_per_expert)."""
+    def compute(received: torch.Tensor, local_counts: torch.Tensor) -> torch.Tensor:
+        with _local_experts(module, local_counts.numel()):
+            return orig_forward(received, local_counts)
+
+    return _dispatch(routed_input, num_tokens_per_expert, ep_mesh, compute)
+
+
+def _hf_forward(module: nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                top_k_weights: torch.Tensor, ep_mesh: DeviceMesh, orig_forward: Callable,
+                num_experts: int) -> torch.Tensor:
+    """HF experts (Mixtral, Qwen2/3-MoE in transformers 5): forward(hidden_states [T, h],
+    top_k_index [T, k], top_k_weights [T, k]) -> [T, h], the weighted sum over each token's experts.
+
+    Token copies are sorted by expert (stable), dispatched, and run through the module's own forward
+    with one expert per copy at weight 1 (exact); the routing weights are applied after the combine
+    and the copies summed per token in ascending expert order, as HF's expert loop adds them."""
+    k = top_k_index.shape[-1]
+    flat = top_k_index.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    token = order // k
+    counts = torch.bincount(flat, minlength=num_experts)
+
+    def compute(received: torch.Tensor, local_counts: torch.Tensor) -> torch.Tensor:
+        local_ids = torch.repeat_interleave(torch.arange(local_counts.numel(), device=received.device),
+                                            local_counts)[:, None]
+        ones = torch.ones(local_ids.shape, dtype=top_k_weights.dtype, device=received.device)
+        with _local_experts(module, local_counts.numel()):
+            return orig_forward(received, local_ids, ones)
+
+    out = _dispatch(hidden_states[token], counts, ep_mesh, compute)
+    weighted = out * top_k_weights.reshape(-1)[order, None].to(out.dtype)
+    return torch.zeros_like(hidden_states).index_add(0, token, weighted.to(hidden_states.dtype))
+
+
+def _is_hf_experts(module: nn.Module) -> bool:
+    return "top_k_index" in inspect.signature(module.forward).parameters
 
 
 def apply_expert_parallel(module: nn.Module, path: str, ep_mesh: DeviceMesh) -> None:
@@ -74,7 +136,7 @@ def apply_expert_parallel(module: nn.Module, path: str, ep_mesh: DeviceMesh) -> 
     params = dict(module.named_parameters(recurse=False))
     if not params:
         raise UserError(f"plan placement expert on {path}: {type(module).__name__} holds no stacked expert "
-                        f"weights; expert groups must be GroupedExperts-style (w1/w2/w3 [E, ...])")
+                        f"weights; expert groups hold stacked weights [E, ...] (GroupedExperts w1/w2/w3, HF gate_up_proj/down_proj)")
     num_experts = {p.shape[0] for p in params.values()}
     if len(num_experts) != 1:
         raise UserError(f"plan placement expert on {path}: its weights disagree on the expert count "
@@ -87,9 +149,13 @@ def apply_expert_parallel(module: nn.Module, path: str, ep_mesh: DeviceMesh) -> 
         module.register_parameter(name, nn.Parameter(distribute_tensor(p, ep_mesh, [Shard(0)]),
                                                      requires_grad=p.requires_grad))
     orig_forward = module.forward
-
-    def forward(self: nn.Module, routed_input: torch.Tensor, num_tokens_per_expert: torch.Tensor) -> torch.Tensor:
-        return _expert_forward(self, routed_input, num_tokens_per_expert, ep_mesh, orig_forward)
+    if _is_hf_experts(module):
+        def forward(self: nn.Module, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                    top_k_weights: torch.Tensor) -> torch.Tensor:
+            return _hf_forward(self, hidden_states, top_k_index, top_k_weights, ep_mesh, orig_forward, n_exp)
+    else:
+        def forward(self: nn.Module, routed_input: torch.Tensor, num_tokens_per_expert: torch.Tensor) -> torch.Tensor:
+            return _grouped_forward(self, routed_input, num_tokens_per_expert, ep_mesh, orig_forward)
 
     module.forward = types.MethodType(forward, module)
 

@@ -44,20 +44,21 @@ def meta_copy(model: nn.Module) -> nn.Module:
 def pipeline_part(meta_model: nn.Module, layout: ModelLayout, keep: set[str], first: bool,
                   last: bool) -> nn.Module:
     """The model of one (virtual) pipeline stage: only the blocks in `keep`, embeddings only on the
-    first stage, final norm / head only on the last. Parameter names stay those of the full model."""
+    first stage, final norm / head only on the last. Parameter names stay those of the full model
+    (a ModuleList keeps its original indices as keys; iterating it yields the kept blocks in order)."""
     part = copy.deepcopy(meta_model)
     container = get_submodule(part, layout.container or "")
-    if not isinstance(container, nn.ModuleDict) or "." in (layout.container or "."):
-        raise UserError("pipeline parallelism needs the model's blocks in a root-level nn.ModuleDict (so "
-                        "parameter names survive deleting layers), as in docs/architecture.md; use a plan "
-                        "with pp=1 for this model")
+    if not isinstance(container, (nn.ModuleDict, nn.ModuleList)):
+        raise UserError("pipeline parallelism needs the model's blocks in an nn.ModuleDict or nn.ModuleList (see "
+                        "docs/architecture.md); use a plan with pp=1 for this model")
+    # Drop the other stages' blocks from the container's registry directly: `del module_list[i]`
+    # would renumber the remaining blocks and so rename their parameters.
     for key in layout.blocks:
         if key not in keep:
-            del container[key]
-    for name in layout.pre if not first else ():
-        setattr(part, name, None)
-    for name in layout.post if not last else ():
-        setattr(part, name, None)
+            del container._modules[key]
+    for path in (layout.pre if not first else ()) + (layout.post if not last else ()):
+        parent, _, name = path.rpartition(".")
+        setattr(get_submodule(part, parent), name, None)
     return part
 
 

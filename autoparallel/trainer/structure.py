@@ -3,8 +3,9 @@ tied parameters, and stable parameter names (FQNs) that survive wrappers.
 
 The catalog models follow docs/architecture.md (`tok_embeddings [pos_embeddings] layers norm lm_head`,
 blocks in a ModuleDict). A user model is handled the same way when it has one repeated-block
-container (ModuleDict or ModuleList); pipeline parallelism additionally needs that container at the
-root as a ModuleDict and a forward that skips submodules set to None (the torchtitan convention).
+container (ModuleDict or ModuleList, at the root or nested like Hugging Face's `model.layers`);
+pipeline parallelism additionally needs a forward that skips submodules set to None (the torchtitan
+convention; Hugging Face models get one from autoparallel/hf.py).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ def clean_fqn(name: str) -> str:
 class ModelLayout:
     container: str | None          # path of the block container ("layers"); None: no repeated blocks
     blocks: tuple[str, ...]        # keys of the blocks in the container, in execution order
-    pre: tuple[str, ...]           # root children registered before the container (embeddings)
-    post: tuple[str, ...]          # root children registered after it (final norm, lm_head)
+    pre: tuple[str, ...]           # parametric modules registered before the container (embeddings)
+    post: tuple[str, ...]          # and after it (final norm, lm_head); paths may be dotted (HF models)
+    positions: tuple[str, ...] = ()  # learned position tables besides `pos_embeddings` (GPT-2's wpe)
 
     def block_path(self, key: str) -> str:
         return f"{self.container}.{key}"
@@ -62,13 +64,24 @@ def find_layout(model: nn.Module) -> ModelLayout:
     _, path, container = best
     keys = tuple(container.keys()) if isinstance(container, nn.ModuleDict) else tuple(
         str(i) for i in range(len(container)))
+    pre, post = _around(model, path)
+    return ModelLayout(path, keys, pre, post)
+
+
+def _around(model: nn.Module, path: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Parametric modules registered before / after the container at each level of its path (an HF
+    model's `model.embed_tokens` before `model.layers`, `model.norm` and `lm_head` after), outermost
+    first for `pre`, innermost first for `post` (execution order)."""
     pre: list[str] = []
     post: list[str] = []
-    if "." not in path:
-        names = [n for n, _ in model.named_children()]
-        idx = names.index(path)
-        pre, post = names[:idx], names[idx + 1:]
-    return ModelLayout(path, keys, tuple(pre), tuple(post))
+    parent, prefix = model, ""
+    for piece in path.split("."):
+        names = [n for n, c in parent.named_children() if any(True for _ in c.parameters())]
+        idx = names.index(piece) if piece in names else len(names)
+        pre += [prefix + n for n in names[:idx]]
+        post[:0] = [prefix + n for n in names[idx + 1:]]
+        parent, prefix = getattr(parent, piece), f"{prefix}{piece}."
+    return tuple(pre), tuple(post)
 
 
 def model_fingerprint(model: nn.Module) -> str:

@@ -42,8 +42,23 @@ from torch.distributed.tensor.parallel import (
 from autoparallel.errors import UserError
 from autoparallel.trainer.structure import ModelLayout, get_submodule
 
-_NORMS = (nn.LayerNorm, nn.RMSNorm)
 _TP_KINDS = ("colwise", "rowwise", "vocab")
+
+
+def is_norm_like(mod: nn.Module | None) -> bool:
+    """A norm by what it holds, not its class (HF's LlamaRMSNorm, Qwen3MoeRMSNorm and GemmaRMSNorm are
+    plain nn.Modules): a leaf whose parameters are all vectors of one length (a scale, maybe a bias),
+    which is not a Linear / Embedding. Under tp such a module's weight stays a replicated copy per rank,
+    and the trainer must keep those copies equal (sequence-parallel or head-parallel gradient sums)."""
+    if mod is None or isinstance(mod, (nn.Linear, nn.Embedding)) or any(True for _ in mod.children()):
+        return False
+    shapes = {tuple(p.shape) for p in mod.parameters(recurse=False)}
+    return len(shapes) == 1 and len(next(iter(shapes))) == 1
+
+
+def _is_position_table(path: str, layout: ModelLayout) -> bool:
+    """A learned position table: a few rows, kept replicated; its [S, h] output is sliced under SP."""
+    return path.endswith("pos_embeddings") or path in layout.positions
 
 
 def _parent(path: str) -> str:
@@ -84,16 +99,27 @@ def _check_heads(root: nn.Module, placements: dict[str, str], tp: int) -> None:
                             f"head count")
 
 
-def _gather_sequence_pre_hook(tp_mesh: DeviceMesh):
-    """Forward pre-hook: all-gather the sequence-sharded first input once for all its colwise children."""
+def _map_hidden(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
+    """Apply `fn` to a module's hidden-state input: the first positional argument, or the
+    `hidden_states` keyword (HF blocks call their attention with keywords only)."""
+    if args:
+        return (fn(args[0]),) + tuple(args[1:]), kwargs
+    if "hidden_states" in kwargs:
+        return args, {**kwargs, "hidden_states": fn(kwargs["hidden_states"])}
+    return args, kwargs
 
-    def hook(module: nn.Module, args: tuple) -> tuple:
-        if not args:
-            return args
-        x = args[0]
+
+def _gather_sequence_pre_hook(tp_mesh: DeviceMesh):
+    """Forward pre-hook (with kwargs): all-gather the sequence-sharded hidden-state input once for all
+    its colwise children."""
+
+    def gather(x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, DTensor):
             x = DTensor.from_local(x, tp_mesh, (Shard(1),), run_check=False)
-        return (x.redistribute(tp_mesh, (Replicate(),)),) + tuple(args[1:])
+        return x.redistribute(tp_mesh, (Replicate(),))
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        return _map_hidden(args, kwargs, gather)
 
     return hook
 
@@ -132,7 +158,7 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
     for path, v in sorted(placements.items()):
         mod = get_submodule(part, path)
         seq_in = seq_layout(path)
-        if v in _TP_KINDS and not path.endswith("pos_embeddings"):
+        if v in _TP_KINDS and not _is_position_table(path, layout):
             _check_divisible(path, mod, v, tp)
         if v == "colwise":
             if path in colwise_paired:
@@ -146,7 +172,7 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         elif v == "rowwise":
             styles[path] = RowwiseParallel(output_layouts=seq_in)
         elif v == "vocab":
-            if path.endswith("pos_embeddings"):  # a few rows only: kept replicated (see docstring)
+            if _is_position_table(path, layout):  # a few rows only: kept replicated (see docstring)
                 if sequence_parallel:
                     styles[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(0))
             else:
@@ -155,26 +181,42 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
             if not sequence_parallel:
                 raise UserError(f"plan: {path} has placement 'sequence' but sequence_parallel is false; use "
                                 f"'replicate' or set sequence_parallel: true")
-            if not _inside_attention(part, path, placements):
-                styles[path] = SequenceParallel()
-        elif v == "replicate" and sequence_parallel and path.endswith("pos_embeddings"):
+            # a norm inside a replicated branch (OLMo2's q_norm in a whole attention) runs on the
+            # gathered sequence, replicated like its branch
+            if not _inside_attention(part, path, placements) and isinstance(seq_in, Shard):
+                styles[path] = SequenceParallel(use_local_output=True)  # post-norms feed the residual add
+        elif v == "replicate" and sequence_parallel and _is_position_table(path, layout):
             # [S, h] positional rows -> this rank's sequence chunk (a slice, no communication)
             styles[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(0))
-        elif (v == "replicate" and sequence_parallel and isinstance(mod, _NORMS) and isinstance(seq_in, Shard)
+        elif (v == "replicate" and sequence_parallel and is_norm_like(mod) and isinstance(seq_in, Shard)
               and not _inside_attention(part, path, placements)):
             raise UserError(f"plan: sequence_parallel is true but norm {path} is 'replicate'; norms on the "
                             f"sequence-sharded residual stream must be 'sequence'")
     # qk-norms inside a head-sharded attention: head-parallel norm (grads summed over tp).
     for path, mod in part.named_modules():
-        if isinstance(mod, _NORMS) and _inside_attention(part, path, placements):
+        if is_norm_like(mod) and _inside_attention(part, path, placements):
+            _check_per_head(part, path, mod, placements)
             styles[path] = SequenceParallel(sequence_dim=2, use_local_output=True)
     if sequence_parallel:
         for region in regions:
             styles[region] = _GatherScatter()
     for parent in gather_parents:
         if parent not in styles:
-            get_submodule(part, parent).register_forward_pre_hook(_gather_sequence_pre_hook(tp_mesh))
+            get_submodule(part, parent).register_forward_pre_hook(_gather_sequence_pre_hook(tp_mesh), with_kwargs=True)
     parallelize_module(part, tp_mesh, styles)
+
+
+def _check_per_head(root: nn.Module, path: str, norm: nn.Module, placements: dict[str, str]) -> None:
+    """A norm over all heads' features (OLMo2's q_norm: as wide as q_proj's output) would normalize
+    only this rank's heads: refuse it (head-parallel norms must be per head, like Qwen3's)."""
+    width = next(norm.parameters()).numel()
+    for p, v in placements.items():
+        sibling = get_submodule(root, p)
+        if (v == "colwise" and _parent(p) == _parent(path) and isinstance(sibling, nn.Linear)
+                and sibling.out_features == width):
+            raise UserError(f"plan: norm {path} spans all heads of {p} (width {width}); a head split would "
+                            f"normalize each rank's heads separately: place {_parent(path)}'s projections "
+                            f"'replicate'")
 
 
 def _inside_attention(root: nn.Module, path: str, placements: dict[str, str]) -> bool:
@@ -205,15 +247,16 @@ class _GatherScatter(ParallelStyle):
             dt = DTensor.from_local(x, device_mesh, (Replicate(),), run_check=False)
             return dt.redistribute(device_mesh, (Shard(1),)).to_local()
 
-        def pre_hook(_mod: nn.Module, args: tuple) -> tuple:
-            return tuple(gather(a) for a in args)
+        def pre_hook(_mod: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+            args, kwargs = _map_hidden(args, kwargs, gather)
+            return tuple(a if i == 0 else gather(a) for i, a in enumerate(args)), kwargs
 
         def post_hook(_mod: nn.Module, _args: tuple, out: object) -> object:
             if isinstance(out, tuple):  # e.g. nn.MultiheadAttention: (output, weights)
                 return (scatter(out[0]),) + out[1:]
             return scatter(out)
 
-        module.register_forward_pre_hook(pre_hook)
+        module.register_forward_pre_hook(pre_hook, with_kwargs=True)
         module.register_forward_hook(post_hook)
         return module
 
@@ -229,9 +272,9 @@ def _replicated_regions(root: nn.Module, placements: dict[str, str], layout: Mod
             continue
         for name, child in bmod.named_children():
             path = f"{block}.{name}"
-            if isinstance(child, _NORMS):
+            if is_norm_like(child):
                 continue
             if any(v in ("replicate", "expert") and (p == path or p.startswith(path + "."))
-                   and not isinstance(modules.get(p), _NORMS) for p, v in placements.items()):
+                   and not is_norm_like(modules.get(p)) for p, v in placements.items()):
                 out.append(path)
     return out

@@ -23,6 +23,9 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
 from autoparallel.errors import UserError
+from autoparallel.hf import IGNORE_INDEX, HFParts, hf_parts, install_forward, is_hf_causal_lm
+from autoparallel.hf import init_weights as hf_init_weights
+from autoparallel.hf import save_pretrained as save_hf_pretrained
 from autoparallel.plan import Plan
 from autoparallel.trainer import checkpoint as ckpt
 from autoparallel.trainer.batch import Batch, check_against_plan, parse_batch
@@ -64,9 +67,30 @@ _EXPERT_CLASSES = ("GroupedExperts",)
 
 
 def cross_entropy_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross entropy over all positions, computed in fp32 (vocab-sharded DTensor logits
-    work too, under loss_parallel())."""
-    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten())
+    """Mean next-token cross entropy over the positions whose label is not -100, in fp32
+    (vocab-sharded DTensor logits work too, under loss_parallel())."""
+    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE_INDEX)
+
+
+def _cross_entropy_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
+                           reduction="sum")
+
+
+def _logits(output: Any) -> torch.Tensor:
+    """The logits of a model output: a tensor, a ModelOutput-like object with .logits, or a tuple's first."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if hasattr(output, "logits"):
+        return output.logits
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    raise UserError(f"model output of type {type(output).__name__} has no logits; return a tensor, an object "
+                    f"with .logits, or pass loss_fn")
+
+
+def _splits_over_tp(plan: Plan) -> bool:
+    return any(v in ("colwise", "rowwise", "vocab") for v in plan.placements.values())
 
 
 def _value(loss: torch.Tensor) -> torch.Tensor:
@@ -88,7 +112,8 @@ class AutoParallelTrainer:
     device_ids          local device index per local rank (default: the local rank)
     plan                a Plan or a plan file from `autoparallel plan --output`; None: plan here
     fix                 planner pins, e.g. {"tp": 2, "pp": 2}
-    loss_fn             callable(output, labels) -> mean loss; default next-token cross entropy
+    loss_fn             callable(logits, labels) -> mean loss of a micro-batch; default: cross entropy
+                        averaged over the valid (!= -100) tokens of the whole global batch, as HF does
     moe                 {"expert_modules": [paths]}: expert groups of a user model whose class is not
                         GroupedExperts (placement "expert" in a plan marks them too)
     mixed_precision     param dtype the planner is asked for ("bf16", "fp16", "fp32"); an explicit plan
@@ -111,18 +136,23 @@ class AutoParallelTrainer:
         self._max_memory = parse_bytes(max_memory_per_gpu, "max_memory_per_gpu")
         to_dtype(mixed_precision, "mixed_precision")
         self._model = model
+        # An HF causal LM runs with autoparallel.hf's forward (on the trainer's copies only).
+        self._hf: HFParts | None = hf_parts(model) if is_hf_causal_lm(model) else None
         self._layout = find_layout(model)
+        if self._hf is not None and self._hf.positions:
+            self._layout = dataclasses.replace(self._layout, positions=(self._hf.positions,))
         self._fingerprint = model_fingerprint(model)
         self._ties = tie_groups(model)
         self._optimizer_factory = make_optimizer_factory(optimizer, model)
-        self._loss_fn: LossFn = loss_fn or cross_entropy_loss
+        self._user_loss = loss_fn
         self._default_loss = loss_fn is None
+        self._loss_scale = 1.0  # default loss: dp*ep*micro-batches / valid tokens of the global batch
         self._moe = dict(moe or {})
         self._hardware = hardware
         self._fix = dict(fix or {})
         self._mixed_precision = mixed_precision
         self._compile = compile
-        self._init_fn = init_fn
+        self._init_fn = init_fn if init_fn is not None or self._hf is None else hf_init_weights
         self._env: DistEnv = init_distributed(device_ids)
         self._plan: Plan | None = None
         self._meshes: Meshes | None = None
@@ -171,7 +201,7 @@ class AutoParallelTrainer:
 
     def step(self, batch: Any) -> float:
         """One optimizer step on the global batch; returns the global mean loss (equal on all ranks)."""
-        b = parse_batch(batch)
+        b = parse_batch(batch, hf_shift=self._hf is not None)
         if self._plan is None:
             gb, seq = self._pending
             self._setup(self._make_plan(gb or b.rows, seq or b.seq_len))
@@ -179,6 +209,16 @@ class AutoParallelTrainer:
         dp_ep = plan.dp * plan.ep
         n_micro = check_against_plan(b, plan.global_batch, dp_ep, plan.micro_batch, plan.pp > 1, plan.seq_len,
                                      plan.tp if plan.sequence_parallel else 1)
+        if b.attention_mask is not None and plan.pp > 1:
+            raise UserError("batch: attention_mask is not supported under pipeline parallelism (stages pass "
+                            "one tensor); pack sequences without padding or use a plan with pp=1")
+        if self._default_loss:
+            # HF's weighting: every valid token of the global batch counts once. Each micro-batch loss is
+            # its token sum scaled so that the mean over micro-batches and dp*ep slices is sum / valid.
+            valid = int((b.labels != IGNORE_INDEX).sum())
+            if valid == 0:
+                raise UserError("batch: every label is -100 (ignored); there is nothing to train on")
+            self._loss_scale = dp_ep * (plan.num_micro_batches if plan.pp > 1 else n_micro) / valid
         rows = b.rows // dp_ep
         start = (self._meshes.data_rank if self._meshes is not None else 0) * rows
         local = b.slice(start, start + rows).to(self.device)
@@ -198,11 +238,40 @@ class AutoParallelTrainer:
 
     def save_checkpoint(self, path: str | Path) -> None:
         """Model, optimizer state and step count with torch.distributed.checkpoint (collective)."""
+        self._require_plan("save_checkpoint")
         ckpt.save(path, self.model_parts, self._optimizers, self._ties, self._steps, self._fingerprint)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Load a checkpoint written under any plan for this model (collective)."""
+        self._require_plan("load_checkpoint")
         self._steps = ckpt.load(path, self.model_parts, self._optimizers, self._ties, self._fingerprint)
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Export a Hugging Face model as a transformers checkpoint (collective): the full parameters
+        are gathered (from every pipeline stage) to rank 0, which writes them with the model's own
+        save_pretrained, so AutoModelForCausalLM.from_pretrained(path) loads the trained model. Rank 0
+        holds one full copy of the parameters in host memory while writing."""
+        if self._hf is None:
+            raise UserError(f"save_pretrained: {type(self._model).__name__} is not a Hugging Face PreTrainedModel; "
+                            f"use save_checkpoint (or full_state_dict) instead")
+        self._require_plan("save_pretrained")
+        state = self.full_state_dict()
+        if self._meshes is not None and self.plan.pp > 1:
+            parts: list[dict[str, torch.Tensor] | None] = [None] * self._env.world_size
+            dist.gather_object(state, parts if self.rank == 0 else None, dst=0)
+            state = {k: v for part in (parts if self.rank == 0 else []) for k, v in part.items()}
+        if self.rank == 0:
+            save_hf_pretrained(self._model, state, self._ties, path)
+        if self._meshes is not None:
+            dist.barrier()
+
+    def _require_plan(self, what: str) -> None:
+        """Checkpoints need the parallel model, which exists once the plan does (the constructor builds
+        it when given plan= or global_batch_size and seq_len; otherwise the first step() does): refuse
+        before that, since a load into nothing would be silently lost."""
+        if self._plan is None:
+            raise UserError(f"{what}() before the plan exists: pass plan=..., or global_batch_size and seq_len, to "
+                            f"AutoParallelTrainer(...) so the parallel model is built before the first step()")
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Full (unsharded) CPU copies of this rank's parameters by FQN (collective over the mesh).
@@ -271,6 +340,9 @@ class AutoParallelTrainer:
         if unknown:
             raise UserError(f"plan placement for {unknown[0]!r}: the model has no such module; the plan was made "
                             f"for another model")
+        if plan.tp > 1 and not _splits_over_tp(plan) and env.rank == 0:
+            warnings.warn(f"plan: tp={plan.tp} but every module is replicated; the {plan.tp} tp ranks compute the "
+                          f"same thing (the planner found no split worth its communication)", stacklevel=4)
         if plan.gpus != env.world_size:
             raise UserError(f"plan is for {plan.gpus} processes (pp*dp*ep*tp = {plan.pp}*{plan.dp}*{plan.ep}*"
                             f"{plan.tp}) but {env.world_size} are running; launch with `torchrun --nproc-per-node "
@@ -293,6 +365,8 @@ class AutoParallelTrainer:
             source = broadcast_source(source, env.device)
         seed = shared_seed(env.device) if source is None and env.distributed else None
         meta = meta_copy(self._model)
+        if self._hf is not None:
+            install_forward(meta, self._hf)  # deep copies (pipeline stages) rebind it to themselves
         if plan.pp > 1:
             blocks = virtual_stage_blocks(plan, layout)
             n_stages = plan.pp * plan.vpp
@@ -304,10 +378,14 @@ class AutoParallelTrainer:
         experts = self._expert_paths(plan)
         mp = mixed_precision_policy(plan.param_dtype, plan.grad_reduce_dtype)
         # Vocab-sharded logits + parallel cross entropy when the default loss runs on a sharded head.
-        self._loss_parallel = (plan.tp > 1 and self._default_loss
+        # The sharding solver replicates everything when splitting cannot pay (tiny widths under a pinned
+        # tp, sequence parallelism then included): such a plan runs without tensor parallelism, the tp
+        # ranks computing the same thing on the same rows.
+        tensor_parallel = plan.tp > 1 and _splits_over_tp(plan)
+        self._loss_parallel = (tensor_parallel and self._default_loss
                                and lm_head_path(plan.placements, layout) is not None)
         for v, part in parts:
-            if plan.tp > 1:
+            if tensor_parallel:
                 apply_tensor_parallel(part, plan.placements, meshes.tp, plan.sequence_parallel, layout,
                                       loss_parallel=self._loss_parallel)
                 self._retie(part)
@@ -316,7 +394,7 @@ class AutoParallelTrainer:
                     mod = get_submodule(part, path)
                     if mod is not None:
                         apply_expert_parallel(mod, path, meshes.ep)
-            if plan.pp > 1 and plan.tp > 1 and plan.sequence_parallel:
+            if plan.pp > 1 and tensor_parallel and plan.sequence_parallel:
                 add_sequence_boundary_hooks(part, layout, meshes.tp, v == 0, v == plan.pp * plan.vpp - 1)
             apply_recompute(part, layout, plan.recompute,
                             [m for m in (get_submodule(part, p) for p in experts) if m is not None])
@@ -337,7 +415,7 @@ class AutoParallelTrainer:
         self._optimizers = [self._optimizer_factory([(clean_fqn(n), p) for n, p in part.named_parameters()])
                             for _, part in parts]
         if plan.pp > 1:
-            self._schedule = build_schedule(parts, plan, meshes.pp, env.device, self._loss_fn)
+            self._schedule = build_schedule(parts, plan, meshes.pp, env.device, self._micro_loss)
         self._autocast = (torch.autocast(env.device.type, dtype=to_dtype(plan.param_dtype, "param_dtype"))
                           if not env.distributed and to_dtype(plan.param_dtype, "param_dtype") != torch.float32
                           else None)
@@ -380,13 +458,16 @@ class AutoParallelTrainer:
         blocks = virtual_stage_blocks(plan, layout)
         n_stages = plan.pp * plan.vpp
 
+        def under(fqn: str, paths: tuple[str, ...]) -> bool:
+            return any(fqn.startswith(p + ".") for p in paths)
+
         def holder(fqn: str) -> int:
-            top = fqn.split(".")[0]
-            if top in layout.pre:
+            if under(fqn, layout.pre):
                 return 0
-            if top in layout.post:
+            if under(fqn, layout.post):
                 return (n_stages - 1) % plan.pp
-            key = fqn.split(".")[1] if top == layout.container else None
+            prefix = f"{layout.container}."
+            key = fqn[len(prefix):].split(".")[0] if fqn.startswith(prefix) else None
             for v, keys in enumerate(blocks):
                 if key in keys:
                     return v % plan.pp
@@ -442,10 +523,17 @@ class AutoParallelTrainer:
                 model.set_requires_gradient_sync(i == n_micro - 1 or self.plan.zero >= 2)
             chunk = local.slice(i * mb, (i + 1) * mb)
             with self._autocast or nullcontext():
-                loss = self._loss_fn(model(chunk.inputs), chunk.labels)
+                out = model(chunk.inputs) if chunk.attention_mask is None else model(
+                    chunk.inputs, attention_mask=chunk.attention_mask)
+                loss = self._micro_loss(out, chunk.labels)
             (loss / n_micro).backward()
             total += _value(loss)
         return total / n_micro
+
+    def _micro_loss(self, output: Any, labels: torch.Tensor) -> torch.Tensor:
+        if self._user_loss is not None:
+            return self._user_loss(_logits(output), labels)
+        return _cross_entropy_sum(_logits(output), labels) * self._loss_scale
 
     def _pipeline_step(self, local: Batch) -> torch.Tensor:
         stages = [v for v, _ in self._parts]

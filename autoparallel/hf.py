@@ -1,0 +1,209 @@
+"""Hugging Face `transformers` causal LMs, passed as they are.
+
+A `PreTrainedModel` for causal LM (LlamaForCausalLM, Qwen2/3(-MoE), Mixtral, Phi-3, Gemma, GPT-2, ...)
+keeps its own modules and parameter names; what this module adds is a forward for the copies the
+trainer and tracer run, `causal_lm_forward`, that
+
+* computes rotary tables and learned positions from the whole sequence at the model root (HF derives
+  them from the embedding output, which sequence parallelism shards),
+* runs the blocks without HF's mask builders: causal attention comes from SDPA's `is_causal` (what HF
+  itself uses when no padding mask is given), an explicit additive mask otherwise. HF's mask
+  utilities call data-dependent checks (`find_packed_sequence_indices(...).all()`) that fail on the
+  meta device, so the tracer sees an op-level graph only on this path,
+* skips the pieces a pipeline stage does not hold (embeddings before the first stage, final norm and
+  head after the last) and takes hidden states as its input on later stages,
+* returns logits (not a ModelOutput, no loss): the trainer computes HF's loss itself (`hf_labels`).
+
+Nothing here imports transformers: a model is recognized by its class hierarchy, so the package stays
+an optional extra (`pip install autoparallel[hf]`).
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+IGNORE_INDEX = -100  # HF's label for positions without a loss
+
+
+@dataclass(frozen=True)
+class HFParts:
+    """Module paths of an HF decoder-only causal LM (None: the model has no such piece)."""
+
+    embed: str                 # token embedding ("model.embed_tokens", "transformer.wte")
+    positions: str | None      # learned position table ("transformer.wpe")
+    dropout: str | None        # embedding dropout ("transformer.drop")
+    layers: str                # ModuleList of blocks ("model.layers", "transformer.h")
+    norm: str | None           # final norm ("model.norm", "transformer.ln_f")
+    rotary: str | None         # rotary table module ("model.rotary_emb")
+    head: str                  # "lm_head"
+    attn_implementation: str   # config._attn_implementation ("sdpa", "eager", ...)
+    sliding_window: int | None = None  # attention window of the sliding layers (Mistral: all of them)
+    mixed_windows: bool = False        # some layers slide, others attend to everything (Gemma 2)
+
+
+def is_hf_causal_lm(model: nn.Module) -> bool:
+    """A decoder-only transformers PreTrainedModel with an output head (checked by class names: no
+    import)."""
+    names = {c.__name__ for c in type(model).__mro__}
+    config = getattr(model, "config", None)
+    return ("PreTrainedModel" in names and hasattr(model, "get_input_embeddings") and hasattr(model, "lm_head")
+            and not getattr(config, "is_encoder_decoder", False))
+
+
+def _path_of(model: nn.Module, target: nn.Module | None) -> str | None:
+    if target is None:
+        return None
+    return next((n for n, m in model.named_modules() if m is target), None)
+
+
+def hf_parts(model: nn.Module) -> HFParts:
+    """Find the pieces of an HF causal LM by structure: the base model's children around its block list."""
+    from autoparallel.errors import UserError
+
+    embed = _path_of(model, model.get_input_embeddings())
+    if embed is None or "." not in embed:
+        raise UserError(f"{type(model).__name__}: no token embedding inside a base model; only decoder-only "
+                        f"causal LMs (model.embed_tokens / transformer.wte) are supported")
+    base_path = embed.rpartition(".")[0]
+    base = model.get_submodule(base_path)
+    children = list(base.named_children())
+    layers_idx = next((i for i, (_, c) in enumerate(children) if isinstance(c, nn.ModuleList)), None)
+    if layers_idx is None:
+        raise UserError(f"{type(model).__name__}: the base model {base_path} has no ModuleList of blocks")
+
+    def full(name: str) -> str:
+        return f"{base_path}.{name}"
+
+    before, after = children[:layers_idx], children[layers_idx + 1:]
+    positions = next((full(n) for n, c in before if isinstance(c, nn.Embedding) and full(n) != embed), None)
+    dropout = next((full(n) for n, c in before if isinstance(c, nn.Dropout)), None)
+    norm = next((full(n) for n, c in after if any(True for _ in c.parameters())), None)
+    rotary = next((full(n) for n, c in children if hasattr(c, "inv_freq")), None)
+    impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    window, mixed = _windows(model.config)
+    return HFParts(embed=embed, positions=positions, dropout=dropout, layers=full(children[layers_idx][0]),
+                   norm=norm, rotary=rotary, head="lm_head", attn_implementation=impl, sliding_window=window,
+                   mixed_windows=mixed)
+
+
+def _windows(config: object) -> tuple[int | None, bool]:
+    """(sliding window, whether only some layers use it) from an HF config."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if not window or (types is not None and "sliding_attention" not in types):
+        return None, False
+    return int(window), types is not None and any(t != "sliding_attention" for t in types)
+
+
+def _get(model: nn.Module, path: str | None) -> nn.Module | None:
+    from autoparallel.trainer.structure import get_submodule
+
+    return get_submodule(model, path) if path else None
+
+
+def causal_mask(attention_mask: torch.Tensor | None, seq: int, dtype: torch.dtype,
+                device: torch.device, implementation: str, window: int | None = None) -> torch.Tensor | None:
+    """None where SDPA's is_causal gives causal attention (what HF does without padding); otherwise an
+    additive [B|1, 1, S, S] mask: causal (within `window` positions back, HF's sliding window), plus
+    padded keys (attention_mask == 0) masked out."""
+    if attention_mask is None and implementation == "sdpa" and window is None:
+        return None
+    allowed = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
+    if window is not None:
+        allowed = allowed.triu(1 - window)  # key j visible from query i when i - j < window
+    allowed = allowed[None, None]
+    if attention_mask is not None:
+        allowed = allowed & attention_mask[:, None, None, :].bool()
+    zero = torch.zeros((), dtype=dtype, device=device)
+    return torch.where(allowed, zero, torch.finfo(dtype).min)
+
+
+def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                      *, parts: HFParts) -> torch.Tensor:
+    """Logits of an HF causal LM (or of the pipeline stage `model` holds: see the module docstring).
+    `x`: token ids [B, S] where the model holds the embedding, else hidden states [B, S, H]."""
+    embed = _get(model, parts.embed)
+    seq = x.shape[1]  # whole sequence: the stage root always sees it (pipeline/SP hooks gather)
+    h = embed(x) if embed is not None else x
+    positions = torch.arange(seq, device=x.device)
+    table = _get(model, parts.positions)
+    if embed is not None and table is not None:
+        h = h + table(positions)  # [S, H]; sliced to the rank's chunk under SP (tensor_parallel.py)
+    drop = _get(model, parts.dropout)
+    if embed is not None and drop is not None:
+        h = drop(h)
+    window = parts.sliding_window if parts.sliding_window is not None and seq > parts.sliding_window else None
+    if window is not None and parts.mixed_windows:
+        from autoparallel.errors import UserError
+
+        raise UserError(f"sequence of {seq} tokens is longer than the sliding window ({window}) of a model that "
+                        f"mixes sliding-window and full-attention layers, which is not supported; use seq_len <= "
+                        f"{window}")
+    kwargs: dict = {"attention_mask": causal_mask(attention_mask, seq, h.dtype, h.device,
+                                                  parts.attn_implementation, window),
+                    "position_ids": positions[None]}
+    rotary = _get(model, parts.rotary)
+    if rotary is not None:
+        kwargs["position_embeddings"] = rotary(h, positions[None])
+    layers = _get(model, parts.layers)
+    for layer in layers if layers is not None else ():
+        out = layer(h, **kwargs)
+        h = out[0] if isinstance(out, tuple) else out
+    norm = _get(model, parts.norm)
+    if norm is not None:
+        h = norm(h)
+    head = _get(model, parts.head)
+    return head(h) if head is not None else h
+
+
+def install_forward(model: nn.Module, parts: HFParts) -> None:
+    """Give `model` (a copy the trainer or tracer owns, never the user's module) causal_lm_forward."""
+
+    def forward(self: nn.Module, x: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return causal_lm_forward(self, x, attention_mask, parts=parts)
+
+    model.forward = types.MethodType(forward, model)
+
+
+def init_weights(part: nn.Module) -> None:
+    """Initialize a meta-device model's part (a pipeline stage, sharded) with transformers' own
+    per-module initializer. Not `init_weights()`: that also ties the embeddings through `lm_head`,
+    which a pipeline stage may not hold (the trainer re-ties what it holds itself)."""
+    part.initialize_weights()
+
+
+def hf_labels(labels: torch.Tensor) -> torch.Tensor:
+    """HF's causal-LM label shift: position t is scored against labels[t + 1], the last position
+    against nothing (IGNORE_INDEX), as transformers' ForCausalLMLoss does."""
+    return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)
+
+
+def save_pretrained(model: nn.Module, state: dict[str, torch.Tensor], ties: list[list[str]],
+                    path: str | Path) -> None:
+    """Write `state` (full parameters by HF name) as a transformers checkpoint of `model`'s class and
+    config: a copy of `model`'s module tree (parameters on meta, never the user's tensors) takes the
+    values, tied names share one tensor again, and transformers' own save_pretrained writes it, so
+    AutoModelForCausalLM.from_pretrained(path) loads it."""
+    from autoparallel.trainer.materialize import meta_copy
+    from autoparallel.trainer.structure import set_param
+
+    out = meta_copy(model)
+    group_of = {n: g for g in ties for n in g}
+    done: set[str] = set()
+    for name, value in state.items():
+        if name in done:
+            continue
+        param = nn.Parameter(value.detach().clone(), requires_grad=False)
+        for n in group_of.get(name, [name]):
+            set_param(out, n, param)
+            done.add(n)
+    missing = sorted(n for n, p in out.named_parameters() if p.is_meta)
+    if missing:
+        raise RuntimeError(f"save_pretrained: no value for {missing[0]}")
+    out.save_pretrained(str(path))

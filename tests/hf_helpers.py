@@ -1,0 +1,172 @@
+"""Tiny random-weight Hugging Face causal LMs for the trainer tests (transformers required), their
+Megatron placements by module role, HF batches, the single-process reference loop with HF's own loss,
+and a spawned multi-process runner (one process group for many configurations, as trainer_helpers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import trainer_helpers as H
+from torch import nn
+
+from autoparallel.placements import megatron_placements
+from autoparallel.plan import Plan
+from autoparallel.tracer import trace
+from autoparallel.trainer.structure import find_layout, model_fingerprint
+
+STEPS = 3
+VOCAB = 128
+SEQ = 16
+ROWS = 8
+# 8 heads and 4 kv heads: whole (GQA) heads split under tp 2 and 4.
+_KW = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=8,
+           num_key_value_heads=4, max_position_embeddings=64)
+MODELS = ("llama", "qwen2", "gpt2", "mixtral", "qwen3moe", "phi3", "gemma")
+
+
+def config(name: str):
+    import transformers as T
+
+    if name == "llama":
+        return T.LlamaConfig(**_KW)
+    if name == "qwen2":
+        return T.Qwen2Config(**_KW)
+    if name == "gpt2":  # dropout off: the reference and the parallel run must draw nothing
+        return T.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=8, n_positions=64, resid_pdrop=0.0,
+                            embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    if name == "mixtral":
+        return T.MixtralConfig(**_KW, num_local_experts=4, num_experts_per_tok=2)
+    if name == "qwen3moe":
+        return T.Qwen3MoeConfig(**_KW, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, head_dim=4)
+    if name == "phi3":
+        return T.Phi3Config(**_KW, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    if name == "qwen2moe":  # routed experts plus a gated shared expert
+        return T.Qwen2MoeConfig(**_KW, moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts=4,
+                                num_experts_per_tok=2)
+    if name == "olmo2":  # q_norm / k_norm over all heads (not per head like Qwen3)
+        return T.Olmo2Config(**_KW)
+    if name == "llama4":  # four blocks: two virtual stages per pipeline rank
+        return T.LlamaConfig(**{**_KW, "num_hidden_layers": 4})
+    if name == "mistral":  # a sliding window shorter than the test sequences
+        return T.MistralConfig(**_KW, sliding_window=6)
+    if name == "gemma":
+        return T.GemmaConfig(**_KW, head_dim=4)
+    raise KeyError(name)
+
+
+def build(name: str, seed: int = 0, meta: bool = False) -> nn.Module:
+    """meta: on the meta device (the trainer initializes the shards with the model's init_weights())."""
+    import transformers as T
+
+    if not meta:
+        torch.manual_seed(seed)
+    with torch.device("meta") if meta else contextlib.nullcontext():
+        model = T.AutoModelForCausalLM.from_config(config(name))
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    return model
+
+
+def batches(steps: int = STEPS, masked: bool = False) -> list[dict[str, torch.Tensor]]:
+    """HF batches {"input_ids", "labels"} (labels = inputs, HF shifts them). masked: rows right-padded
+    by different amounts (attention_mask 0, labels -100 there) and some leading labels -100, so
+    micro-batches and data slices hold different numbers of valid tokens."""
+    g = torch.Generator().manual_seed(1234)
+    out = []
+    for _ in range(steps):
+        ids = torch.randint(0, VOCAB, (ROWS, SEQ), generator=g)
+        batch = {"input_ids": ids, "labels": ids.clone()}
+        if masked:
+            mask = torch.ones_like(ids)
+            for r in range(ROWS):
+                mask[r, SEQ - r:] = 0           # r padding positions at the end of row r
+                batch["labels"][r, : r // 2] = -100
+            batch["labels"] = batch["labels"].masked_fill(mask == 0, -100)
+            batch["attention_mask"] = mask
+        out.append(batch)
+    return out
+
+
+# ---- plans ------------------------------------------------------------------------------------
+def placements(model: nn.Module, sp: bool) -> dict[str, str]:
+    """Megatron's layout derived from the model's traced operator graph (autoparallel.placements):
+    what the planner hands the trainer, no per-family name table."""
+    return megatron_placements(trace(model, batch=1, seq_len=SEQ), sequence_parallel=sp)
+
+
+def _placements(model: nn.Module, sp: bool, replicate_all: bool) -> dict[str, str]:
+    out = placements(model, sp)
+    if not replicate_all:
+        return out
+    return {p: ("replicate" if v in ("colwise", "rowwise", "vocab") else v) for p, v in out.items()}
+
+
+def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: int = 1, vpp: int = 1,
+              micro_batch: int = 1, zero: int = 0, sp: bool = False, recompute: str = "none", replicate_all: bool = False,
+              overrides: dict[str, str] | None = None) -> Plan:
+    """replicate_all: no module split over tp, norms still 'sequence' under SP (what the planner emits
+    at tiny widths under a pinned tp). overrides: placements replacing the derived ones."""
+    n = len(find_layout(model).blocks)
+    return Plan(model=type(model).__name__, hardware="cpu", gpus=dp * tp * pp * ep, gpus_per_node=8,
+                global_batch=ROWS, seq_len=SEQ, dp=dp, tp=tp, pp=pp, ep=ep, micro_batch=micro_batch, zero=zero,
+                sequence_parallel=sp, recompute=(recompute,) * n, vpp=vpp,
+                stage_layers=(n // (pp * vpp),) * (pp * vpp) if pp > 1 else (), grad_reduce_dtype="fp32",
+                param_dtype="fp32",
+                placements={**_placements(model, sp, replicate_all), **(overrides or {})} if tp > 1 or ep > 1 else {},
+                model_fingerprint=model_fingerprint(model))
+
+
+# ---- reference --------------------------------------------------------------------------------
+def reference(name: str, masked: bool = False, steps: int = STEPS) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """A plain single-process loop with HF's own loss: model(input_ids=..., labels=...).loss."""
+    return H.adamw_loop(build(name), batches(steps, masked), lambda model, b: model(**b).loss)
+
+
+# ---- multi-process runner ---------------------------------------------------------------------
+@dataclass
+class Config:
+    """One trainer run in the spawned group. resume: {"stop": k, "plan": {...}} saves a checkpoint
+    before step k and continues in a fresh model (another seed) and trainer under that plan; "save":
+    j additionally checkpoints that trainer before step j (for a third leg elsewhere). export: write a
+    save_pretrained checkpoint at the end."""
+
+    name: str
+    model: str
+    plan: dict[str, Any]
+    masked: bool = False
+    steps: int = STEPS
+    resume: dict[str, Any] = field(default_factory=dict)
+    export: bool = False
+    meta: bool = False
+
+
+def _trainer(name: str, plan: dict[str, Any], seed: int = 0, meta: bool = False):
+    from autoparallel.trainer import AutoParallelTrainer
+
+    model = build(name, seed, meta)
+    return AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
+                               plan=make_plan(model, **plan))
+
+
+def train(cfg: Config, out: Path, rank: int) -> dict[str, Any]:
+    if cfg.meta:
+        torch.manual_seed(100 + rank)  # the ranks' RNGs differ: replicas must still come out equal
+    trainer = _trainer(cfg.model, cfg.plan, meta=cfg.meta)
+    losses = []
+    for i, b in enumerate(batches(cfg.steps, cfg.masked)):
+        if i == cfg.resume.get("stop"):
+            trainer.save_checkpoint(out / f"{cfg.name}.ckpt")
+            trainer = _trainer(cfg.model, cfg.resume["plan"], seed=99)
+            trainer.load_checkpoint(out / f"{cfg.name}.ckpt")
+            assert trainer.steps == i, (trainer.steps, i)
+        if i == cfg.resume.get("save"):
+            trainer.save_checkpoint(out / f"{cfg.name}.ckpt2")
+        losses.append(trainer.step(b))
+    torch.save(trainer.full_state_dict(), out / f"{cfg.name}.rank{rank}.pt")
+    if cfg.export:
+        trainer.save_pretrained(out / f"{cfg.name}.hf")
+    return {"losses": losses}

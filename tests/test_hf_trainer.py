@@ -1,0 +1,284 @@
+"""Hugging Face causal LMs passed to AutoParallelTrainer as they are (CPU, gloo, fp32): {"input_ids",
+"labels"} batches, no loss_fn, under every plan kind. Each configuration must match a plain
+single-process loop using HF's own loss (model(**batch).loss): per-step losses within 1e-5 relative
+and every final parameter within 1e-5 absolute. Why those tolerances hold: fp32 everywhere, 3 AdamW
+steps at lr 1e-3 (eps 1e-6, see test_trainer.py); the parallel run differs from the reference only
+in summation order (tp partial sums, all-reduces, per-token loss sums), ~1e-7 relative per op, and
+Adam's update is bounded by lr per step, so order noise cannot grow past ~1e-6 in 3 steps.
+
+Matrix (one 4-process group, kept lean for CI): every model under at least one multi-dimensional
+plan, every plan kind with at least two models:
+  dp2 x tp2            llama, gpt2, phi3, mixtral
+  dp2 x tp2 + SP       qwen2, gemma, qwen3moe, llama (right padding with attention_mask, labels partly
+                       -100: HF's token weighting across micro-batches and data slices)
+  pp2 x dp2            llama, gpt2 (tied embedding split over stages), gemma, qwen3moe; 4-block llama
+                       interleaved (vpp 2)
+  tp4                  qwen2, phi3 (+ SP)
+  ep2 x dp2            mixtral, qwen3moe
+  ep2 x tp2 + SP       qwen2moe (shared expert split over tp inside the MoE branch)
+plus full / selective activation checkpointing (with ZeRO-3 expert units), resume across plans and
+save_pretrained exports.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+import hf_helpers as HF  # noqa: E402
+import trainer_helpers as H  # noqa: E402
+from hf_helpers import Config  # noqa: E402
+
+from autoparallel.errors import UserError  # noqa: E402
+from autoparallel.trainer import AutoParallelTrainer  # noqa: E402
+
+DP2TP2 = {"dp": 2, "tp": 2, "micro_batch": 2}
+DP2TP2SP = {"dp": 2, "tp": 2, "sp": True, "micro_batch": 2}
+PP2DP2 = {"pp": 2, "dp": 2, "micro_batch": 2}
+TP4 = {"tp": 4, "micro_batch": 4}
+EP2DP2 = {"ep": 2, "dp": 2, "micro_batch": 1}
+
+WORLD4: list[Config] = [
+    *(Config(f"{m}-dp2xtp2", m, DP2TP2) for m in ("llama", "gpt2", "phi3", "mixtral")),
+    *(Config(f"{m}-dp2xtp2-sp", m, DP2TP2SP) for m in ("qwen2", "gemma", "qwen3moe")),
+    Config("llama-dp2xtp2-sp-masked", "llama", DP2TP2SP, masked=True),
+    *(Config(f"{m}-pp2xdp2", m, PP2DP2) for m in ("llama", "gpt2", "gemma", "qwen3moe")),
+    Config("llama4-pp2xdp2-interleaved", "llama4", {**PP2DP2, "vpp": 2, "micro_batch": 1}),
+    Config("qwen2-tp4", "qwen2", TP4),
+    Config("phi3-tp4-sp", "phi3", {**TP4, "sp": True}),  # replicated attention called with keywords, under SP
+    *(Config(f"{m}-ep2xdp2", m, EP2DP2) for m in ("mixtral", "qwen3moe")),
+    # Qwen2-MoE: a shared expert (column -> row inside the replicated MoE branch) next to routed experts
+    Config("qwen2moe-ep2xtp2-sp", "qwen2moe", {"ep": 2, "tp": 2, "sp": True, "micro_batch": 2}),
+    # OLMo2: norms over all heads keep attention whole; the MLP is split
+    Config("olmo2-dp2xtp2-sp", "olmo2", DP2TP2SP),
+    # ... and a hand-written head split of it is refused (on every rank, before training)
+    Config("olmo2-head-split-refused", "olmo2", {**DP2TP2, "overrides": {
+        **{f"model.layers.{i}.self_attn.{p}": "colwise" for i in range(2) for p in ("q_proj", "k_proj", "v_proj")},
+        **{f"model.layers.{i}.self_attn.o_proj": "rowwise" for i in range(2)}}}),
+    # a pinned tp the solver found not worth splitting: every module replicated, the tp ranks redundant
+    Config("qwen2-dp2xtp2-sp-all-replicated", "qwen2", {**DP2TP2SP, "replicate_all": True}),
+    # activation checkpointing of HF blocks (called with keyword arguments), FSDP (zero 3) expert units
+    Config("gemma-dp2xtp2-sp-fullac", "gemma", {**DP2TP2SP, "recompute": "full"}),
+    Config("mixtral-ep2xdp2-zero3-selac", "mixtral", {**EP2DP2, "zero": 3, "recompute": "selective"}),
+    # built on the meta device: HF's own init_weights() runs on this rank's shards
+    Config("qwen3moe-meta-dp2xtp2-sp", "qwen3moe", DP2TP2SP, meta=True),
+    Config("gemma-meta-pp2xdp2", "gemma", PP2DP2, meta=True),
+    # resume across plans: dp2 x tp2 (SP) -> pp2 x dp2 at step 1, that run checkpoints at step 2 and
+    # a single process finishes (test_resume_across_plans_into_one_process); tied GPT-2
+    Config("gpt2-resume-dp2xtp2-pp2xdp2", "gpt2", DP2TP2SP, resume={"stop": 1, "plan": PP2DP2, "save": 2}),
+    Config("qwen3moe-resume-ep2xdp2-dp2xtp2", "qwen3moe", EP2DP2, resume={"stop": 2, "plan": DP2TP2SP}),
+    # exports: save_pretrained from pipeline stages (tied embedding split over them) and from shards
+    Config("gemma-export-pp2xdp2", "gemma", PP2DP2, export=True),
+    Config("mixtral-export-ep2xdp2", "mixtral", EP2DP2, export=True),
+]
+
+
+@functools.cache
+def reference(model: str, masked: bool) -> tuple[list[float], dict[str, torch.Tensor]]:
+    return HF.reference(model, masked)
+
+
+@pytest.fixture(scope="module")
+def world4(tmp_path_factory):
+    out = tmp_path_factory.mktemp("hf_world4")
+    H.run_spawned(4, WORLD4, out, train=HF.train)
+    return out
+
+
+def _max_diffs(losses, params, ref_losses, ref_params) -> tuple[float, float]:
+    loss_rel = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses, strict=True))
+    param_abs = max((params[n] - p).abs().max().item() for n, p in ref_params.items())
+    return loss_rel, param_abs
+
+
+REFUSED = {"olmo2-head-split-refused": r"norm model\.layers\.0\.self_attn\.q_norm spans all heads"}
+
+
+@pytest.mark.parametrize("cfg", [c for c in WORLD4 if not c.meta and c.name not in REFUSED], ids=lambda c: c.name)
+def test_hf_model_as_is_matches_single_process(cfg, world4):
+    res = H.result(world4, cfg.name)
+    assert "error" not in res, res.get("traceback", res.get("error"))
+    per_rank = [H.result_of_rank(world4, cfg.name, r)["losses"] for r in range(4)]
+    assert all(x == per_rank[0] for x in per_rank), f"ranks disagree on the loss: {per_rank}"
+    ref_losses, ref_params = reference(cfg.model, cfg.masked)
+    params = H.gathered_params(world4, cfg.name)
+    assert set(params) == set(ref_params), sorted(set(params) ^ set(ref_params))
+    loss_rel, param_abs = _max_diffs(res["losses"], params, ref_losses, ref_params)
+    print(f"{cfg.name}: max loss rel diff {loss_rel:.2e}, max param abs diff {param_abs:.2e}")
+    assert loss_rel <= 1e-5, (res["losses"], ref_losses)
+    assert param_abs <= 1e-5
+
+
+@pytest.mark.parametrize("cfg", [c for c in WORLD4 if c.plan.get("tp", 1) > 1 and c.name not in REFUSED],
+                         ids=lambda c: c.name)
+def test_replicated_parameters_stay_identical_across_ranks(cfg, world4):
+    """Every rank's copy of a parameter (gathered when sharded, its own copy when replicated: norms,
+    routers, qk-norms) is bit-identical after training: a replicated weight whose gradient is not
+    summed over the tp ranks (Qwen3-MoE's q_norm / k_norm inside head-sharded attention) drifts."""
+    per_rank = [H.params_of_rank(world4, cfg.name, r) for r in range(4)]
+    for name in set().union(*per_rank):
+        holders = [(r, p[name]) for r, p in enumerate(per_rank) if name in p]  # pipeline: its stage's ranks
+        (r0, first), *others = holders
+        for r, value in others:
+            assert torch.equal(first, value), (
+                f"{name}: rank {r} differs from rank {r0} by {(first - value).abs().max():.2e}")
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_plans_that_would_compute_wrong_results_are_refused(name, world4):
+    import re
+
+    for rank in range(4):
+        res = H.result_of_rank(world4, name, rank)
+        assert res.get("error_type") == "UserError" and re.search(REFUSED[name], res["error"]), res
+
+
+@pytest.mark.parametrize("cfg", [c for c in WORLD4 if c.meta], ids=lambda c: c.name)
+def test_meta_hf_models_initialize_and_train(cfg, world4):
+    """Ranks seeded differently; HF's init_weights() on the shards gives a model that starts at chance
+    (loss ~ log vocab), trains, and whose replicas agree (test_replicated_parameters_... for tp)."""
+    import math
+
+    res = H.result(world4, cfg.name)
+    assert "error" not in res, res.get("traceback", res.get("error"))
+    losses = res["losses"]
+    assert abs(losses[0] - math.log(HF.VOCAB)) < 0.1 and all(math.isfinite(x) for x in losses), losses
+    params = H.gathered_params(world4, cfg.name)
+    assert set(params) == {n for n, _ in HF.build(cfg.model).named_parameters(remove_duplicate=False)}
+    weights = [p for n, p in params.items() if n.endswith(("q_proj.weight", "gate_up_proj"))]
+    assert weights and all(0.015 < p.std().item() < 0.025 for p in weights)  # initializer_range 0.02
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_local_mode_hf_batches_and_token_weighting(masked):
+    """One process, 4 micro-batches: HF label shift, -100 ignored and the loss averaged over the valid
+    tokens of the whole batch (not per micro-batch) equal HF's own loss on the whole batch."""
+    model = HF.build("llama")
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
+                                  plan=HF.make_plan(model, micro_batch=2))
+    losses = [trainer.step(b) for b in HF.batches(masked=masked)]
+    ref_losses, ref_params = reference("llama", masked)
+    loss_rel, param_abs = _max_diffs(losses, trainer.full_state_dict(), ref_losses, ref_params)
+    assert loss_rel <= 1e-5 and param_abs <= 1e-5, (loss_rel, param_abs)
+
+
+def test_attention_mask_in_batch_matches_hf():
+    """A right-padded batch with attention_mask: same loss as HF's model(**batch).loss."""
+    model = HF.build("qwen2")
+    batch = HF.batches(1)[0]
+    mask = torch.ones_like(batch["input_ids"])
+    mask[::2, 12:] = 0
+    labels = batch["labels"].masked_fill(mask == 0, -100)
+    batch = {**batch, "labels": labels, "attention_mask": mask}
+    with torch.no_grad():
+        expected = model(**batch).loss.item()
+    trainer = AutoParallelTrainer(model, lambda params: torch.optim.SGD(params, lr=0.0),
+                                  plan=HF.make_plan(model, micro_batch=4))
+    assert abs(trainer.step(batch) - expected) <= 1e-6 * expected
+
+
+def test_resume_across_plans_into_one_process(world4):
+    """dp2 x tp2 -> pp2 x dp2 -> one process: the checkpoint the second leg wrote before step 2 loads
+    into a single process, whose last step equals the uninterrupted single-process run."""
+    cfg = next(c for c in WORLD4 if c.name == "gpt2-resume-dp2xtp2-pp2xdp2")
+    trainer = HF._trainer(cfg.model, {"micro_batch": 4}, seed=7)
+    trainer.load_checkpoint(world4 / f"{cfg.name}.ckpt2")
+    assert trainer.steps == 2
+    losses = [trainer.step(b) for b in HF.batches()[2:]]
+    ref_losses, ref_params = reference(cfg.model, False)
+    loss_rel, param_abs = _max_diffs(losses, trainer.full_state_dict(), ref_losses[2:], ref_params)
+    assert loss_rel <= 1e-5 and param_abs <= 1e-5, (loss_rel, param_abs)
+
+
+@pytest.mark.parametrize("cfg", [c for c in WORLD4 if c.export], ids=lambda c: c.name)
+def test_export_loads_with_from_pretrained_and_gives_the_same_logits(cfg, world4):
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(world4 / f"{cfg.name}.hf")
+    trained = H.gathered_params(world4, cfg.name)
+    expected = HF.build(cfg.model, seed=3)
+    expected.load_state_dict(trained)
+    for name, p in loaded.named_parameters(remove_duplicate=False):
+        assert torch.equal(p, trained[name]), name
+    ids = HF.batches(1)[0]["input_ids"]
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, expected(input_ids=ids).logits)
+
+
+def test_local_export_round_trip(tmp_path):
+    trainer = HF._trainer("qwen2", {"micro_batch": 4})
+    trainer.step(HF.batches(1)[0])
+    trainer.save_pretrained(tmp_path / "out")
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    ids = HF.batches(1)[0]["input_ids"]
+    with torch.no_grad():
+        assert torch.equal(loaded(input_ids=ids).logits, trainer.model_parts[0](ids))
+
+
+def test_checkpoint_before_the_plan_exists():
+    model = HF.build("llama")
+    trainer = AutoParallelTrainer(model, hardware=None)
+    with pytest.raises(UserError, match=r"load_checkpoint\(\) before the plan exists"):
+        trainer.load_checkpoint("/nonexistent")
+
+
+def test_train_hf_example_trains_and_exports(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "examples/train_hf.py", "--steps", "8", "--output", str(tmp_path / "out")],
+                         cwd=root, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    first, last = (float(x) for x in run.stdout.split("loss ")[-1].split(" in ")[0].split(" -> "))
+    assert last < first
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "out").config.model_type == "llama"
+
+
+@pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe", "olmo2"))
+def test_training_forward_equals_the_models_own(name):
+    """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
+    model's own forward bit for bit, with and without a padding mask, and leaves the user's module alone."""
+    import copy
+
+    from autoparallel.hf import hf_parts, install_forward
+
+    model = HF.build(name)
+    ids = HF.batches(1)[0]["input_ids"]
+    mask = torch.ones_like(ids)
+    mask[1, 10:] = 0
+    mine = copy.deepcopy(model)
+    install_forward(mine, hf_parts(model))
+    assert "forward" not in vars(model)
+    with torch.no_grad():
+        assert torch.equal(mine(ids), model(input_ids=ids).logits)
+        valid = mask.bool()
+        assert torch.equal(mine(ids, mask)[valid], model(input_ids=ids, attention_mask=mask).logits[valid])
+
+
+def test_mixed_sliding_window_layers_beyond_the_window_are_refused():
+    import copy
+
+    import transformers as T
+
+    from autoparallel.hf import hf_parts, install_forward
+
+    cfg = T.Qwen2Config(**HF._KW, use_sliding_window=True, sliding_window=4, max_window_layers=1)
+    model = T.AutoModelForCausalLM.from_config(cfg)
+    parts = hf_parts(model)
+    assert parts.sliding_window == 4 and parts.mixed_windows
+    mine = copy.deepcopy(model)
+    install_forward(mine, parts)
+    ids = HF.batches(1)[0]["input_ids"]
+    assert torch.equal(mine(ids[:, :4]), model(input_ids=ids[:, :4]).logits)  # within the window: plain causal
+    with pytest.raises(UserError, match="longer than the sliding window"):
+        mine(ids)
