@@ -25,10 +25,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autoparallel.plan import Plan
 from cost_models.comm import (
     all_gather_time,
     all_reduce_time,
@@ -50,6 +50,9 @@ from cost_models.graph import OpGraph
 from cost_models.segments import Segment, block_classes, split_segments
 from hardware_profiles import Cluster
 from hardware_profiles.errors import UserError
+
+if TYPE_CHECKING:  # the Plan type is the planner's (autoparallel.plan); cost models only read its fields
+    from autoparallel.plan import Plan
 
 PlacementSolver = Callable[[int, bool], dict[str, str]]
 GIB = 2**30
@@ -459,22 +462,23 @@ class CostModel:
         return 2 * plan.micro_batch * plan.seq_len * self.vocab_size * 4 / plan.tp
 
     def update_rate_per_micro_batch(self, micro_batches: int) -> float:
-        """optimizer_seconds_per_param / m of a one-rank plan with m micro-batches (the sharding
-        solver's per-parameter price of keeping a weight whole)."""
-        plan = Plan(model="", hardware="", gpus=1, gpus_per_node=1, global_batch=micro_batches, seq_len=1)
-        return self.optimizer_seconds_per_param(plan) / micro_batches
+        """Update seconds per parameter and micro-batch of one rank with m micro-batches (bf16 parameters,
+        fp32 reduction, ZeRO-0): the sharding solver's per-parameter price of keeping a weight whole."""
+        return self._update_seconds(1, 0, micro_batches, DTYPE_BYTES["bf16"], DTYPE_BYTES["fp32"]) / micro_batches
 
     def optimizer_seconds_per_param(self, plan: Plan) -> float:
         """Optimizer step + gradient accumulation per step, per parameter a rank holds [s]
         (compute.update_time; linear in the parameters, so the planner can use it per block)."""
-        pb = DTYPE_BYTES.get(plan.param_dtype, 2)
-        gb = DTYPE_BYTES.get(plan.grad_reduce_dtype, 4)
-        d = plan.dp * plan.ep
+        return self._update_seconds(plan.dp * plan.ep, plan.zero, plan.num_micro_batches,
+                                    DTYPE_BYTES.get(plan.param_dtype, 2), DTYPE_BYTES.get(plan.grad_reduce_dtype, 4))
+
+    def _update_seconds(self, d: int, zero: int, micro_batches: int, pb: int, gb: int) -> float:
+        """The runtime's update per local parameter: FSDP2's (compute.fsdp_update_time) for the trainer,
+        Megatron's (compute.update_time) otherwise; d = the data-parallel group size."""
         if self.runtime == "trainer":
-            return fsdp_update_time(1.0 / (d if plan.zero >= 1 else 1), d, plan.zero, plan.num_micro_batches,
-                                    self.profile)
-        return update_time(1.0 / (d if plan.zero >= 1 else 1), 1.0 / (d if plan.zero >= 2 else 1),
-                           plan.num_micro_batches, pb, gb, self.profile)
+            return fsdp_update_time(1.0 / (d if zero >= 1 else 1), d, zero, micro_batches, self.profile)
+        return update_time(1.0 / (d if zero >= 1 else 1), 1.0 / (d if zero >= 2 else 1), micro_batches, pb, gb,
+                           self.profile)
 
     def _data_parallel_time(self, plan: Plan, stages: list[dict]) -> tuple[float, float, float]:
         """(exposed DP comm, total DP comm, optimizer step) per step, slowest stage [s].
