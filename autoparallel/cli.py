@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from autoparallel.errors import UserError
 from autoparallel.limits import MAX_TOKENS, check_number, check_output_path
+from autoparallel.plan import RECOMPUTE_MODES
 
 EXIT_USAGE = 2
 
@@ -67,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--ep", type=int, default=None)
     e.add_argument("--vpp", type=int, default=None)
     e.add_argument("--micro-batch", type=int, default=None)
-    e.add_argument("--recompute", default=None, choices=["none", "selective", "full"])
+    e.add_argument("--recompute", default=None, choices=list(RECOMPUTE_MODES))
     e.add_argument("--zero", type=int, default=None, choices=[0, 1, 2, 3])
     e.add_argument("--sequence-parallel", action="store_true")
     e.add_argument("--grad-reduce-dtype", default=None, choices=["fp32", "bf16"])

@@ -36,7 +36,7 @@ from autoparallel.limits import (
     write_text,
 )
 
-RECOMPUTE_MODES = ("none", "selective", "full")
+RECOMPUTE_MODES = ("none", "selective", "op", "full")  # the order of increasing recompute
 PLACEMENTS = ("colwise", "rowwise", "replicate", "vocab", "sequence", "expert")
 SCHEDULES = ("none", "1F1B", "Interleaved1F1B")
 MESH_DIMS = ("pp", "dp", "ep", "tp")

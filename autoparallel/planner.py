@@ -48,6 +48,7 @@ PIN_KEYS = ("tp", "pp", "dp", "ep", "vpp", "micro_batch", "zero", "sequence_para
 PIN_ALIASES = {"mb": "micro_batch", "sp": "sequence_parallel", "micro-batch": "micro_batch",
                "sequence-parallel": "sequence_parallel", "grad-reduce-dtype": "grad_reduce_dtype"}
 MAX_MICRO_BATCH = 64
+PARTIAL_MODES = ("selective", "op")   # recompute modes between none and full (StageModel.all_device_options)
 
 
 @dataclass(frozen=True)
@@ -791,16 +792,18 @@ class StageModel:
         return solver
 
     # ---- uniform blocks: one choice per pipeline rank -----------------------------------------------------
-    def all_device_options(self) -> list[dict[int, tuple[float, tuple[int, int, int]]]]:
-        """For every rank d and block count k it may hold: the fastest recompute mix (none, selective,
-        full counts) whose memory fits, and its time per micro-batch [s]. Exact: with k and the number
-        of full-recompute blocks fixed, time is linear in the number of none-blocks and memory
-        k*states + in_flight_d*(sum_r n_r*act_r) + max_r(working_r * [n_r > 0]) is linear too, so the
-        optimum sits at an end of the feasible interval, computed in closed form (arrays over ranks d,
-        counts k and full-recompute counts nf)."""
+    def all_device_options(self) -> list[dict[int, tuple[float, tuple[int, int, int, str]]]]:
+        """For every rank d and block count k it may hold: the fastest recompute mix (none, partial,
+        full counts and the partial mode: selective or op) whose memory fits, and its time per
+        micro-batch [s]. With k, the number of full-recompute blocks and the partial mode fixed, time is
+        linear in the number of none-blocks and memory k*states + in_flight_d*(sum_r n_r*act_r) +
+        max_r(working_r * [n_r > 0]) is linear too, so the optimum sits at an end of the feasible
+        interval, computed in closed form (arrays over ranks d, counts k and full-recompute counts nf).
+        One partial mode per rank: exact when the two partial modes' costs do not interleave (attention
+        kernels that save nothing quadratic make selective cost what none costs)."""
         c = self.classes[0]
         rep = self.rep[c]
-        modes = ("none", "selective", "full")
+        modes = RECOMPUTE_MODES
         ok = {r: r in self.modes for r in modes}
         t = {r: self.block_time(c, r) for r in modes}
         costs = {r: self.cost(rep, r) for r in modes}
@@ -830,20 +833,26 @@ class StageModel:
         best_t = np.full(shape, np.inf)
         best_na = np.zeros(shape, dtype=np.int64)
         best_ns = np.zeros(shape, dtype=np.int64)
+        best_mode = np.zeros(shape, dtype=np.int64)        # index into PARTIAL_MODES
 
-        def consider(na: np.ndarray, ns: np.ndarray, allowed: np.ndarray) -> None:
-            used = na * act["none"] + ns * act["selective"] + np.maximum(w_full, np.where(ns > 0, work["selective"], 0.0))
-            time_ = na * t["none"] + ns * t["selective"] + NF * t["full"]
+        def consider(na: np.ndarray, ns: np.ndarray, mode: int, allowed: np.ndarray) -> None:
+            r = PARTIAL_MODES[mode]
+            used = na * act["none"] + ns * act[r] + np.maximum(w_full, np.where(ns > 0, work[r], 0.0))
+            time_ = na * t["none"] + ns * t[r] + NF * t["full"]
             better = allowed & valid & (used <= base) & (time_ < best_t)
             best_t[better] = np.broadcast_to(time_, shape)[better]
             best_na[better] = np.broadcast_to(na, shape)[better]
             best_ns[better] = np.broadcast_to(ns, shape)[better]
+            best_mode[better] = mode
 
-        # no selective block: the rest recompute nothing
-        consider(rest, np.zeros_like(rest), np.full(rest.shape, ok["none"]) | (rest == 0))
-        if ok["selective"]:  # >= 1 selective block: na in [lo, hi] from one linear memory inequality
-            r2 = base - np.maximum(w_full, work["selective"]) - rest * act["selective"]
-            alpha = act["none"] - act["selective"]          # per rank (in-flight scaled)
+        # no partial block: the rest recompute nothing
+        consider(rest, np.zeros_like(rest), 0, np.full(rest.shape, ok["none"]) | (rest == 0))
+        for mode, r in enumerate(PARTIAL_MODES):
+            if not ok[r]:
+                continue
+            # >= 1 block of partial mode r: na in [lo, hi] from one linear memory inequality
+            r2 = base - np.maximum(w_full, work[r]) - rest * act[r]
+            alpha = act["none"] - act[r]          # per rank (in-flight scaled)
             hi0 = rest - 1 if ok["none"] else np.zeros_like(rest)
             with np.errstate(divide="ignore", invalid="ignore"):
                 pos = np.where(alpha > 0, np.minimum(hi0, np.floor(r2 / alpha)), hi0)
@@ -855,14 +864,15 @@ class StageModel:
             fine = (rest > 0) & (lo <= hi)
             for na in (lo, hi):
                 na = np.clip(na, 0, np.maximum(rest - 1, 0))
-                consider(na, rest - na, fine)
+                consider(na, rest - na, mode, fine)
         j = np.argmin(best_t, axis=2)
         at = (np.arange(shape[0])[:, None], np.arange(shape[1])[None, :], j)   # plain indexing: cheaper than
-        tb, nab, nsb = best_t[at], best_na[at], best_ns[at]                      # take_along_axis here
-        out: list[dict[int, tuple[float, tuple[int, int, int]]]] = []
+        tb, nab, nsb, mb = best_t[at], best_na[at], best_ns[at], best_mode[at]  # take_along_axis here
+        out: list[dict[int, tuple[float, tuple[int, int, int, str]]]] = []
         for d in range(p):
             fin = np.isfinite(tb[d])
-            out.append({int(k): (float(tb[d, i]), (int(nab[d, i]), int(nsb[d, i]), int(k - nab[d, i] - nsb[d, i])))
+            out.append({int(k): (float(tb[d, i]), (int(nab[d, i]), int(nsb[d, i]), int(k - nab[d, i] - nsb[d, i]),
+                                                  PARTIAL_MODES[int(mb[d, i])]))
                         for i, k in enumerate(ks) if fin[i]})
         return out
 
@@ -927,7 +937,8 @@ class StageModel:
             return math.inf
         t = {r: self.block_time(c, r) for r in RECOMPUTE_MODES}
         act = {r: self.cost(rep_, r).act_bytes for r in RECOMPUTE_MODES}
-        cost = {r: t[r] - t["none"] for r in ("selective", "full")}
+        saving = [r for r in RECOMPUTE_MODES if r != "none"]
+        cost = {r: t[r] - t["none"] for r in saving}
         if min(cost.values()) < 0 or min(act.values()) < 0:
             return -math.inf
         infl = np.array([in_flight_micro_batches(d, p, v, self.m) for d in range(p)], dtype=float)[:, None]
@@ -935,16 +946,17 @@ class StageModel:
                         for d in range(p)])[:, None]
         excess = ks[None, :] * (self.block_memory(c) + infl * act["none"]) - cap      # [p, K] bytes to free
         per_block = np.maximum(excess, 0.0) / ks[None, :]
-        sel, full = (infl * (act["none"] - act[r]) for r in ("selective", "full"))      # bytes freed per block
+        # (bytes freed, seconds added) per block of each mode, with the origin (no recompute): the lower
+        # convex envelope at x is the smallest chord between two points whose freed bytes bracket x
+        points = [(np.zeros_like(infl), 0.0)] + [(infl * (act["none"] - act[r]), cost[r]) for r in saving]
         extra = np.full(per_block.shape, np.inf)                                         # [p, K] s per block
         extra[per_block <= 0] = 0.0
         with np.errstate(divide="ignore", invalid="ignore"):
-            for s_, c_ in ((sel, cost["selective"]), (full, cost["full"])):
-                ok = (per_block <= s_) & (s_ > 0)
-                extra = np.where(ok, np.minimum(extra, per_block * c_ / s_), extra)
-            between = (per_block >= sel) & (per_block <= full) & (full > sel)
-            chord = cost["selective"] + (per_block - sel) * (cost["full"] - cost["selective"]) / (full - sel)
-            extra = np.where(between, np.minimum(extra, chord), extra)
+            for (xa, ca), (xb, cb) in itertools.combinations(points, 2):
+                lo, hi = np.minimum(xa, xb), np.maximum(xa, xb)
+                inside = (per_block >= lo) & (per_block <= hi) & (hi > lo)
+                chord = ca + (per_block - xa) * (cb - ca) / (xb - xa)
+                extra = np.where(inside, np.minimum(extra, chord), extra)
         times = ks[None, :] * (t["none"] + extra)                                        # [p, K]
         ends = np.array([self._device_constants(d)[0] for d in range(p)])
         base = float(np.sum(times[:, 0] + ends))
@@ -1079,8 +1091,8 @@ class StageModel:
         mix_of_stage: list[list[str]] = [[] for _ in range(self.S)]
         for d, k in enumerate(counts):
             chunks = [k // v + (1 if j < k % v else 0) for j in range(v)]
-            na, ns_, nf = options[d][k][1]
-            modes = ["full"] * nf + ["selective"] * ns_ + ["none"] * na
+            na, ns_, nf, partial = options[d][k][1]
+            modes = ["full"] * nf + [partial] * ns_ + ["none"] * na
             for j, size in enumerate(chunks):
                 stage_layers[j * p + d] = size
                 mix_of_stage[j * p + d] = modes[:size]

@@ -137,6 +137,18 @@ def _unaligned(out_shapes: Sequence[Sequence[int]], flops: float, multiple: int 
 ALIAS_OPS = ("_unsafe_view",)
 
 
+# Per-op selective checkpointing (torchtitan's "op" policy, autoparallel.trainer.recompute): the outputs
+# of these ops are saved, every other op of the block is recomputed in backward.
+OP_SAC_SAVED = ("mm", "addmm", "bmm", "_grouped_mm", "_scaled_dot_product_flash_attention",
+                "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+                "_scaled_dot_product_flash_attention_for_cpu", "reduce_scatter_tensor")
+
+
+def saved_under_op_sac(op_name: str) -> bool:
+    """Whether per-op selective checkpointing saves this op's outputs (OP_SAC_SAVED)."""
+    return _base(op_name) in OP_SAC_SAVED
+
+
 def moved_bytes(attrs: dict) -> float:
     """Bytes a traced op moves through device memory: its inputs read + outputs written (0 for aliases)."""
     if _base(attrs.get("op", "")) in ALIAS_OPS:

@@ -187,7 +187,8 @@ class CostModel:
         rowwise/vocab output; backward, an all-reduce of the gradient of each distinct colwise input;
         under SP a reduce-scatter + all-gather pair in each direction. EP: dispatch + combine
         all-to-all forward and backward. Recompute re-runs forward ops in backward (full: the whole
-        segment with its collectives; selective: the non-GEMM ops).
+        segment with its collectives; selective: the seq x seq attention core (Korthikanti et al.); op: every
+        op whose outputs per-op selective checkpointing does not save, compute.OP_SAC_SAVED).
         """
         seg = self._segments[placements_key][name]
         b = float(micro_batch)
@@ -222,8 +223,8 @@ class CostModel:
         if recompute == "full":
             recompute_s, rec_flops = fwd_s, float(fwd_flops.sum())
             act, working = input_bytes, act_all
-        elif recompute == "selective":
-            redo = ~seg.fwd.keep_selective
+        elif recompute in ("selective", "op"):
+            redo = ~(seg.fwd.keep_selective if recompute == "selective" else seg.fwd.keep_op)
             recompute_s, rec_flops = float(fwd_t[redo].sum()), float(fwd_flops[redo].sum())
             act = float(saved[~redo].sum())
             working = float(saved[redo].sum())

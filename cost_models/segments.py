@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_models.compute import classify_node, copy_bytes_of, is_matmul, moved_bytes
+from cost_models.compute import classify_node, copy_bytes_of, is_matmul, moved_bytes, saved_under_op_sac
 from cost_models.graph import OpGraph
 
 SHARDING_PLACEMENTS = ("colwise", "rowwise", "vocab")
@@ -51,6 +51,9 @@ class PhaseOps:
     # bool: a backward op on a weight-gradient-shaped tensor (select_backward of a stacked expert
     # weight, accumulation of such gradients): its bytes do not grow with the micro-batch
     weight_sized: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    # bool: still saved under per-op selective checkpointing ("op": the outputs of matmuls and fused
+    # attention, the trainer's save list; fwd only)
+    keep_op: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     @property
     def expert(self) -> np.ndarray:
@@ -206,6 +209,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             weight_sized=np.array([phase == "bwd" and not is_matmul(a.get("op", "")) and bool(a.get("out_shapes"))
                                    and tuple(int(d) for d in a["out_shapes"][0]) in weight_shapes
                                    for a in attrs], dtype=bool),
+            keep_op=np.array([saved_under_op_sac(a.get("op", "")) for a in attrs], dtype=bool),
         )
         setattr(seg, phase, ops)
         if phase == "fwd":

@@ -167,6 +167,26 @@ def test_recompute_costs_time_saves_memory(gpt_ctx):
     assert est["full"].hardware_tflops_per_gpu > est["full"].model_tflops_per_gpu
 
 
+def test_op_recompute_keeps_matmul_outputs_and_redoes_the_rest(gpt_ctx):
+    """Per-op selective checkpointing: activations between none and full (the matmul and attention
+    outputs stay), and its recompute is the forward time of exactly the ops it does not save."""
+    cm = gpt_ctx.cost_model
+    base = Plan(model="gpt", hardware="h100-sxm", gpus=8, gpus_per_node=8, global_batch=8, seq_len=S, dp=8,
+                micro_batch=1)
+    est = {rc: cm.estimate(replace(base, recompute=(rc,) * L)) for rc in ("none", "op", "full")}
+    mem = {rc: e.memory_breakdown_gib[0]["activations"] for rc, e in est.items()}
+    assert mem["none"] > mem["op"] > mem["full"]
+    assert est["none"].step_time_s < est["op"].step_time_s < est["full"].step_time_s
+    placements = cm.placements_for(base)
+    key = cm.segments_key(placements, False)
+    block = cm.block_rep(0)
+    seg = cm.segments(placements, False)[block]
+    fwd_t, _, _ = cm._phase_times(seg.fwd, "fwd", 1, 1, False, 1.0)
+    cost = cm.segment_cost(key, block, 1, 1, False, 1, "op", "intra", "intra")
+    assert cost.recompute_s == pytest.approx(float(fwd_t[~seg.fwd.keep_op].sum()))
+    assert seg.fwd.keep_op.any() and (~seg.fwd.keep_op).any()
+
+
 @pytest.fixture(scope="module")
 def llama8b_graph():
     from autoparallel.api import trace_model

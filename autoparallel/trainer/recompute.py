@@ -9,6 +9,8 @@
              to recompute, as the cost model says). Other user blocks get per-op selective
              checkpointing (torchtitan's "op" SAC): the outputs of the compute-heavy ops (matmuls,
              fused attention) and of reduce-scatters are saved, everything cheap is recomputed.
+  op         per-op selective checkpointing of any block (the same policy), the mode the cost model
+             prices with cost_models.compute.OP_SAC_SAVED.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ def apply_recompute(part: nn.Module, layout: ModelLayout, modes: tuple[str, ...]
             continue
         if mode == "full":
             wrapped = checkpoint_wrapper(block)
+        elif mode == "op":
+            wrapped = _wrap_selective_around(block, unit_ids, save)
         elif any(hasattr(m, "recompute_core") for m in block.modules()):
             for m in block.modules():
                 if hasattr(m, "recompute_core"):
