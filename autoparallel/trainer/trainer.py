@@ -119,9 +119,10 @@ class AutoParallelTrainer:
     mixed_precision     param dtype the planner is asked for ("bf16", "fp16", "fp32"); an explicit plan
                         carries its own param_dtype / grad_reduce_dtype, which win
     compile             torch.compile each block: True (or a dict of torch.compile kwargs) or False pin
-                        it; None (default) runs what the plan says -- when the trainer plans on a GPU,
-                        the planner compiles where the hardware profile measured compiled steps (1.3B
-                        llama on H200: 266 vs 326 ms eager, docs/trainer_sweep.md); eager off the GPU
+                        it; None (default) runs what the plan says (`compile` in the plan, set by the
+                        pin compile=1): eager unless asked, since compiled steps were faster for a 1.3B
+                        llama on an H200 (264 vs 322 ms) but slower for a 350M GPT and a small MoE
+                        (docs/trainer_sweep.md); off the GPU always eager
     init_fn             callable(module) initializing a meta-device model's part (default: the
                         model's init_weights())
     """
