@@ -59,7 +59,8 @@ class SweepConfig:
     gpus: int
     rows: int                       # global batch (sequences per step)
     seq: int = 2048
-    fix: dict[str, Any] = field(default_factory=dict)   # planner pins (compile too); {} = the planner's own plan
+    # planner pins; the "-auto" configurations pin only compile=1: the planner's own plan, compiled
+    fix: dict[str, Any] = field(default_factory=dict)
     profile: bool = False           # also record one profiled step's kernel time per class
 
     @property
@@ -73,7 +74,7 @@ def _c(name: str, model: str, gpus: int, rows: int, **kw: Any) -> SweepConfig:
 
 CONFIGS = [
     # one GPU: micro-batching, every recompute mode, eager and compiled, three model kinds
-    _c("1g-llama-auto", "llama-1.3b", 1, 8, profile=True),
+    _c("1g-llama-auto", "llama-1.3b", 1, 8, fix={"compile": 1}, profile=True),
     _c("1g-llama-eager", "llama-1.3b", 1, 8, fix={"micro_batch": 8, "compile": 0}, profile=True),
     _c("1g-llama-mb4x2", "llama-1.3b", 1, 8, fix={"micro_batch": 4, "compile": 0}),
     _c("1g-llama-selective", "llama-1.3b", 1, 8, fix={"micro_batch": 8, "recompute": "selective", "compile": 0}),
@@ -81,14 +82,14 @@ CONFIGS = [
     _c("1g-llama-mb2x4-full", "llama-1.3b", 1, 8, fix={"micro_batch": 2, "recompute": "full", "compile": 0}),
     _c("1g-llama-op", "llama-1.3b", 1, 8, fix={"micro_batch": 8, "recompute": "op", "compile": 0}),
     _c("1g-llama-b16", "llama-1.3b", 1, 16, fix={"compile": 0}),
-    _c("1g-gpt-auto", "gpt-350m", 1, 8),
+    _c("1g-gpt-auto", "gpt-350m", 1, 8, fix={"compile": 1}),
     _c("1g-gpt-eager", "gpt-350m", 1, 8, fix={"micro_batch": 8, "compile": 0}),
     _c("1g-gpt-selective", "gpt-350m", 1, 8, fix={"micro_batch": 8, "recompute": "selective", "compile": 0}),
     _c("1g-moe-eager", "moe-1.2b-8e", 1, 8, fix={"micro_batch": 8, "compile": 0}, profile=True),
     _c("1g-moe-full", "moe-1.2b-8e", 1, 8, fix={"micro_batch": 4, "recompute": "full", "compile": 0}),
-    _c("1g-moe-auto", "moe-1.2b-8e", 1, 8),
+    _c("1g-moe-auto", "moe-1.2b-8e", 1, 8, fix={"compile": 1}),
     # two GPUs: dp with ZeRO 0-3, tp2 + SP, pp2 1F1B and interleaved, ep2, eager and compiled
-    _c("2g-llama-auto", "llama-1.3b", 2, 16, profile=True),
+    _c("2g-llama-auto", "llama-1.3b", 2, 16, fix={"compile": 1}, profile=True),
     _c("2g-llama-eager", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 2, "micro_batch": 8, "compile": 0}),
     _c("2g-llama-zero0", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 0, "micro_batch": 8, "compile": 0}),
     _c("2g-llama-zero1", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 1, "micro_batch": 4, "compile": 0}),
@@ -101,7 +102,7 @@ CONFIGS = [
     _c("2g-llama-tp2sp-compiled", "llama-1.3b", 2, 16, fix={"tp": 2, "sp": 1, "compile": 1}),
     _c("2g-llama-pp2", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 1, "micro_batch": 2, "compile": 0}),
     _c("2g-llama-pp2-vpp2", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 2, "micro_batch": 2, "compile": 0}),
-    _c("2g-gpt-auto", "gpt-350m", 2, 16),
+    _c("2g-gpt-auto", "gpt-350m", 2, 16, fix={"compile": 1}),
     _c("2g-gpt-tp2sp", "gpt-350m", 2, 16, fix={"tp": 2, "sp": 1, "compile": 0}),
     _c("2g-moe-ep2", "moe-1.2b-8e", 2, 16, fix={"ep": 2, "micro_batch": 8, "compile": 0}),
     _c("2g-moe-dp2", "moe-1.2b-8e", 2, 16, fix={"dp": 2, "micro_batch": 8, "compile": 0}),
