@@ -260,6 +260,21 @@ def predict(cfg: SweepConfig, profile: Any = PROFILE, raw: dict | None = None) -
     return {"step_time_s": est.step_time_s, "peak_memory_gib": allocated}, est
 
 
+H200_BF16_PEAK = 989e12
+
+
+def mfu(cfg: SweepConfig, step_s: float) -> float:
+    """(6N + 12 L h s) tokens/s / (GPUs x 989 TFLOP/s): the MFU definition of the two-GPU issue (N the
+    parameters, L layers, h hidden size, s the sequence length; attention counted without the causal
+    halving, as PaLM does)."""
+    m = MODELS[cfg.model]
+    layers = m.get("num_hidden_layers", m.get("n_layer"))
+    hidden = m.get("hidden_size", m.get("n_embd"))
+    n = sum(p.numel() for p in _meta_model(cfg).parameters())
+    tokens_per_s = cfg.rows * cfg.seq / step_s
+    return (6 * n + 12 * layers * hidden * cfg.seq) * tokens_per_s / (cfg.gpus * H200_BF16_PEAK)
+
+
 def _measured(raws: list[str]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for raw in raws:
@@ -318,13 +333,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         records.append(rec)
     failed = sorted(n for n, m in measured.items() if "error" in m)
     RESULTS.write_text(json.dumps({"profile": PROFILE, "records": records, "failed": failed}, indent=1) + "\n")
-    lines = ["| configuration | gpus | plan | predicted ms | measured ms | error | predicted GiB | measured GiB | error |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| configuration | gpus | plan | predicted ms | measured ms | error | predicted GiB | measured GiB | error "
+             "| measured MFU |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in records:
-        lines.append(f"| {r['name']} | {r['gpus']} | {r['plan']}{' compiled' if r['compile'] else ''} | "
+        cfg = next(c for c in CONFIGS if c.name == r["name"])
+        r["measured"]["mfu"] = mfu(cfg, r["measured"]["step_time_s"])
+        lines.append(f"| {r['name']}{' (fit)' if r['fitted'] else ''} | {r['gpus']} | {r['plan']}"
+                     f"{' compiled' if r['compile'] else ''} | "
                      f"{r['predicted']['step_time_s'] * 1e3:.1f} | {r['measured']['step_time_s'] * 1e3:.1f} | "
                      f"{r['time_error']:+.1%} | {r['predicted']['peak_memory_gib']:.1f} | "
-                     f"{r['measured']['peak_memory_gib']:.1f} | {r['memory_error']:+.1%} |")
+                     f"{r['measured']['peak_memory_gib']:.1f} | {r['memory_error']:+.1%} | "
+                     f"{r['measured']['mfu']:.1%} |")
     held = [r for r in records if not r["fitted"]]
     te = [abs(r["time_error"]) for r in held]
     me = [abs(r["memory_error"]) for r in held]
@@ -345,7 +364,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         "commands in the script's docstring on a lent two-H200 machine; plans from `plans`).\n\n"
         f"Fitted from the trainer's own steps (`fit`): {fitted}; every other row is held out. Predicted memory "
         "is rank 0's allocated peak (stage 0, without the allocator reserve) against "
-        "torch.cuda.max_memory_allocated.\n\n" + "\n".join(lines) + f"\n\n{summary}\n")
+        "torch.cuda.max_memory_allocated.\n\n" + "\n".join(lines) + f"\n\n{summary}\n\n"
+        "What the errors say, mechanism by mechanism, and what is left: docs/trainer_sweep_notes.md.\n")
     return 0
 
 
