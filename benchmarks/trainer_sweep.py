@@ -13,7 +13,8 @@ under the pins). `measure` builds each model on the meta device, hands it and th
 AutoParallelTrainer (which materializes it and runs its default runtime: FSDP2 mixed precision,
 fused AdamW on CUDA) and times `trainer.step(batch)` on random tokens: warm-up steps, then timed steps
 between device synchronizations; peak memory is torch.cuda.max_memory_allocated over the timed steps
-(rank 0). `report` predicts each plan with CostModel.estimate and writes
+(rank 0) above what was allocated before the configuration was built (earlier configurations of the
+same process can leave tensors behind: a compiled trainer's graphs held 5 GiB). `report` predicts each plan with CostModel.estimate and writes
 benchmarks/results/trainer_sweep_h200.json (one record per configuration: gpus, predicted{step_time_s,
 peak_memory_gib}, measured{...}) and docs/trainer_sweep.md.
 """
@@ -21,6 +22,7 @@ peak_memory_gib}, measured{...}) and docs/trainer_sweep.md.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -198,8 +200,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
             continue
         rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus}
         try:
-            torch.cuda.empty_cache()
+            gc.collect()  # the previous configuration's trainer (and compiled graphs holding its tensors)
             torch._dynamo.reset()  # each compiled configuration compiles afresh, within the recompile limit
+            gc.collect()
+            torch.cuda.empty_cache()
+            # what an earlier configuration left allocated is not this one's: peaks are taken above it
+            base = torch.cuda.memory_allocated()
             model = _meta_model(cfg)
             vocab = MODELS[cfg.model]["vocab_size"]
             trainer = AutoParallelTrainer(model, optimizer=None, plan=cfg.plan_file)  # compile as planned
@@ -217,8 +223,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
                 torch.cuda.synchronize()
                 times.append(time.perf_counter() - t)
             rec["measured"] = {"step_time_s": statistics.median(times), "step_times_s": times,
-                               "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
-                               "reserved_gib": torch.cuda.max_memory_reserved() / 2**30}
+                               "peak_memory_gib": (torch.cuda.max_memory_allocated() - base) / 2**30,
+                               "reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
+                               "allocated_before_gib": base / 2**30}
             rec["losses"] = losses
             if (cfg.profile and args.profile) or args.profile_all:
                 rec["profile"] = _profiled_step(trainer, batches[0])
