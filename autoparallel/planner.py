@@ -211,7 +211,7 @@ class Planner:
         experts = self.cm.num_experts
         if "ep" in f and f["ep"] > 1 and (not experts or experts % f["ep"]):
             raise UserError(f"pin ep={f['ep']}: the model has {experts or 'no'} experts")
-        if "pp" in f and f["pp"] > self.cm.num_blocks:
+        if "pp" in f and f["pp"] > max(self.cm.num_blocks, 1):
             raise UserError(f"pin pp={f['pp']} exceeds the model's {self.cm.num_blocks} blocks")
         if f.get("vpp", 1) > 1 and f.get("pp", 2) == 1:
             raise UserError("pin vpp>1 contradicts pp=1: interleaving needs pipeline stages")

@@ -26,7 +26,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from autoparallel.errors import UserError
-from autoparallel.trainer.structure import ModelLayout, clean_fqn, get_submodule
+from autoparallel.trainer.structure import ModelLayout, clean_fqn, get_submodule, pipelineable
 
 
 def is_meta_model(model: nn.Module) -> bool:
@@ -47,7 +47,7 @@ def pipeline_part(meta_model: nn.Module, layout: ModelLayout, keep: set[str], fi
     first stage, final norm / head only on the last. Parameter names stay those of the full model."""
     part = copy.deepcopy(meta_model)
     container = get_submodule(part, layout.container or "")
-    if not isinstance(container, nn.ModuleDict) or "." in (layout.container or "."):
+    if not pipelineable(part, layout):
         raise UserError("pipeline parallelism needs the model's blocks in a root-level nn.ModuleDict (so "
                         "parameter names survive deleting layers), as in docs/architecture.md; use a plan "
                         "with pp=1 for this model")

@@ -71,6 +71,13 @@ def find_layout(model: nn.Module) -> ModelLayout:
     return ModelLayout(path, keys, tuple(pre), tuple(post))
 
 
+def pipelineable(model: nn.Module, layout: ModelLayout) -> bool:
+    """Pipeline stages delete blocks by key, which keeps parameter names only for a root-level
+    nn.ModuleDict (a ModuleList renumbers): the one layout the trainer can split into stages."""
+    container = layout.container or ""
+    return bool(container) and "." not in container and isinstance(get_submodule(model, container), nn.ModuleDict)
+
+
 def model_fingerprint(model: nn.Module) -> str:
     """autoparallel.plan.fingerprint over the model's (deduplicated) parameter names and shapes."""
     return fingerprint([(clean_fqn(n), tuple(p.shape)) for n, p in model.named_parameters()])
