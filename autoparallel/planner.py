@@ -44,6 +44,7 @@ PIN_KEYS = ("tp", "pp", "dp", "ep", "vpp", "micro_batch", "zero", "sequence_para
 PIN_ALIASES = {"mb": "micro_batch", "sp": "sequence_parallel", "micro-batch": "micro_batch",
                "sequence-parallel": "sequence_parallel", "grad-reduce-dtype": "grad_reduce_dtype"}
 MAX_MICRO_BATCH = 64
+CLOSEST_MISSES = 256  # infeasible configurations fully estimated for the INFEASIBLE explanation
 
 
 @dataclass(frozen=True)
@@ -450,9 +451,12 @@ class Planner:
                 f"degree, or other pins")
 
     def _closest_miss(self, misses: list[MeshConfig]) -> tuple[float, MeshConfig, Estimate | None] | None:
-        """The configuration with the smallest footprint under full recompute."""
+        """The configuration with the smallest footprint under full recompute, among the CLOSEST_MISSES
+        with the smallest quick memory guess (a full estimate of each of thousands of misses would cost
+        more than the search did)."""
         best = None
-        for cfg in misses:
+        bound = {cfg: getattr(self._stage_model(cfg), "need_guess", 0.0) for cfg in misses}
+        for cfg in sorted(misses, key=lambda c: bound[c])[:CLOSEST_MISSES]:
             need, est = self._stage_model(cfg).min_memory_estimate()
             if best is None or need < best[0]:
                 best = (need, cfg, est)
@@ -676,8 +680,13 @@ class StageModel:
         return est.peak_memory_gib * 2**30, est
 
     def memory_may_fit(self) -> bool:
-        """Quick necessary condition: model states alone (no activations) fit on the average rank."""
+        """Quick necessary condition: model states alone (no activations) fit on the average rank. Also
+        notes `need_guess`, a rough footprint (states and rank 0's in-flight activations at the least
+        keeping recompute mode) that only ranks misses for the INFEASIBLE explanation."""
         states = sum(self.block_memory(c) * k for c, k in self.class_counts.items()) / self.cfg.pp
+        act = {c: min(self.cost(self.rep[c], r).act_bytes for r in self.modes) for c in self.classes}
+        infl = in_flight_micro_batches(0, self.cfg.pp, self.cfg.vpp, self.m)
+        self.need_guess = states + infl * sum(act[c] * k for c, k in self.class_counts.items()) / self.cfg.pp
         return states * (1 + ALLOCATOR_RESERVE) <= self.pl.budget
 
     # ---- the model -----------------------------------------------------------------------------------------
