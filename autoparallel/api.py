@@ -189,10 +189,10 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
     check_int(gpus, "--gpus", 1, MAX_GPUS)
     if gpus % (tp * pp * ep):
         raise UserError(f"--tp {tp} x --pp {pp} x --ep {ep} = {tp * pp * ep} does not divide --gpus {gpus}")
-    ctx = context(model, hardware, gpus, seq_len or DEFAULT_SEQ_LEN, gpus_per_node, max_memory_per_gpu,
-                  cache=cache, progress=progress)
+    seq_len = DEFAULT_SEQ_LEN if seq_len is None else seq_len
+    ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, cache=cache, progress=progress)
     p = Plan(model=ctx.model_name, hardware=ctx.cluster.profile.name, gpus=gpus,
-             gpus_per_node=ctx.cluster.devices_per_node, global_batch=global_batch, seq_len=seq_len or DEFAULT_SEQ_LEN,
+             gpus_per_node=ctx.cluster.devices_per_node, global_batch=global_batch, seq_len=seq_len,
              dp=gpus // (tp * pp * ep), tp=tp, pp=pp, ep=ep, vpp=o["vpp"], micro_batch=o["micro_batch"],
              zero=o["zero"], sequence_parallel=o["sequence_parallel"] and tp > 1,
              recompute=(o["recompute"],) * len(ctx.graph.blocks), grad_reduce_dtype=o["grad_reduce_dtype"])
@@ -256,9 +256,17 @@ def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, se
 
 def plan_model(model: nn.Module, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int,
                max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None) -> Plan:
-    """Plan an in-memory nn.Module (the trainer's entry point); the plan carries its fingerprint."""
+    """Plan an in-memory nn.Module (the trainer's entry point); the plan carries its fingerprint. A model
+    the trainer cannot split into pipeline stages (blocks not in a root-level nn.ModuleDict) is planned
+    with pp=1, so the plan is one the trainer runs."""
     from autoparallel.plan import fingerprint
-
+    from autoparallel.trainer.structure import find_layout, pipelineable
+    fix = parse_fix(fix)
+    if not pipelineable(model, find_layout(model)):
+        if fix.get("pp", 1) > 1:
+            raise UserError(f"pin pp={fix['pp']}: {type(model).__name__}'s blocks are not in a root-level "
+                            f"nn.ModuleDict, which pipeline stages need (docs/architecture.md); use pp=1")
+        fix["pp"] = 1
     p = plan(model, hardware=hardware, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
              max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node)
     return replace(p, model_fingerprint=fingerprint([(n, tuple(t.shape)) for n, t in model.named_parameters()]))

@@ -49,6 +49,7 @@ PIN_ALIASES = {"mb": "micro_batch", "sp": "sequence_parallel", "micro-batch": "m
                "sequence-parallel": "sequence_parallel", "grad-reduce-dtype": "grad_reduce_dtype"}
 MAX_MICRO_BATCH = 64
 PARTIAL_MODES = ("selective", "op")   # recompute modes between none and full (StageModel.all_device_options)
+CLOSEST_MISSES = 256  # infeasible configurations fully estimated for the INFEASIBLE explanation
 
 
 @dataclass(frozen=True)
@@ -229,7 +230,7 @@ class Planner:
         experts = self.cm.num_experts
         if "ep" in f and f["ep"] > 1 and (not experts or experts % f["ep"]):
             raise UserError(f"pin ep={f['ep']}: the model has {experts or 'no'} experts")
-        if "pp" in f and f["pp"] > self.cm.num_blocks:
+        if "pp" in f and f["pp"] > max(self.cm.num_blocks, 1):
             raise UserError(f"pin pp={f['pp']} exceeds the model's {self.cm.num_blocks} blocks")
         if f.get("vpp", 1) > 1 and f.get("pp", 2) == 1:
             raise UserError("pin vpp>1 contradicts pp=1: interleaving needs pipeline stages")
@@ -555,9 +556,12 @@ class Planner:
                 f"degree, or other pins")
 
     def _closest_miss(self, misses: list[MeshConfig]) -> tuple[float, MeshConfig, Estimate | None] | None:
-        """The configuration with the smallest footprint under full recompute."""
+        """The configuration with the smallest footprint under full recompute, among the CLOSEST_MISSES
+        with the smallest quick memory guess (a full estimate of each of thousands of misses would cost
+        more than the search did)."""
         best = None
-        for cfg in misses:
+        bound = {cfg: getattr(self._stage_model(cfg), "need_guess", 0.0) for cfg in misses}
+        for cfg in sorted(misses, key=lambda c: bound[c])[:CLOSEST_MISSES]:
             need, est = self._stage_model(cfg).min_memory_estimate()
             if best is None or need < best[0]:
                 best = (need, cfg, est)
@@ -777,8 +781,13 @@ class StageModel:
         return est.peak_memory_gib * 2**30, est
 
     def memory_may_fit(self) -> bool:
-        """Quick necessary condition: model states alone (no activations) fit on the average rank."""
+        """Quick necessary condition: model states alone (no activations) fit on the average rank. Also
+        notes `need_guess`, a rough footprint (states and rank 0's in-flight activations at the least
+        keeping recompute mode) that only ranks misses for the INFEASIBLE explanation."""
         states = sum(self.block_memory(c) * k for c, k in self.class_counts.items()) / self.cfg.pp
+        act = {c: min(self.cost(self.rep[c], r).act_bytes for r in self.modes) for c in self.classes}
+        infl = in_flight_micro_batches(0, self.cfg.pp, self.cfg.vpp, self.m)
+        self.need_guess = states + infl * sum(act[c] * k for c, k in self.class_counts.items()) / self.cfg.pp
         return states * (1 + ALLOCATOR_RESERVE) <= self.pl.budget
 
     # ---- the model -----------------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ def run(examples: int, seed_value: int) -> dict:
         slowest = max(slowest, (outcome.seconds, outcome.argv))
         if problem:
             violations.append({"problem": problem, "argv": list(outcome.argv), "err": outcome.err[-500:],
-                               "escaped": outcome.escaped[-2000:]})
+                               "escaped": outcome.escaped[-2000:],
+                               "files": {n: t[:400] for n, t in case.files}})
 
     t0 = time.perf_counter()
     one()

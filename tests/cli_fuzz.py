@@ -77,6 +77,8 @@ def cluster_case(draw: st.DrawFn) -> Case:
                                      ("--max-memory-per-gpu", MEMORY, False)):
         if required or draw(st.booleans()):
             value, bad = draw(strategy)
+            if flag == "--seq-len" and value.lstrip("-").isdigit():  # only gpt's learned positions end at 128
+                bad = not 1 <= int(value) <= (128 if model == "tiny-gpt" else 2**21)
             argv += [flag, value]
             invalid |= bad
     argv += ["--hardware", hw]
@@ -144,8 +146,9 @@ def config_case(draw: st.DrawFn) -> Case:
     elif mutation == "size":
         key = draw(st.sampled_from(SIZE_KEYS[family]))
         data[key] = draw(st.sampled_from(BAD_VALUES))
-        invalid = not (data[key] is None and key in ("head_dim", "n_inner", "num_key_value_heads",
-                                                      "max_position_embeddings"))
+        invalid = not ((data[key] is None and key in ("head_dim", "n_inner", "num_key_value_heads",
+                                                       "max_position_embeddings"))
+                       or (data[key] == 0 and key == "shared_expert_intermediate_size"))  # 0: no shared expert
     elif mutation == "float":
         key = draw(st.sampled_from(FLOAT_KEYS[family]))
         data[key] = draw(st.sampled_from([0, -1, -1e-5, "x", [], float("inf")]))

@@ -38,31 +38,12 @@ def _quiet_torch():
     torch.set_num_threads(1)  # in-process: keep the shared CI cores for the other tests
 
 
-@_settings(EXAMPLES["cluster"])
-@given(F.cluster_case())
-def test_fuzz_cluster_arguments(case):
-    _check(case)
-
-
-@_settings(EXAMPLES["config"])
-@given(F.config_case())
-def test_fuzz_model_configs(case):
-    _check(case)
-
-
-@_settings(EXAMPLES["profile"])
-@given(F.profile_case())
-def test_fuzz_hardware_profiles(case):
-    _check(case)
-
-
-@_settings(EXAMPLES["plan_file"])
-@given(F.plan_file_case())
-def test_fuzz_plan_files(case):
-    _check(case)
-
-
-@_settings(EXAMPLES["path"])
-@given(F.path_case())
-def test_fuzz_output_paths(case):
-    _check(case)
+@pytest.mark.parametrize("strategy", sorted(EXAMPLES))
+def test_fuzz(strategy):
+    """One seeded hypothesis run per strategy: cluster arguments and pins, model configs, hardware profiles,
+    plan files, output paths."""
+    @_settings(EXAMPLES[strategy])
+    @given(getattr(F, f"{strategy}_case")())
+    def check(case: F.Case) -> None:
+        _check(case)
+    check()

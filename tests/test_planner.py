@@ -25,13 +25,14 @@ def compositions(n: int, parts: int):
 
 
 def full_space(planner: Planner):
-    """Every mesh configuration of the space, without the planner's dominance pruning: all ZeRO
-    stages and both SP settings (fp32 gradient reduction, the planner's default)."""
+    """Every mesh configuration of the space the trainer runs, without the planner's dominance pruning:
+    all ZeRO stages and both SP settings (fp32 gradient reduction, the planner's default); pipelines
+    get at least pp micro-batches and tp splits some module (Plan.check_runnable)."""
     n = planner.cluster.num_devices
     L = planner.cm.num_blocks
     heads, kv = planner.cm.heads, planner.cm.kv_heads
     for tp in (d for d in range(1, n + 1) if n % d == 0):
-        if tp > planner.cluster.devices_in_node or (heads and (heads % tp or kv % tp)):
+        if tp > planner.cluster.devices_in_node or (heads and (heads % tp or kv % tp)) or not planner._tp_runs(tp):
             continue
         if not planner._tp_runs(tp):  # a tp that splits nothing only repeats work: not in the space
             continue
@@ -42,6 +43,8 @@ def full_space(planner: Planner):
             per_rank = planner.global_batch // dp
             for mb in (d for d in range(1, per_rank + 1) if per_rank % d == 0):
                 m = per_rank // mb
+                if pp > 1 and m < pp:
+                    continue
                 for vpp in range(1, L // pp + 1 if pp > 1 else 2):
                     if vpp > 1 and m % pp:
                         continue

@@ -26,7 +26,7 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
 from autoparallel.errors import UserError
-from autoparallel.trainer.structure import ModelLayout, clean_fqn, get_submodule
+from autoparallel.trainer.structure import ModelLayout, clean_fqn, get_submodule, pipelineable
 
 
 def is_meta_model(model: nn.Module) -> bool:
@@ -48,9 +48,10 @@ def pipeline_part(meta_model: nn.Module, layout: ModelLayout, keep: set[str], fi
     (a ModuleList keeps its original indices as keys; iterating it yields the kept blocks in order)."""
     part = copy.deepcopy(meta_model)
     container = get_submodule(part, layout.container or "")
-    if not isinstance(container, (nn.ModuleDict, nn.ModuleList)):
-        raise UserError("pipeline parallelism needs the model's blocks in an nn.ModuleDict or nn.ModuleList (see "
-                        "docs/architecture.md); use a plan with pp=1 for this model")
+    if not pipelineable(meta_model, layout):
+        raise UserError("pipeline parallelism needs the model's blocks in a root-level nn.ModuleDict (or a "
+                        "Hugging Face causal LM's layers), so that stages keep parameter names and skip what "
+                        "they do not own (docs/architecture.md); use a plan with pp=1 for this model")
     # Drop the other stages' blocks from the container's registry directly: `del module_list[i]`
     # would renumber the remaining blocks and so rename their parameters.
     for key in layout.blocks:

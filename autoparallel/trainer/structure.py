@@ -84,6 +84,23 @@ def _around(model: nn.Module, path: str) -> tuple[tuple[str, ...], tuple[str, ..
     return tuple(pre), tuple(post)
 
 
+def pipelineable(model: nn.Module, layout: ModelLayout) -> bool:
+    """Whether the trainer can split the model into pipeline stages: stages drop other stages' blocks
+    from the container's registry (names kept) and set the ends they do not own to None, so the forward
+    must skip missing modules. The project's models do (blocks in a root-level nn.ModuleDict), and so
+    does the forward the trainer installs on a Hugging Face causal LM (`model.model.layers`, a
+    ModuleList); a user module's own forward may not."""
+    from autoparallel.hf import is_hf_causal_lm
+
+    container = layout.container or ""
+    if not container:
+        return False
+    blocks = get_submodule(model, container)
+    if is_hf_causal_lm(model):
+        return isinstance(blocks, (nn.ModuleDict, nn.ModuleList))
+    return "." not in container and isinstance(blocks, nn.ModuleDict)
+
+
 def model_fingerprint(model: nn.Module) -> str:
     """autoparallel.plan.fingerprint over the model's (deduplicated) parameter names and shapes."""
     return fingerprint([(clean_fqn(n), tuple(p.shape)) for n, p in model.named_parameters()])

@@ -220,11 +220,17 @@ def _check_per_head(root: nn.Module, path: str, norm: nn.Module, placements: dic
 
 
 def _inside_attention(root: nn.Module, path: str, placements: dict[str, str]) -> bool:
-    """A norm whose siblings are column-sharded projections (qk-norm): it sees sharded heads."""
+    """A norm whose siblings are column-sharded projections (qk-norm): it sees sharded heads. A norm as
+    wide as those projections' input is not one: it normalizes the residual stream of a flat block
+    whose norms and projections are all children of the block (a user model's own layout)."""
     parent = _parent(path)
-    if not parent or path not in dict(root.named_modules()):
+    modules = dict(root.named_modules())
+    if not parent or path not in modules:
         return False
-    return any(v == "colwise" and _parent(p) == parent for p, v in placements.items())
+    shape = getattr(modules[path], "normalized_shape", None)
+    width = shape[-1] if shape else None
+    cols = [modules.get(p) for p, v in placements.items() if v == "colwise" and _parent(p) == parent]
+    return any(not isinstance(c, nn.Linear) or c.in_features != width for c in cols if c is not None)
 
 
 class _GatherScatter(ParallelStyle):
