@@ -93,6 +93,10 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     error: BaseException | None = None
     if tr is None:
         tr, error = _traced(meta_model, blocks, args, kwargs, loss_of)
+    if error is not None and not _meta_limitation(error):
+        raise UserError(f"trace: {name}'s forward raised {type(error).__name__}: "
+                        f"{str(error).splitlines()[0] if str(error) else 'no message'} (on a batch of {batch} x "
+                        f"{seq_len} tokens); fix the model so that one training step runs, then plan it")
 
     graph = OpGraph(g=nx.DiGraph(), model_name=name, batch=batch, seq_len=seq_len,
                     dtype=str(dtype).removeprefix("torch."), parameters=0, param_bytes=0,
@@ -112,6 +116,14 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     graph.warnings.extend(tr.warnings)
     _find_expert_groups(graph, meta_model, blocks)
     return graph
+
+
+def _meta_limitation(error: BaseException) -> bool:
+    """Whether a failed trace hit what meta tensors cannot do (data-dependent control flow such as
+    `.item()` or `if tensor:`, an op without a meta kernel: RuntimeError / NotImplementedError, or a
+    message naming the meta device), rather than a bug of the model itself (ValueError, TypeError,
+    KeyError, ... on any device), which is the user's to fix and must not be planned around."""
+    return isinstance(error, (RuntimeError, NotImplementedError)) or "meta" in str(error).lower()
 
 
 def _traced(model: nn.Module, blocks: list[str], args: tuple, kwargs: dict,

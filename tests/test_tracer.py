@@ -263,6 +263,21 @@ def test_item_call_falls_back_too():
     assert g.module_level and [a["module"] for _, a in g.nodes(phase="fwd")] == ["emb", ""]
 
 
+def test_a_forward_that_raises_a_model_bug_is_a_user_error_not_a_fallback():
+    """issue 15: a model whose forward raises ValueError was reported as data-dependent control flow and
+    planned anyway; a bug of the model is the user's to fix (meta-device limits still fall back)."""
+    class Broken(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 8)
+
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            raise ValueError("expected a batch of images")
+
+    with pytest.raises(UserError, match="forward raised ValueError: expected a batch of images"):
+        trace(Broken(), seq_len=4)
+
+
 def test_bad_input_is_user_error():
     with pytest.raises(UserError, match="batch"):
         trace("tiny-llama", batch=0)
