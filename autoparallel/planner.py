@@ -665,6 +665,7 @@ class StageModel:
         self.pl = planner
         self.cfg = cfg
         self.proven: bool | None = None  # set by solve(): True when the solver proved its plan optimal
+        self.objective: float | None = None  # set by solve(): the model's own step time of its plan [s]
         self.cm = planner.cm
         self.plan0 = planner.base_plan(cfg)
         self.m = self.plan0.num_micro_batches
@@ -1096,6 +1097,7 @@ class StageModel:
             self.proven = status == pywraplp.Solver.INFEASIBLE  # else stopped at the limit: unknown
             return None
         self.proven = status == pywraplp.Solver.OPTIMAL
+        self.objective = solver.Objective().Value()  # the model's step time [s] (tests hold it to estimate)
         counts = [next(k for k in options[d] if x[d, k].solution_value() > 0.5) for d in range(p)]
         stage_layers = [0] * self.S
         mix_of_stage: list[list[str]] = [[] for _ in range(self.S)]
@@ -1168,6 +1170,7 @@ class StageModel:
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             self.proven = status == cp_model.INFEASIBLE
             return None
+        self.objective = solver.ObjectiveValue() / (v * self.ns)  # integer units back to seconds
         self.proven = status == cp_model.OPTIMAL
         stage_layers = [solver.Value(B[s + 1]) - solver.Value(B[s]) for s in range(self.S)]
         recompute: list[str] = []

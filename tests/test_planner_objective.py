@@ -1,0 +1,83 @@
+"""The planner's own models price a plan exactly as CostModel.estimate does (issue 12): for random dense,
+MoE (ep > 1) and mixed-block models, the MIP's objective for the plan it picked equals `estimate` of that
+plan, and the per-rank memory the planner's constraints add up equals the estimate's per-stage memory.
+
+Tolerances: the uniform-block model (CBC) works in float seconds, so only float summation order
+separates it from `estimate`: 1e-9 relative. The mixed-class model (CP-SAT) works in integers of
+1/RESOLUTION of the step's scale; each of its at most ~4L + 8 rounded terms is off by half a unit, so
+|objective - estimate| <= (4L + 8) * 0.5 / ns, which the test computes from the model's own scale."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from autoparallel.api import context
+from autoparallel.planner import ALLOCATOR_RESERVE, MeshConfig, Planner
+from autoparallel.specs import load_model_spec
+from cost_models.estimate import in_flight_micro_batches
+
+
+def _spec(kind: str, layers: int, heads: int, inter: int):
+    base = {"vocab_size": 256, "hidden_size": heads * 16, "num_hidden_layers": layers,
+            "num_attention_heads": heads, "num_key_value_heads": heads, "max_position_embeddings": 4096,
+            "intermediate_size": inter}
+    if kind == "dense":
+        return load_model_spec({"model_type": "llama", **base})
+    moe = {"model_type": "qwen2_moe", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": inter,
+           "shared_expert_intermediate_size": 0, "norm_topk_prob": False}
+    if kind == "mixed":  # dense and MoE blocks: two block classes, the CP-SAT model
+        moe["mlp_only_layers"] = [0]
+    return load_model_spec({**base, **moe})
+
+
+def _planner_memory(sm, d: int, plan) -> float:
+    """Bytes on rank d of `plan` as the planner's constraints count them (fixed_memory + per-block states
+    and in-flight activations + the largest working set or the logits floor), plus the allocator reserve."""
+    cm, cfg = sm.cm, sm.cfg
+    infl = in_flight_micro_batches(d, cfg.pp, cfg.vpp, sm.m)
+    total, working = sm.fixed_memory(d), sm.logits_floor(d)
+    for v, seg_list in enumerate(cm.virtual_stage_segments(plan)):
+        if v % cfg.pp != d:
+            continue
+        for name, rc in seg_list:
+            if name in ("pre", "post"):
+                continue
+            cls = next(c for c in sm.classes if sm.rep[c] == name)
+            cost = sm.cost(name, rc)
+            total += sm.block_memory(cls) + infl * cost.act_bytes
+            working = max(working, cost.working_bytes)
+    return (total + working) * (1 + ALLOCATOR_RESERVE)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(["dense", "moe", "mixed"]), layers=st.integers(2, 4), heads=st.sampled_from([2, 4]),
+       inter=st.sampled_from([32, 64]), pp=st.sampled_from([1, 2]), batch=st.sampled_from([4, 8]),
+       squeeze=st.floats(0.3, 1.0))
+def test_planner_objective_and_memory_equal_estimate(kind, layers, heads, inter, pp, batch, squeeze):
+    spec = _spec(kind, layers, heads, inter)
+    gpus = 4
+    ctx = context(spec, "h100-sxm", gpus, 512, gpus_per_node=4)
+    ep = 2 if kind != "dense" else 1
+    dp = gpus // (pp * ep)
+    cfg = MeshConfig(1, pp, dp, ep, 1, batch // (dp * ep), 2, False, "fp32")
+    probe = Planner(ctx.graph, ctx.cluster, batch, 512, None, cost_model=ctx.cost_model)
+    full = probe.base_plan(cfg)
+    footprint = ctx.cost_model.estimate(full.__class__(**{**full.__dict__, "recompute": ("none",) * layers}))
+    budget = squeeze * footprint.peak_memory_gib * 2**30
+    planner = Planner(ctx.graph, ctx.cluster, batch, 512, budget, cost_model=ctx.cost_model,
+                      fix={"pp": pp, "ep": ep, "dp": dp, "zero": 2, "micro_batch": cfg.micro_batch})
+    sm = planner._stage_model(cfg)
+    plan = sm.solve() if sm.memory_may_fit() else None
+    if plan is None:
+        return  # nothing fits this budget: no objective to compare (rare: full recompute frees >70%)
+    est = ctx.cost_model.estimate(plan, budget)
+    assert est.fits
+    if len(sm.classes) == 1:
+        assert sm.objective == pytest.approx(est.step_time_s, rel=1e-9)
+    else:
+        assert kind == "mixed"
+        assert abs(sm.objective - est.step_time_s) <= (4 * layers + 8) * 0.5 / sm.ns
+    for d in range(pp):
+        assert _planner_memory(sm, d, plan) == pytest.approx(est.memory_per_stage_gib[d] * 2**30, rel=1e-9)
