@@ -188,7 +188,8 @@ class CostModel:
         under SP a reduce-scatter + all-gather pair in each direction. EP: dispatch + combine
         all-to-all forward and backward. Recompute re-runs forward ops in backward (full: the whole
         segment with its collectives; selective: the seq x seq attention core (Korthikanti et al.); op: every
-        op whose outputs per-op selective checkpointing does not save, compute.OP_SAC_SAVED).
+        op whose outputs per-op selective checkpointing does not save, compute.OP_SAC_SAVED, whose
+        outputs and the block input are what op keeps).
         """
         seg = self._segments[placements_key][name]
         b = float(micro_batch)
@@ -223,10 +224,17 @@ class CostModel:
         if recompute == "full":
             recompute_s, rec_flops = fwd_s, float(fwd_flops.sum())
             act, working = input_bytes, act_all
-        elif recompute in ("selective", "op"):
-            redo = ~(seg.fwd.keep_selective if recompute == "selective" else seg.fwd.keep_op)
+        elif recompute == "selective":
+            redo = ~seg.fwd.keep_selective
             recompute_s, rec_flops = float(fwd_t[redo].sum()), float(fwd_flops[redo].sum())
             act = float(saved[~redo].sum())
+            working = float(saved[redo].sum())
+        elif recompute == "op":
+            # per-op SAC stores every output of a saved op (needed by backward or not) and the block's
+            # input (the checkpoint's argument); what backward needs from other ops is recomputed
+            redo = ~seg.fwd.keep_op
+            recompute_s, rec_flops = float(fwd_t[redo].sum()), float(fwd_flops[redo].sum())
+            act = float((seg.fwd.out_bytes * b / fwd_div)[~redo].sum()) + input_bytes
             working = float(saved[redo].sum())
         else:
             recompute_s, rec_flops, act, working = 0.0, 0.0, act_all, 0.0

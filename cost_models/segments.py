@@ -54,6 +54,7 @@ class PhaseOps:
     # bool: still saved under per-op selective checkpointing ("op": the outputs of matmuls and fused
     # attention, the trainer's save list; fwd only)
     keep_op: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    out_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # bytes of each op's outputs, per sample
 
     @property
     def expert(self) -> np.ndarray:
@@ -210,6 +211,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
                                    and tuple(int(d) for d in a["out_shapes"][0]) in weight_shapes
                                    for a in attrs], dtype=bool),
             keep_op=np.array([saved_under_op_sac(a.get("op", "")) for a in attrs], dtype=bool),
+            out_bytes=np.array([_out_bytes(a) for a in attrs], dtype=float) * per_sample,
         )
         setattr(seg, phase, ops)
         if phase == "fwd":
