@@ -51,7 +51,10 @@ MOE_1B = {"name": "moe-1.2b-8e", "model_type": "qwen2_moe", "vocab_size": 32000,
           "intermediate_size": 4096, "moe_intermediate_size": 2816, "shared_expert_intermediate_size": 2816,
           "num_hidden_layers": 12, "num_attention_heads": 16, "num_key_value_heads": 8, "num_experts": 8,
           "num_experts_per_tok": 2, "norm_topk_prob": False, "max_position_embeddings": 8192}
-MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B)}
+LLAMA_7B = {"name": "llama-7b", "model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
+            "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "max_position_embeddings": 4096}
+MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B)}
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,9 @@ CONFIGS = [
     _c("2g-gpt-tp2sp", "gpt-350m", 2, 16, fix={"tp": 2, "sp": 1, "compile": 0}),
     _c("2g-moe-ep2", "moe-1.2b-8e", 2, 16, fix={"ep": 2, "micro_batch": 8, "compile": 0}),
     _c("2g-moe-dp2", "moe-1.2b-8e", 2, 16, fix={"dp": 2, "micro_batch": 8, "compile": 0}),
+    # a ~7B llama at seq 4096, 8 rows per step: a scale none of the fits saw
+    _c("2g-llama7b-eager", "llama-7b", 2, 8, seq=4096, fix={"compile": 0}),
+    _c("2g-llama7b-compiled", "llama-7b", 2, 8, seq=4096, fix={"compile": 1}),
 ]
 
 
