@@ -9,7 +9,7 @@ that part's parameters.
 
 Adam and AdamW whose caller left the implementation open (foreach and fused both None) run fused on
 CUDA, as torchtitan's default: one kernel reads p, g, m, v and writes p, m, v (28 B per fp32
-parameter), the update the cost model prices (cost_models/compute.py update_time); torch's default
+parameter), the update the cost model prices (cost_models/compute.py fsdp_update_time); torch's default
 there is the multi-tensor (foreach) path, about three times the memory traffic.
 """
 
