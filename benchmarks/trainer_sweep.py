@@ -35,6 +35,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from h200_memory_time import MOE_1B  # noqa: E402  (the same models as the earlier H200 benchmarks)
+from h200_trainer_throughput import LLAMA_1_3B  # noqa: E402
 
 PLANS = ROOT / "benchmarks" / "results" / "trainer_sweep_plans"
 RESULTS = ROOT / "benchmarks" / "results" / "trainer_sweep_h200.json"
@@ -42,15 +46,8 @@ DOC = ROOT / "docs" / "trainer_sweep.md"
 PROFILE = "h200"
 BUDGET = "140GB"
 
-LLAMA_1_3B = {"name": "llama-1.3b", "model_type": "llama", "vocab_size": 32000, "hidden_size": 2048,
-              "intermediate_size": 5632, "num_hidden_layers": 26, "num_attention_heads": 16,
-              "num_key_value_heads": 4, "max_position_embeddings": 4096}
 GPT_350M = {"name": "gpt-350m", "model_type": "gpt2", "vocab_size": 50304, "n_positions": 2048, "n_embd": 1024,
             "n_layer": 24, "n_head": 16}
-MOE_1B = {"name": "moe-1.2b-8e", "model_type": "qwen2_moe", "vocab_size": 32000, "hidden_size": 1024,
-          "intermediate_size": 4096, "moe_intermediate_size": 2816, "shared_expert_intermediate_size": 2816,
-          "num_hidden_layers": 12, "num_attention_heads": 16, "num_key_value_heads": 8, "num_experts": 8,
-          "num_experts_per_tok": 2, "norm_topk_prob": False, "max_position_embeddings": 8192}
 LLAMA_7B = {"name": "llama-7b", "model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
             "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
             "num_key_value_heads": 8, "max_position_embeddings": 4096}
