@@ -163,7 +163,8 @@ def plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_l
 
 # Explicit-plan options of `estimate` and their values when not given.
 ESTIMATE_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "ep": 1, "vpp": 1, "micro_batch": 1, "recompute": "none",
-                                     "zero": 0, "sequence_parallel": False, "grad_reduce_dtype": "fp32"}
+                                     "zero": 0, "sequence_parallel": False, "grad_reduce_dtype": "fp32",
+                                     "compile": False}
 
 
 def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int | None = None,
@@ -195,7 +196,8 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
              gpus_per_node=ctx.cluster.devices_per_node, global_batch=global_batch, seq_len=seq_len,
              dp=gpus // (tp * pp * ep), tp=tp, pp=pp, ep=ep, vpp=o["vpp"], micro_batch=o["micro_batch"],
              zero=o["zero"], sequence_parallel=o["sequence_parallel"] and tp > 1,
-             recompute=(o["recompute"],) * len(ctx.graph.blocks), grad_reduce_dtype=o["grad_reduce_dtype"])
+             recompute=(o["recompute"],) * len(ctx.graph.blocks), grad_reduce_dtype=o["grad_reduce_dtype"],
+             compile=bool(o["compile"]))
     p = replace(p, placements=ctx.cost_model.placements_for(p))
     return ctx.cost_model.estimate(p, ctx.budget_bytes), p
 

@@ -134,3 +134,19 @@ def test_bad_config_files_exit_2(capsys, tmp_path: Path, content: str, needle: s
     cfg.write_text(content)
     rc, _, err = run(capsys, "trace", str(cfg))
     assert_one_line_error(rc, err, needle)
+
+
+def test_estimate_compile_prices_the_compiled_runtime(capsys):
+    """--compile on estimate (and compile=1 on plan's --fix) prices torch.compile per block: where the
+    profile measured compiled trainer steps (h200), the fused pointwise work makes the step shorter."""
+    base = ("estimate", "tiny-llama", "--hardware", "h200", "--gpus", "1", "--global-batch", "4", "--seq-len", "64",
+            "--micro-batch", "4", "--json")
+    rc, eager, _ = run(capsys, *base)
+    rc2, compiled, _ = run(capsys, *base, "--compile")
+    assert rc == rc2 == 0
+    eager, compiled = json.loads(eager), json.loads(compiled)
+    assert compiled["plan"]["compile"] is True and eager["plan"]["compile"] is False
+    assert compiled["predicted"]["step_time_s"] < eager["predicted"]["step_time_s"]
+    rc, out, _ = run(capsys, "plan", "tiny-llama", "--hardware", "h200", "--gpus", "1", "--global-batch", "4",
+                     "--seq-len", "64", "--fix", "compile=1", "--json")
+    assert rc == 0 and json.loads(out)["plan"]["compile"] is True
