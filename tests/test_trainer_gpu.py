@@ -40,10 +40,15 @@ def run(name: str, **plan_kw) -> tuple[list[float], AutoParallelTrainer]:
 
 @pytest.fixture
 def one_rank_group():
-    dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1,
-                            device_id=torch.device("cuda", 0))
+    # A trainer built earlier in this process on the GPU started a one-rank NCCL group itself (one GPU
+    # runs FSDP2 like N); reuse it, as the trainer reuses an initialized group.
+    started = not dist.is_initialized()
+    if started:
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1,
+                                device_id=torch.device("cuda", 0))
     yield
-    dist.destroy_process_group()
+    if started:
+        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-moe"])
