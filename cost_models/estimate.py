@@ -463,7 +463,7 @@ class CostModel:
         The trainer frees gradients after each optimizer step (zero_grad(set_to_none=True)), so with one
         micro-batch they are born during the backward while activations are freed, and the peak holds
         none; with several, the earlier micro-batches' gradients are held (measured on an H200: 1.3B llama
-        at 8 x 2048, 51.5 GiB allocated against 51.5 predicted without gradients)."""
+        at 8 x 2048, 52.5 GiB allocated against 51.5 predicted without gradients, 56.3 with them)."""
         return self.runtime == "megatron" or micro_batches > 1
 
     def logits_bytes(self, plan: Plan) -> float:
@@ -560,7 +560,8 @@ def _divisors_upto(n: int, limit: int) -> str:
 
 def estimate(graph: OpGraph, cluster: Cluster, plan: Plan, max_memory_bytes: float | None = None,
              dtype: str = "bf16", overlap_grad_sync: bool = True, runtime: str = "trainer") -> Estimate:
-    """Predict a plan's step time, throughput and memory (see the module docstring)."""
+    """Predict a plan's step time, throughput and memory (see the module docstring). A tp > 1 plan
+    brings its placements; autoparallel.sharding.cost_model builds a CostModel that solves them."""
     return CostModel(graph, cluster, dtype, overlap_grad_sync, runtime).estimate(plan, max_memory_bytes)
 
 
