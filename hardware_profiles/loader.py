@@ -138,6 +138,7 @@ def _free_mapping(field: str, value: object) -> dict[str, Any]:
 
 DERIVABLE = ("gemm_max", "gemm_half_flops", "memory_bound", "collective_intra", "collective_inter",
              "kernel_overhead_us")
+EFFICIENCY_FIELD = {"kernel_overhead_us": "kernel_overhead_s"}  # YAML key -> Efficiency field, where they differ
 # calibration entries that describe one measurement session, not the chip: never inherited
 SESSION_KEYS = ("device", "date", "torch")
 
@@ -326,9 +327,9 @@ def _apply_derivation(profile: HardwareProfile, derive: dict[str, Any] | None, w
     if anchor.provenance.get("gemm_max") != "measured":
         raise UserError(f"hardware profile {where}: field derive.from: {anchor_name!r} is not a measured profile; "
                         f"derive from one written by `autoparallel calibrate`")
-    eff = {("kernel_overhead_s" if k == "kernel_overhead_us" else k):
-           getattr(anchor.efficiency, "kernel_overhead_s" if k == "kernel_overhead_us" else k)
-           for k in derive.get("efficiency", [])}
+    # the YAML key kernel_overhead_us is the Efficiency field kernel_overhead_s; the others share names
+    fields = [EFFICIENCY_FIELD.get(k, k) for k in derive.get("efficiency", [])]
+    eff = {f: getattr(anchor.efficiency, f) for f in fields}
     calibration = dict(profile.calibration)
     if derive.get("calibration"):
         inherited = {k: v for k, v in anchor.calibration.items() if k not in SESSION_KEYS}
