@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--quick", action="store_true", help="fewer shapes, for a smoke test")
     cal.add_argument("--from-measurements", default=None, metavar="JSON",
                      help="refit a saved .measurements.json (no accelerator needed) instead of measuring")
+    cal.add_argument("--trainer", action="store_true",
+                     help="fit the trainer's host terms from AutoParallelTrainer's own steps on small probes "
+                          "(with --raw: measure here; with --fit: fit measured probes into --output)")
+    cal.add_argument("--raw", default=None, metavar="JSONL", help="--trainer: append the probes measured here")
+    cal.add_argument("--fit", nargs="+", default=None, metavar="JSONL", help="--trainer: probe files to fit")
     return ap
 
 
@@ -222,6 +227,16 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.trainer or args.raw or args.fit:
+        if not args.trainer:
+            raise UserError("calibrate: --raw and --fit belong to --trainer; add --trainer")
+        from autoparallel.calibrate_trainer import run_trainer_calibration
+        if args.fit:
+            check_output_path(args.output, "--output")
+        else:
+            if args.raw:
+                check_output_path(args.raw, "--raw")
+        return run_trainer_calibration(args.base, args.output, args.raw, args.fit)
     from autoparallel.calibrate import run_calibration
     check_output_path(args.output, "--output")  # before minutes of measuring
     run_calibration(base=args.base, output=args.output, quick=args.quick, measurements=args.from_measurements)

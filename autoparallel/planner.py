@@ -362,8 +362,7 @@ class Planner:
         key = (plan.tp, plan.sequence_parallel, plan.micro_batch, pp_span)
         hit = self._p2p.get(key)
         if hit is None:
-            from cost_models.comm import send_recv_time
-            hit = self._p2p[key] = 2 * send_recv_time(self.cm._boundary_bytes(plan), link_for(self.cm.profile, pp_span))
+            hit = self._p2p[key] = self.cm.boundary_time(plan, pp_span)
         return hit
 
     def segment_cost(self, prefix: tuple, key: tuple, name: str, rc: str):
@@ -1144,7 +1143,7 @@ class StageModel:
         sync = dc if c.dp * c.ep > 1 else 0.0
         if c.dp > 1 and self.params_of(self.rep[self.classes[0]])[1] > 0:
             sync += ec
-        opt = cover = 0.0
+        opt, cover = self.cm.host.step_s, 0.0   # the optimizer term carries the per-step host work
         for s, name in ((0, "pre"), (self.S - 1, "post")):
             if s % p != d:
                 continue
@@ -1286,7 +1285,7 @@ class StageModel:
         p = c.pp
         for d in range(p):
             sync = 0
-            opt = 0
+            opt = int(round(self.ns * self.cm.host.step_s))  # per-step host work (CostModel._data_parallel_time)
             overlap = 0
             has_dense = (c.dp * c.ep) > 1
             has_exp = c.dp > 1

@@ -5,6 +5,9 @@ Three steps, so that the GPUs only measure and every prediction is recomputed on
     python benchmarks/trainer_sweep.py plans                    # CPU: plan every configuration -> plan files
     python3 benchmarks/trainer_sweep.py measure --gpus 1 --out $OUT/single.jsonl          # one GPU
     torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --out $OUT/dist.jsonl
+    autoparallel calibrate --trainer --raw $OUT/probes.jsonl                      # the host probes, same machine
+    torchrun --nproc-per-node 2 $(which autoparallel) calibrate --trainer --raw $OUT/probes.jsonl
+    python benchmarks/trainer_sweep.py fit --raw RAW.jsonl ... --probes probes.jsonl   # CPU: -> fitted profile
     python benchmarks/trainer_sweep.py report --raw RAW.jsonl [RAW.jsonl ...]    # CPU: predict, compare
 
 `plans` writes benchmarks/results/trainer_sweep_plans/NAME.yaml with the planner of this checkout and
@@ -39,6 +42,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from h200_memory_time import MOE_1B  # noqa: E402  (the same models as the earlier H200 benchmarks)
 from h200_trainer_throughput import LLAMA_1_3B  # noqa: E402
+
+from autoparallel.calibrate_trainer import fit_host_terms, load_records, time_trainer_steps  # noqa: E402
 
 PLANS = ROOT / "benchmarks" / "results" / "trainer_sweep_plans"
 RESULTS = ROOT / "benchmarks" / "results" / "trainer_sweep_h200.json"
@@ -108,6 +113,14 @@ CONFIGS = [
     _c("2g-gpt-tp2sp", "gpt-350m", 2, 16, fix={"tp": 2, "sp": 1, "compile": 0}),
     _c("2g-moe-ep2", "moe-1.2b-8e", 2, 16, fix={"ep": 2, "micro_batch": 8, "compile": 0}),
     _c("2g-moe-dp2", "moe-1.2b-8e", 2, 16, fix={"dp": 2, "micro_batch": 8, "compile": 0}),
+    # added with the trainer's host terms (2026-11-30, second session): more micro-batches and stages
+    _c("1g-llama-mb2x4", "llama-1.3b", 1, 8, fix={"micro_batch": 2, "recompute": "none", "compile": 0}),
+    _c("1g-gpt-mb2x4-op", "gpt-350m", 1, 8, fix={"micro_batch": 2, "recompute": "op", "compile": 0}),
+    _c("2g-llama-pp2-mb4", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 1, "micro_batch": 4, "compile": 0}),
+    _c("2g-llama-zero3-mb2x4-full", "llama-1.3b", 2, 16,
+       fix={"dp": 2, "zero": 3, "micro_batch": 2, "recompute": "full", "compile": 0}),
+    _c("2g-moe-ep2-mb4x2", "moe-1.2b-8e", 2, 16, fix={"ep": 2, "micro_batch": 4, "compile": 0}),
+    _c("2g-gpt-dp2-eager", "gpt-350m", 2, 16, fix={"dp": 2, "zero": 2, "micro_batch": 8, "compile": 0}),
     # a ~7B llama at seq 4096, 8 rows per step: a scale none of the fits saw
     _c("2g-llama7b-eager", "llama-7b", 2, 8, seq=4096, fix={"compile": 0}),
     _c("2g-llama7b-compiled", "llama-7b", 2, 8, seq=4096, fix={"compile": 1}),
@@ -216,21 +229,13 @@ def cmd_measure(args: argparse.Namespace) -> int:
             gen = torch.Generator().manual_seed(0)
             batches = [torch.randint(0, vocab, (cfg.rows, cfg.seq + 1), generator=gen) for _ in range(4)]
             t0 = time.perf_counter()
-            losses = [trainer.step(batches[i % 4]) for i in range(args.warmup)]
-            torch.cuda.synchronize()
-            rec["warmup_s"] = time.perf_counter() - t0
-            torch.cuda.reset_peak_memory_stats()
-            times = []
-            for i in range(args.steps):
-                t = time.perf_counter()
-                losses.append(trainer.step(batches[i % 4]))
-                torch.cuda.synchronize()
-                times.append(time.perf_counter() - t)
-            rec["measured"] = {"step_time_s": statistics.median(times), "step_times_s": times,
-                               "peak_memory_gib": (torch.cuda.max_memory_allocated() - base) / 2**30,
+            timing = time_trainer_steps(trainer, batches, args.warmup, args.steps, base)
+            rec["wall_s"] = time.perf_counter() - t0
+            rec["measured"] = {"step_time_s": timing.step_time_s, "step_times_s": timing.step_times_s,
+                               "peak_memory_gib": timing.peak_memory_gib,
                                "reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
                                "allocated_before_gib": base / 2**30}
-            rec["losses"] = losses
+            rec["losses"] = timing.losses
             if (cfg.profile and args.profile) or args.profile_all:
                 rec["profile"] = _profiled_step(trainer, batches[0])
             del trainer
@@ -247,10 +252,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
 # ============================================================================ report (CPU)
 # The trainer's runtime terms are fitted on these configurations only (`fit`); every other one is held out.
 # In this order, each fit using the ones before it: (calibration key, configuration, search range).
-FIT = {"fsdp_copy_fraction": "1g-llama-eager", "compiled_memory_fraction": "1g-llama-auto",
-       "host_us_per_op_dtensor": "2g-llama-tp2"}
-FIT_RANGE = {"fsdp_copy_fraction": (0.02, 1.0), "compiled_memory_fraction": (0.05, 1.0),
-             "host_us_per_op_dtensor": (0.0, 500.0)}
+# The host terms come first, from the small probes of `autoparallel calibrate --trainer` measured on the
+# same machine (none of them is a configuration of the sweep).
+FIT = {"fsdp_copy_fraction": "1g-llama-eager", "compiled_memory_fraction": "1g-llama-auto"}
+FIT_RANGE = {"fsdp_copy_fraction": (0.02, 1.0), "compiled_memory_fraction": (0.05, 1.0)}
+FITTED_PROFILE = ROOT / "benchmarks" / "results" / "h200_trainer_fit.yaml"
 
 
 def predict(cfg: SweepConfig, profile: Any = PROFILE, raw: dict | None = None) -> tuple[dict[str, float], Any]:
@@ -301,8 +307,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
     step time is monotone in each term); prints the calibration entries for the profile."""
     import dataclasses
 
-    from hardware_profiles import load_profile
+    from hardware_profiles import load_profile, profile_to_yaml
     base = load_profile(PROFILE)
+    host = fit_host_terms(load_records(args.probes), base)
+    for name, r in host.residuals.items():
+        print(f"  probe {name}: model {r:+.1%}")
+    print("host terms: " + ", ".join(f"{k} {v}" for k, v in host.terms.items()), flush=True)
+    base = dataclasses.replace(base, calibration={**base.calibration, **host.terms})
     measured = _measured(args.raw)
     fitted: dict[str, float] = {}
     for key, name in FIT.items():
@@ -320,17 +331,26 @@ def cmd_fit(args: argparse.Namespace) -> int:
             lo, hi = (mid, hi) if (step_time(mid) < target) == rising else (lo, mid)
         fitted[key] = round((lo + hi) / 2, 3)
         print(f"{key}: {fitted[key]}  (from {name}: measured {target * 1e3:.1f} ms)", flush=True)
+    Path(args.output).write_text(profile_to_yaml(base, extra={"calibration": fitted}))
+    print(f"wrote {args.output}")
     return 0
 
 
+def _rel(path: str) -> str:
+    p = Path(path).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else path
+
+
 def cmd_report(args: argparse.Namespace) -> int:
+    from hardware_profiles import load_profile
+    profile = load_profile(args.profile)
     measured = _measured(args.raw)
     records = []
     for cfg in CONFIGS:
         m = measured.get(cfg.name)
         if m is None or "measured" not in m:
             continue
-        pred, est = predict(cfg, raw=m)
+        pred, est = predict(cfg, profile, raw=m)
         from autoparallel.plan import Plan
         rec = {"name": cfg.name, "gpus": cfg.gpus, "model": cfg.model, "compile": est.plan.compile,
                "fitted": cfg.name in FIT.values(),
@@ -366,14 +386,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(summary)
     if failed:
         print("failed:", ", ".join(failed))
-    raws = " ".join(str(Path(r).resolve().relative_to(ROOT)) if Path(r).resolve().is_relative_to(ROOT) else r
-                    for r in args.raw)
+    raws = " ".join(_rel(r) for r in args.raw)
     fitted = ", ".join(f"`{k}` from {v}" for k, v in FIT.items())
     DOC.write_text(
         "# AutoParallelTrainer against the cost model (H200)\n\n"
-        f"Command: `python benchmarks/trainer_sweep.py report --raw {raws}` (measured with the `measure` "
-        "commands in the script's docstring on a lent two-H200 machine; plans from `plans`).\n\n"
-        f"Fitted from the trainer's own steps (`fit`): {fitted}; every other row is held out. Predicted memory "
+        f"Command: `python benchmarks/trainer_sweep.py report --raw {raws} --profile {_rel(args.profile)}` "
+        "(measured with the `measure` commands in the script's docstring on a lent two-H200 machine; plans "
+        "from `plans`).\n\n"
+        "The profile is `fit`'s: the trainer's host terms fitted from the small probes of `autoparallel "
+        "calibrate --trainer` measured on the same machine (autoparallel/calibrate_trainer.py; none is a "
+        f"configuration below), then {fitted}; every other row is held out. Predicted memory "
         "is rank 0's allocated peak (stage 0, without the allocator reserve) against "
         "torch.cuda.max_memory_allocated.\n\n" + "\n".join(lines) + f"\n\n{summary}\n\n"
         "What the errors say, mechanism by mechanism, and what is left: docs/trainer_sweep_notes.md.\n")
@@ -395,8 +417,11 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--profile-all", action="store_true", help="profile one step of every configuration")
     r = sub.add_parser("report")
     r.add_argument("--raw", nargs="+", required=True)
+    r.add_argument("--profile", default=str(FITTED_PROFILE), help="the profile `fit` wrote (default: %(default)s)")
     f = sub.add_parser("fit")
     f.add_argument("--raw", nargs="+", required=True)
+    f.add_argument("--probes", nargs="+", required=True, help="`autoparallel calibrate --trainer --raw` files")
+    f.add_argument("--output", default=str(FITTED_PROFILE))
     args = ap.parse_args(argv)
     return {"plans": cmd_plans, "measure": cmd_measure, "report": cmd_report, "fit": cmd_fit}[args.cmd](args)
 

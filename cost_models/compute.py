@@ -37,10 +37,10 @@ a phase of n ops takes at least n * the calibrated host time per op of that phas
 the MoE probe's in expert blocks); an expert GEMM with a data-dependent shape, from a per-expert loop,
 also pays host_us_per_new_gemm_shape.
 
-Runtime terms (the trainer's execution, fitted from AutoParallelTrainer's own steps): under tensor
-parallelism eager ops dispatch through DTensor, whose host cost per op is its own rate
-(`dtensor_host_seconds_per_op`); under torch.compile the non-matrix ops move a calibrated fraction of
-their traced bytes and no host floor applies (`compiled_times`).
+Runtime terms (the trainer's execution, fitted from AutoParallelTrainer's own steps): the trainer's
+own host work (FSDP hooks, checkpointing, DTensor dispatch, pipeline bookkeeping: cost_models.host)
+joins the floor; under torch.compile the non-matrix ops move a calibrated fraction of their traced
+bytes and no host floor applies (`compiled_times`).
 
 Optimizer step: `fsdp_update_time` for AutoParallelTrainer (FSDP2 mixed precision), `update_time` for
 Megatron-LM's layout: the mixed-precision update of a runtime that keeps fp32 master weights
@@ -242,13 +242,6 @@ def host_seconds_per_op(profile: HardwareProfile, phase: str, expert: bool = Fal
     return calibrated(profile, key, 0.0) * 1e-6
 
 
-def dtensor_host_seconds_per_op(profile: HardwareProfile) -> float:
-    """Host seconds per eager op inside tensor-parallel (DTensor) modules: sharding propagation and
-    redistribution in Python on top of the plain dispatch; calibration.host_us_per_op_dtensor, fitted
-    from AutoParallelTrainer's own tp steps (benchmarks/trainer_sweep.py fit), else the plain rate."""
-    return calibrated(profile, "host_us_per_op_dtensor", 0.0) * 1e-6
-
-
 def compiled_times(times: np.ndarray, matmul: np.ndarray, profile: HardwareProfile) -> np.ndarray:
     """Per-op times under torch.compile: Inductor fuses chains of pointwise and reduction ops into few
     kernels, so the traced non-matrix ops move only a fraction of their bytes,
@@ -260,18 +253,19 @@ def compiled_times(times: np.ndarray, matmul: np.ndarray, profile: HardwareProfi
 
 
 def with_host_floor(times: np.ndarray, profile: HardwareProfile, phase: str = "fwd", expert: np.ndarray | None = None,
-                    dynamic_gemm: np.ndarray | None = None, dtensor: bool = False) -> np.ndarray:
+                    dynamic_gemm: np.ndarray | None = None, per_op_extra_s: float = 0.0,
+                    extra_s: float = 0.0) -> np.ndarray:
     """Per-op times stretched so that they sum to at least the host time of the phase (module docstring):
-    n_ops * host_seconds_per_op (the MoE rate in phases with expert groups), and each `dynamic_gemm` (an
-    expert GEMM of a per-expert loop, whose token count is data-dependent) pays
+    n_ops * (host_seconds_per_op + per_op_extra_s) + extra_s, with the MoE rate in phases with expert
+    groups. per_op_extra_s and extra_s are the trainer's own host work (cost_models.host: DTensor and
+    per-op checkpointing dispatch per op; FSDP hooks and checkpoint regions per phase). Each
+    `dynamic_gemm` (an expert GEMM of a per-expert loop, whose token count is data-dependent) pays
     host_us_per_new_gemm_shape: the BLAS library picks a kernel for a new problem size on the host (the
     regime of a run whose heuristics cache has not yet seen the counts; an upper bound for long runs).
     Grouped expert GEMMs (torch._grouped_mm) have static shapes and pay nothing extra."""
     moe = expert is not None and len(expert) == len(times) and bool(expert.any())
     host = host_seconds_per_op(profile, phase, moe)
-    if dtensor:
-        host = max(host, dtensor_host_seconds_per_op(profile))
-    floor = host * len(times)
+    floor = (host + per_op_extra_s) * len(times) + extra_s
     if moe and dynamic_gemm is not None:
         extra = calibrated(profile, "host_us_per_new_gemm_shape", host * 1e6) * 1e-6 - host
         floor += max(extra, 0.0) * float(np.count_nonzero(dynamic_gemm))

@@ -47,6 +47,7 @@ from cost_models.compute import (
 )
 from cost_models.facts import attention_heads, num_experts, vocab_size
 from cost_models.graph import OpGraph
+from cost_models.host import HostTerms
 from cost_models.segments import Segment, block_classes, split_segments
 from hardware_profiles import Cluster
 from hardware_profiles.errors import UserError
@@ -60,6 +61,13 @@ RUNTIMES = ("trainer", "megatron")
 OPTIMIZER_BYTES_PER_PARAM = 12   # fp32 master copy + Adam m + v
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 ALLOCATOR_RESERVE = 0.03         # fraction of peak lost to caching-allocator fragmentation
+
+
+@dataclass(frozen=True)
+class HostWork:
+    """The trainer's host work in one phase of a segment beyond the plain per-op dispatch [s]."""
+    per_op_s: float = 0.0   # per op of the phase
+    extra_s: float = 0.0    # once per phase
 
 
 @dataclass(frozen=True)
@@ -151,6 +159,7 @@ class CostModel:
         self.heads, self.kv_heads = attention_heads(graph)
         self.num_experts = num_experts(graph)
         self.vocab_size = vocab_size(graph)
+        self.host = HostTerms.of(self.profile) if runtime == "trainer" else HostTerms()
         self.segment_cost = lru_cache(maxsize=None)(self._segment_cost)
 
     # ---- graph facts ---------------------------------------------------------------------------------
@@ -193,8 +202,17 @@ class CostModel:
         """
         seg = self._segments[placements_key][name]
         b = float(micro_batch)
-        fwd_t, fwd_flops, fwd_div = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled)
-        bwd_t, bwd_flops, _ = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled)
+        # the trainer's host work around the ops (cost_models.host): FSDP hooks of the segment's units,
+        # half per phase; the backward recomputes each checkpointed region
+        h = self.host
+        units = self._fsdp_units(seg)
+        checkpointed = recompute != "none" and name not in ("pre", "post")
+        fwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1) + h.sac_op_s * (recompute == "op"),
+                            extra_s=h.fsdp_unit_s * units / 2)
+        bwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1),
+                            extra_s=h.fsdp_unit_s * units / 2 + h.checkpoint_s * checkpointed)
+        fwd_t, fwd_flops, fwd_div = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host)
+        bwd_t, bwd_flops, _ = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host)
 
         tp_link = link_for(self.profile, tp_span)
         tp_comm_fwd = tp_comm_bwd = 0.0
@@ -211,6 +229,7 @@ class CostModel:
             # dispatch + combine of every token copy routed by this rank
             per_rank = seg.ep_alltoall_bytes * b
             ep_comm_fwd = 2 * all_to_all_time(per_rank, ep, link_for(self.profile, ep_span))
+            ep_comm_fwd += 0.0 if compiled else h.ep_sync_s  # the token counts read back before dispatch
         # all-gathers of feature-sharded tensors entering replicated modules (layouts beyond Megatron's):
         # forward only, a gather's backward is a local slice
         gather = sum(all_gather_time(x * b, tp, tp_link) for x in seg.tp_gather_bytes) if tp > 1 else 0.0
@@ -245,9 +264,17 @@ class CostModel:
             act_bytes=act, working_bytes=working,
             flops_fwd=float(fwd_flops.sum()), flops_bwd=float(bwd_flops.sum()), flops_recompute=rec_flops)
 
-    def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False):
+    def _fsdp_units(self, seg: Segment) -> int:
+        """FSDP2 units whose hooks run in the segment per micro-batch under the trainer: each block (and
+        its expert group, wrapped apart), the root (embeddings, norm, head) once, in "pre"."""
+        if self.runtime != "trainer" or seg.name == "post":
+            return 0
+        return 1 + (seg.name != "pre" and seg.expert_params > 0)
+
+    def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,
+                     host: HostWork | None = None):
         """Per-op times [s], per-op FLOPs and the per-op divisor (tp for sharded work); eager ops pay the
-        host floor (DTensor's rate under tp > 1), compiled ones compute.compiled_times."""
+        host floor with the trainer's host work `host`, compiled ones compute.compiled_times."""
         expert = ops.expert
         # sharded ops run 1/tp; replicated ones 1/tp of the sequence under SP; experts run whole
         div = np.where(ops.tp_sharded, tp, np.where(expert, 1, tp if sp else 1)).astype(float)
@@ -264,7 +291,8 @@ class CostModel:
         if compiled:
             return compiled_times(t, ops.matmul, self.profile), flops, div
         dynamic_gemm = expert & ops.matmul & (ops.op_class != CLASS_CODE["gemm_grouped"])
-        return with_host_floor(t, self.profile, phase, expert, dynamic_gemm, dtensor=tp > 1), flops, div
+        host = host or HostWork()
+        return with_host_floor(t, self.profile, phase, expert, dynamic_gemm, host.per_op_s, host.extra_s), flops, div
 
     # ---- whole plan ------------------------------------------------------------------------------------
     def check_plan(self, plan: Plan) -> None:
@@ -409,8 +437,8 @@ class CostModel:
                     dense += s.dense_params
                     tp_params += s.tp_params
                     expert += s.expert_params
-                if p > 1:  # activation send fwd + gradient send bwd at each virtual-stage boundary
-                    t = 2 * send_recv_time(self._boundary_bytes(plan), link_for(self.profile, span["pp"]))
+                if p > 1:
+                    t = self.boundary_time(plan, span["pp"])
                     acc["time"] += t
                     acc["p2p"] += t
             params = dense + tp_params / plan.tp + expert / plan.ep
@@ -428,6 +456,12 @@ class CostModel:
         reps = {self.block_rep(i) for i in range(self.num_blocks)}
         return max(segs[r].dense_params + segs[r].tp_params / plan.tp + segs[r].expert_params / plan.ep
                    for r in reps)
+
+    def boundary_time(self, plan: Plan, pp_span: str) -> float:
+        """Per micro-batch and virtual stage of a pipeline [s]: the activation sent forward and its
+        gradient sent back, and the schedule's host work for the stage's forward and backward actions."""
+        return 2 * send_recv_time(self._boundary_bytes(plan), link_for(self.profile, pp_span)) + \
+            2 * self.host.pipeline_action_s
 
     def _boundary_bytes(self, plan: Plan) -> float:
         """Activation tensor crossing a stage boundary: the block input (b*s*h*2), /tp under SP."""
@@ -512,7 +546,7 @@ class CostModel:
             window = {0: s["bwd"], 1: s["bwd"], 2: s["bwd"] * m}.get(plan.zero, s["fwd_bwd"] * m)
             window = window if self.overlap_grad_sync else 0.0
             exposed = max(0.0, total - window)
-            opt = s["params"] * self.optimizer_seconds_per_param(plan)
+            opt = s["params"] * self.optimizer_seconds_per_param(plan) + self.host.step_s
             worst_exposed, worst_total = max(worst_exposed, exposed), max(worst_total, total)
             worst_opt = max(worst_opt, opt)
         return worst_exposed, worst_total, worst_opt

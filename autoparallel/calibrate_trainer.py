@@ -1,0 +1,294 @@
+"""`autoparallel calibrate --trainer`: fit the trainer's host terms from AutoParallelTrainer's own steps.
+
+The kernel fits of `autoparallel calibrate` say how fast the GPU runs each op. What the trainer adds on
+the host (cost_models/host.py: FSDP2 hooks, checkpoint regions, per-op checkpointing and DTensor
+dispatch, pipeline bookkeeping, expert-parallel count read-backs, per-step work) and the per-op dispatch
+rate itself are fitted here from steps of the trainer, not of a proxy loop. The probes are small models
+whose kernels take less time than the host needs to issue them, so each step's time is the host work
+the cost model counts; every probe pins its whole plan (`PROBES`).
+
+    autoparallel calibrate --trainer --raw probes.jsonl                       # 1-GPU probes
+    torchrun --nproc-per-node 2 $(which autoparallel) calibrate --trainer --raw probes.jsonl  # 2-GPU ones
+    autoparallel calibrate --trainer --fit probes.jsonl --base h200 --output h200-trainer.yaml
+
+The fit (`fit_host_terms`) minimizes sum_i ((t_model_i - t_i) / t_i)^2 over the probes with
+t_model = CostModel.estimate of the probe's plan under the candidate terms: projected Gauss-Newton
+with non-negative terms, the Jacobian by finite differences of `estimate` itself, so the fitted
+numbers mean exactly what the cost model does with them. The per-op rates keep the profile's
+forward/backward (and MoE) ratios and are scaled by one factor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoparallel.errors import UserError
+from cost_models.host import HOST_TERMS
+
+TINY_LLAMA = {"name": "tiny-llama", "model_type": "llama", "vocab_size": 512, "hidden_size": 256,
+              "intermediate_size": 512, "num_hidden_layers": 8, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "max_position_embeddings": 256}
+TINY_MOE = {"name": "tiny-moe", "model_type": "qwen2_moe", "vocab_size": 512, "hidden_size": 256,
+            "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 256, "intermediate_size": 512, "num_experts": 4, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 256, "shared_expert_intermediate_size": 0, "norm_topk_prob": True}
+MODELS = {m["name"]: m for m in (TINY_LLAMA, TINY_MOE)}
+SEQ = 128
+# the per-op rate keys the fit scales by one factor (their ratios stay the base profile's)
+RATE_KEYS = ("host_us_per_op", "host_us_per_op_fwd_bwd", "host_us_per_op_moe", "host_us_per_op_moe_fwd_bwd")
+UNKNOWNS = ("host_op_scale",) + HOST_TERMS
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One small trainer configuration; `fix` pins its whole plan."""
+    name: str
+    model: str
+    gpus: int
+    rows: int                      # sequences per step
+    fix: dict[str, Any] = field(default_factory=dict)
+
+
+def _p(name: str, model: str, gpus: int, rows: int, **fix: Any) -> Probe:
+    base = {"micro_batch": 1, "recompute": "none", "compile": 0, "tp": 1, "pp": 1, "ep": 1}
+    return Probe(name, model, gpus, rows, {**base, **fix})
+
+
+# each term has probes that move it apart from the others: micro-batch counts (per-step vs per-micro-
+# batch work), recompute modes (checkpoint regions, per-op checkpointing), tp, pp and ep
+PROBES = (
+    _p("llama-m1", "tiny-llama", 1, 1),
+    _p("llama-m4", "tiny-llama", 1, 4),
+    _p("llama-m4-full", "tiny-llama", 1, 4, recompute="full"),
+    _p("llama-m4-selective", "tiny-llama", 1, 4, recompute="selective"),
+    _p("llama-m4-op", "tiny-llama", 1, 4, recompute="op"),
+    _p("moe-m2", "tiny-moe", 1, 2),
+    _p("llama-dp2-m2", "tiny-llama", 2, 4, dp=2, zero=2),
+    _p("llama-dp2-zero3-m2", "tiny-llama", 2, 4, dp=2, zero=3),
+    _p("llama-tp2-m2", "tiny-llama", 2, 2, tp=2, dp=1),
+    _p("llama-pp2-m4", "tiny-llama", 2, 4, pp=2, dp=1, vpp=1),
+    _p("llama-pp2-vpp2-m4", "tiny-llama", 2, 4, pp=2, dp=1, vpp=2),
+    _p("moe-ep2-m2", "tiny-moe", 2, 4, ep=2, dp=1),
+)
+
+
+def meta_model(spec: dict[str, Any]):
+    import torch
+
+    from autoparallel.models import build_model, load_model_spec
+    with torch.device("meta"):
+        return build_model(load_model_spec(spec))
+
+
+def probe_plan(probe: Probe, profile: Any):
+    """The probe's plan (every field pinned) from the planner, so placements are the solver's."""
+    from autoparallel.api import plan_result
+    result, _ = plan_result(meta_model(MODELS[probe.model]), hardware=profile, gpus=probe.gpus,
+                            global_batch=probe.rows, seq_len=SEQ, gpus_per_node=probe.gpus, fix=probe.fix)
+    if result.plan is None:
+        raise UserError(f"calibrate --trainer: probe {probe.name} has no plan ({result.explanation})")
+    return result.plan
+
+
+# ------------------------------------------------------------------------------------------- measure (GPU)
+@dataclass
+class StepTiming:
+    step_time_s: float              # median of the timed steps
+    step_times_s: list[float]
+    peak_memory_gib: float          # max allocated over the timed steps, above what was allocated before
+    losses: list[float]
+
+
+def time_trainer_steps(trainer: Any, batches: Sequence[Any], warmup: int, steps: int, base_bytes: int = 0
+                       ) -> StepTiming:
+    """Time trainer.step between device synchronizations after `warmup` steps (shared with
+    benchmarks/trainer_sweep.py, which times the large configurations the same way)."""
+    import torch
+    losses = [trainer.step(batches[i % len(batches)]) for i in range(warmup)]
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(steps):
+        t = time.perf_counter()
+        losses.append(trainer.step(batches[i % len(batches)]))
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return StepTiming(statistics.median(times), times, (torch.cuda.max_memory_allocated() - base_bytes) / 2**30,
+                      losses)
+
+
+def measure_probes(raw: Path, profile: str, warmup: int = 5, steps: int = 20,
+                   say: Callable[[str], None] = print) -> int:
+    """Run every probe for this world size with AutoParallelTrainer; rank 0 appends one JSON line per
+    probe (its plan, the measured step time) to `raw`. Returns the number of probes run."""
+    import os
+
+    import torch
+
+    from autoparallel import AutoParallelTrainer
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    run = 0
+    for probe in PROBES:
+        if probe.gpus != world:
+            continue
+        plan = probe_plan(probe, profile)
+        gc.collect()
+        torch.cuda.empty_cache()
+        try:
+            trainer = AutoParallelTrainer(meta_model(MODELS[probe.model]), optimizer=None, plan=plan, compile=False)
+            gen = torch.Generator().manual_seed(0)
+            vocab = MODELS[probe.model]["vocab_size"]
+            batches = [torch.randint(0, vocab, (probe.rows, SEQ + 1), generator=gen) for _ in range(2)]
+            timing = time_trainer_steps(trainer, batches, warmup, steps)
+            del trainer
+        except Exception as e:  # noqa: BLE001  (one probe's failure must not lose the others; the fit skips it)
+            say(f"{probe.name}: failed ({e!r})"[:400])
+            continue
+        run += 1
+        if rank == 0:
+            rec = {"probe": probe.name, "gpus": world, "plan": plan.to_dict(),
+                   "measured": {"step_time_s": timing.step_time_s, "step_times_s": timing.step_times_s},
+                   "device": torch.cuda.get_device_name(), "torch": torch.__version__}
+            with raw.open("a") as f:
+                f.write(json.dumps(rec) + "\n")
+            say(f"{probe.name}: {timing.step_time_s * 1e3:.2f} ms")
+    return run
+
+
+# ----------------------------------------------------------------------------------------------- fit (CPU)
+@dataclass(frozen=True)
+class ProbeRecord:
+    probe: Probe
+    plan: Any                      # autoparallel.plan.Plan
+    measured_s: float
+
+
+@dataclass(frozen=True)
+class HostFit:
+    terms: dict[str, float]        # calibration entries: the HOST_TERMS [us] and the scaled per-op rates
+    scale: float                   # the per-op rate factor against the base profile
+    residuals: dict[str, float]    # probe -> (model - measured) / measured at the fitted terms
+
+
+def load_records(paths: Sequence[str]) -> list[ProbeRecord]:
+    from autoparallel.plan import Plan
+    by_name = {p.name: p for p in PROBES}
+    out: dict[str, ProbeRecord] = {}
+    for path in paths:
+        text = Path(path).read_text() if Path(path).is_file() else None
+        if text is None:
+            raise UserError(f"calibrate --trainer --fit: {path} is not a file; pass the --raw file(s) the "
+                            f"measuring runs wrote")
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                probe = by_name[rec["probe"]]
+                out[probe.name] = ProbeRecord(probe, Plan.from_dict(rec["plan"]),
+                                              float(rec["measured"]["step_time_s"]))
+            except (ValueError, KeyError, TypeError) as e:
+                raise UserError(f"calibrate --trainer --fit: {path}:{n} is not a probe record ({e!r}); "
+                                f"pass the files `calibrate --trainer --raw` wrote") from None
+    if not out:
+        raise UserError("calibrate --trainer --fit: no probe records in " + ", ".join(paths))
+    return [out[p.name] for p in PROBES if p.name in out]
+
+
+def calibration_for(base: Any, x: np.ndarray) -> dict[str, Any]:
+    """Calibration entries of the unknowns x = (op-rate scale, HOST_TERMS in us) over `base`."""
+    cal = dict(base.calibration or {})
+    entries: dict[str, Any] = {}
+    for key in RATE_KEYS:
+        v = cal.get(key)
+        if isinstance(v, (int, float)):
+            entries[key] = round(float(v * x[0]), 3)
+        elif isinstance(v, list):
+            entries[key] = [round(float(u * x[0]), 3) for u in v]
+    for key, value in zip(HOST_TERMS, x[1:], strict=True):
+        entries[key] = round(float(value), 3)
+    return entries
+
+
+def _predictor(records: Sequence[ProbeRecord], base: Any) -> Callable[[np.ndarray], np.ndarray]:
+    from autoparallel.api import make_cluster, trace_model
+    from autoparallel.sharding import cost_model
+    graphs = {r.probe.model: trace_model(meta_model(MODELS[r.probe.model]), seq_len=SEQ) for r in records}
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        prof = dataclasses.replace(base, calibration={**(base.calibration or {}), **calibration_for(base, x)})
+        return np.array([cost_model(graphs[r.probe.model], make_cluster(prof, r.probe.gpus, r.probe.gpus))
+                         .estimate(r.plan).step_time_s for r in records])
+    return predict
+
+
+def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """min ||a x - b|| subject to x >= 0, by active sets (Lawson-Hanson); a few unknowns only."""
+    n = a.shape[1]
+    free = np.ones(n, dtype=bool)
+    for _ in range(4 * n):
+        x = np.zeros(n)
+        if free.any():
+            x[free] = np.linalg.lstsq(a[:, free], b, rcond=None)[0]
+        if (x >= 0).all():
+            return x
+        free &= x > 0
+    return np.maximum(x, 0.0)
+
+
+def fit_host_terms(records: Sequence[ProbeRecord], base: Any, iterations: int = 6) -> HostFit:
+    """Projected Gauss-Newton on relative errors (module docstring); terms in us, scale unitless."""
+    predict = _predictor(records, base)
+    t = np.array([r.measured_s for r in records])
+    x = np.array([1.0] + [0.0] * len(HOST_TERMS))
+    steps = np.array([0.05] + [5.0] * len(HOST_TERMS))  # finite-difference steps: 5% of the rate, 5 us
+    for _ in range(iterations):
+        y = predict(x)
+        jac = np.column_stack([(predict(x + np.eye(len(x))[k] * steps[k]) - y) / steps[k] for k in range(len(x))])
+        # linearized: y + J (x' - x) ~ t, weighted by 1/t (relative errors), x' >= 0
+        w = 1.0 / t
+        x_new = _nnls(jac * w[:, None], (t - y + jac @ x) * w)
+        if np.allclose(x_new, x, rtol=1e-3, atol=1e-3):
+            x = x_new
+            break
+        x = x_new
+    y = predict(x)
+    return HostFit(calibration_for(base, x), float(x[0]),
+                   {r.probe.name: float((yi - r.measured_s) / r.measured_s) for r, yi in zip(records, y, strict=True)})
+
+
+def run_trainer_calibration(base: str | None, output: str, raw: str | None, fit: Sequence[str] | None,
+                            say: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> int:
+    """The CLI's `calibrate --trainer`: measure into `raw`, or fit the `fit` files into a profile at `output`."""
+    from hardware_profiles import load_profile, profile_to_yaml
+    if fit:
+        profile = load_profile(base or "h200")
+        hf = fit_host_terms(load_records(fit), profile)
+        Path(output).write_text(profile_to_yaml(profile, extra={"calibration": hf.terms}))
+        for name, r in hf.residuals.items():
+            say(f"  {name}: model {r:+.1%}")
+        say("fitted " + ", ".join(f"{k} {v}" for k, v in hf.terms.items() if k in HOST_TERMS)
+            + f"; per-op rate x{hf.scale:.3f}; wrote {output}")
+        return 0
+    if raw is None:
+        raise UserError("calibrate --trainer: give --raw FILE (measure the probes here) or --fit FILE... "
+                        "(fit measured probes into a profile)")
+    import torch
+    if not torch.cuda.is_available():
+        raise UserError("calibrate --trainer: no CUDA device here; run the measuring step on the machine "
+                        "that will train (the fit runs anywhere)")
+    n = measure_probes(Path(raw), base or "h200", say=say)
+    say(f"measured {n} probes into {raw}")
+    return 0

@@ -1,0 +1,55 @@
+"""Host (CPU) time of the trainer's eager execution, beyond the per-op dispatch of `compute.with_host_floor`.
+
+Eager PyTorch issues every kernel from the host. While the host stays ahead, the GPU queue hides its
+work; when a phase's host work exceeds its kernels, the host sets the pace (`with_host_floor`). The
+trainer's host work is more than the ops themselves: FSDP2 runs hooks around every unit, activation
+checkpointing re-enters the autograd engine, per-op selective checkpointing runs a dispatch mode over
+every op, tensor-parallel modules dispatch through DTensor, the pipeline schedule does bookkeeping per
+action, and expert parallelism reads token counts back to the host before each all-to-all, which
+drains the GPU queue. Each is one calibration term (microseconds), per unit of what it counts:
+
+  host_us_per_op_dtensor        per op of a tensor-parallel step, on top of the plain per-op rate
+  host_us_per_op_sac            per forward or recompute op of a block under per-op checkpointing
+  host_us_per_fsdp_unit         FSDP2 hooks per unit (block) per micro-batch; half in forward, half in backward
+  host_us_per_checkpoint        per checkpointed region (a block under full/op, the attention core under
+                                selective) per micro-batch, charged to the backward phase that recomputes it
+  host_us_per_pipeline_action   per forward or backward action of one virtual stage on one micro-batch
+  host_us_per_ep_sync           per forward of an expert-parallel MoE layer: the device-to-host read of the
+                                token counts; added to the time (the GPU idles while the host refills its queue)
+  host_us_per_step              per step: optimizer launch, zero_grad, FSDP's root hooks, the loss read back
+
+Profiles without these keys (every uncalibrated one) charge nothing for them. `autoparallel calibrate
+--trainer` fits them, with the per-op rates, from AutoParallelTrainer's own steps on small host-bound
+models (autoparallel/calibrate_trainer.py). They describe the host CPU, which differs between machines
+of the same accelerator (up to 40% between lent H200 VMs), so they are fitted where the trainer runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hardware_profiles import HardwareProfile
+
+HOST_TERMS = ("host_us_per_op_dtensor", "host_us_per_op_sac", "host_us_per_fsdp_unit", "host_us_per_checkpoint",
+              "host_us_per_pipeline_action", "host_us_per_ep_sync", "host_us_per_step")
+
+
+def _us(profile: HardwareProfile, key: str) -> float:
+    value = profile.calibration.get(key) if profile.calibration else None
+    return float(value) * 1e-6 if isinstance(value, (int, float)) and value > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class HostTerms:
+    """The host terms above, in seconds (0 where the profile has no value)."""
+    dtensor_op_s: float = 0.0
+    sac_op_s: float = 0.0
+    fsdp_unit_s: float = 0.0
+    checkpoint_s: float = 0.0
+    pipeline_action_s: float = 0.0
+    ep_sync_s: float = 0.0
+    step_s: float = 0.0
+
+    @classmethod
+    def of(cls, profile: HardwareProfile) -> HostTerms:
+        return cls(*(_us(profile, k) for k in HOST_TERMS))
