@@ -1096,8 +1096,14 @@ class StageModel:
             self.proven = status == pywraplp.Solver.INFEASIBLE  # else stopped at the limit: unknown
             return None
         self.proven = status == pywraplp.Solver.OPTIMAL
-        self.objective = solver.Objective().Value()  # the model's step time [s] (tests hold it to estimate)
         counts = [next(k for k in options[d] if x[d, k].solution_value() > 0.5) for d in range(p)]
+        # the model's step time [s] at its integer solution, evaluated here rather than read from CBC,
+        # whose continuous variables satisfy their rows only within its primal tolerance (1e-7 absolute)
+        t_d = [self._device_constants(d)[0] + options[d][k][0] for d, k in enumerate(counts)]
+        e_d = [self._device_constants(d)[1] - (self._device_constants(d)[3] if overlap else 0.0)
+               + (sync_k - (cover_k if overlap else 0.0)) * k for d, k in enumerate(counts)]
+        o_d = [self._device_constants(d)[2] + opt_k * k for d, k in enumerate(counts)]
+        self.objective = m * max(t_d) + (sum(t_d) - max(t_d)) / v + max(0.0, *e_d) + max(0.0, *o_d)
         stage_layers = [0] * self.S
         mix_of_stage: list[list[str]] = [[] for _ in range(self.S)]
         for d, k in enumerate(counts):

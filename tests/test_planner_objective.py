@@ -13,10 +13,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import dataclasses
+
 from autoparallel.api import context
 from autoparallel.planner import ALLOCATOR_RESERVE, MeshConfig, Planner
 from autoparallel.specs import load_model_spec
 from cost_models.estimate import in_flight_micro_batches
+from cost_models.host import HOST_TERMS
+from hardware_profiles import load_profile
+
+
+def _profile():
+    """h100-sxm with every trainer host term set (cost_models.host), so the planner's models must carry
+    each of them as estimate does: FSDP hooks, checkpoint regions, SAC/DTensor dispatch, pipeline
+    actions, EP read-backs and the per-step work."""
+    base = load_profile("h100-sxm")
+    return dataclasses.replace(base, calibration={**base.calibration, **{k: 50.0 + 10 * i
+                                                                           for i, k in enumerate(HOST_TERMS)}})
 
 
 def _spec(kind: str, layers: int, heads: int, inter: int):
@@ -58,7 +71,7 @@ def _planner_memory(sm, d: int, plan) -> float:
 def test_planner_objective_and_memory_equal_estimate(kind, layers, heads, inter, pp, batch, squeeze):
     spec = _spec(kind, layers, heads, inter)
     gpus = 4
-    ctx = context(spec, "h100-sxm", gpus, 512, gpus_per_node=4)
+    ctx = context(spec, _profile(), gpus, 512, gpus_per_node=4)
     ep = 2 if kind != "dense" else 1
     dp = gpus // (pp * ep)
     cfg = MeshConfig(1, pp, dp, ep, 1, batch // (dp * ep), 2, False, "fp32")
