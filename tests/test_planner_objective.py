@@ -9,11 +9,11 @@ separates it from `estimate`: 1e-9 relative. The mixed-class model (CP-SAT) work
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import dataclasses
 
 from autoparallel.api import context
 from autoparallel.planner import ALLOCATOR_RESERVE, MeshConfig, Planner
