@@ -77,6 +77,7 @@ PROBES = (
     _p("llama-dp2-m2", "tiny-llama", 2, 4, dp=2, zero=2),
     _p("llama-dp2-zero3-m2", "tiny-llama", 2, 4, dp=2, zero=3),
     _p("llama-tp2-m2", "tiny-llama", 2, 2, tp=2, dp=1),
+    _p("llama-tp2sp-m2", "tiny-llama", 2, 2, tp=2, dp=1, sp=1),
     _p("llama-pp2-m4", "tiny-llama", 2, 4, pp=2, dp=1, vpp=1),
     _p("llama-pp2-vpp2-m4", "tiny-llama", 2, 4, pp=2, dp=1, vpp=2),
     _p("moe-ep2-m2", "tiny-moe", 2, 4, ep=2, dp=1),
@@ -92,13 +93,21 @@ def meta_model(spec: dict[str, Any]):
 
 
 def probe_plan(probe: Probe, profile: Any):
-    """The probe's plan (every field pinned) from the planner, so placements are the solver's."""
+    """The probe's plan (every field pinned) from the planner, so placements are the solver's. At these
+    widths the solver splits nothing by itself and the planner falls back to Megatron's layout without
+    sequence parallelism; a sequence-parallel probe takes that layout with its norms sequence-sharded,
+    as the planner's SP plans of wider models have them."""
     from autoparallel.api import plan_result
+    sp = bool(probe.fix.get("sp"))
+    fix = {k: v for k, v in probe.fix.items() if k != "sp"}
     result, _ = plan_result(meta_model(MODELS[probe.model]), hardware=profile, gpus=probe.gpus,
-                            global_batch=probe.rows, seq_len=SEQ, gpus_per_node=probe.gpus, fix=probe.fix)
+                            global_batch=probe.rows, seq_len=SEQ, gpus_per_node=probe.gpus, fix=fix)
     if result.plan is None:
         raise UserError(f"calibrate --trainer: probe {probe.name} has no plan ({result.explanation})")
-    return result.plan
+    if not sp:
+        return result.plan
+    seq = {k: "sequence" if v == "replicate" else v for k, v in result.plan.placements.items()}
+    return dataclasses.replace(result.plan, sequence_parallel=True, placements=seq)
 
 
 # ------------------------------------------------------------------------------------------- measure (GPU)

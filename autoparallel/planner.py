@@ -1123,7 +1123,14 @@ class StageModel:
         ds, _, es, _ = self.dp_time_linear()
         pa, pe = self.params_of(rep)
         sync = ds * (pa - pe) + (es * pe if c.dp > 1 else 0.0)
-        return sync, pa * self.cm.optimizer_seconds_per_param(self.plan0), self.cover(self.cost(rep, "none"))
+        return sync, self.opt_time(rep), self.cover(self.cost(rep, "none"))
+
+    def opt_time(self, name: str) -> float:
+        """The optimizer term of one segment on its rank (CostModel._data_parallel_time): the update of its
+        parameters and the ranks' meeting at its FSDP collectives."""
+        pa, _ = self.params_of(name)
+        return pa * self.cm.optimizer_seconds_per_param(self.plan0) + \
+            self.cm.fsdp_collective_time(self.plan0, self.cm.fsdp_units(self.segs[name]))
 
     def _device_constants(self, d: int) -> tuple[float, float, float, float]:
         if not hasattr(self, "_consts"):
@@ -1156,7 +1163,7 @@ class StageModel:
             sc = self.cost(name, "none")
             pa, pe = self.params_of(name)
             sync += ds * (pa - pe) + es * pe
-            opt += pa * self.cm.optimizer_seconds_per_param(self.plan0)
+            opt += self.opt_time(name)
             cover += self.cover(sc)
         return time_, sync, opt, cover
 
@@ -1300,8 +1307,7 @@ class StageModel:
             for name in ends:
                 pa, pe = self.params_of(name)
                 const += ds * (pa - pe) + es * pe
-                opt_const = pa * self.cm.optimizer_seconds_per_param(self.plan0)
-                opt += int(round(self.ns * opt_const))
+                opt += int(round(self.ns * self.opt_time(name)))
                 overlap += int(round(self.ns * self.cover(self.cost(name, "none"))))
             has_exp_blocks = False
             for s in range(d, self.S, p):
@@ -1310,7 +1316,7 @@ class StageModel:
                     has_exp_blocks |= pe > 0
                     coef = ds * (pa - pe) + (es * pe if has_exp else 0.0)
                     sync += int(round(self.ns * coef)) * cnt[s, cls]
-                    opt += int(round(self.ns * pa * self.cm.optimizer_seconds_per_param(self.plan0))) * cnt[s, cls]
+                    opt += int(round(self.ns * self.opt_time(self.rep[cls]))) * cnt[s, cls]
                     for r in self.modes:
                         sc = self.cost(self.rep[cls], r)
                         ov = self.cover(sc)

@@ -336,6 +336,36 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ship(args: argparse.Namespace) -> int:
+    """Write the fitted trainer terms of `fit`'s profile into hardware_profiles/h200.yaml in place (its
+    comments and every other value kept): the fractions, host terms and per-op rates."""
+    import re
+
+    import yaml
+
+    from cost_models.host import HOST_TERMS
+    fitted = yaml.safe_load(Path(args.profile).read_text())["calibration"]
+    keys = ("fsdp_copy_fraction", "compiled_memory_fraction", *HOST_TERMS, "host_us_per_op", "host_us_per_op_moe",
+            "host_us_per_op_fwd_bwd", "host_us_per_op_moe_fwd_bwd")
+    path = ROOT / "hardware_profiles" / f"{PROFILE}.yaml"
+    text = path.read_text()
+    for key in keys:
+        value = fitted[key]
+        line = (f"  {key}:\n" + "".join(f"  - {v}\n" for v in value)) if isinstance(value, list) else f"  {key}: {value}\n"
+        pattern = re.compile(rf"^  {key}:(?: [^\n]*\n|\n(?:  - [^\n]*\n)+)", re.M)
+        if pattern.search(text):
+            text = pattern.sub(lambda _: line, text, count=1)
+        else:  # a new term: after the fitted fractions
+            text = re.sub(r"^(  compiled_memory_fraction: [^\n]*\n)", lambda m: m.group(1) + line, text, count=1,
+                          flags=re.M)
+    for stale in re.findall(r"^  (host_us_per_[a-z_]+):", text, re.M):
+        if stale not in keys and stale not in ("host_us_per_new_gemm_shape", "host_us_per_seen_gemm_shape"):
+            text = re.sub(rf"^  {stale}: [^\n]*\n", "", text, flags=re.M)
+    path.write_text(text)
+    print(f"wrote the fitted terms of {args.profile} into {path}")
+    return 0
+
+
 def _rel(path: str) -> str:
     p = Path(path).resolve()
     return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else path
@@ -418,12 +448,15 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("report")
     r.add_argument("--raw", nargs="+", required=True)
     r.add_argument("--profile", default=str(FITTED_PROFILE), help="the profile `fit` wrote (default: %(default)s)")
+    sh = sub.add_parser("ship", help="write fit's terms into hardware_profiles/h200.yaml")
+    sh.add_argument("--profile", default=str(FITTED_PROFILE))
     f = sub.add_parser("fit")
     f.add_argument("--raw", nargs="+", required=True)
     f.add_argument("--probes", nargs="+", required=True, help="`autoparallel calibrate --trainer --raw` files")
     f.add_argument("--output", default=str(FITTED_PROFILE))
     args = ap.parse_args(argv)
-    return {"plans": cmd_plans, "measure": cmd_measure, "report": cmd_report, "fit": cmd_fit}[args.cmd](args)
+    return {"plans": cmd_plans, "measure": cmd_measure, "report": cmd_report, "fit": cmd_fit,
+            "ship": cmd_ship}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -202,15 +202,13 @@ class CostModel:
         """
         seg = self._segments[placements_key][name]
         b = float(micro_batch)
-        # the trainer's host work around the ops (cost_models.host): FSDP hooks of the segment's units,
-        # half per phase; the backward recomputes each checkpointed region
+        # the trainer's host work around the ops (cost_models.host): per-op dispatch of DTensor and of per-op
+        # checkpointing; the backward recomputes each checkpointed region
         h = self.host
-        units = self._fsdp_units(seg)
         checkpointed = recompute != "none" and name not in ("pre", "post")
-        fwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1) + h.sac_op_s * (recompute == "op"),
-                            extra_s=h.fsdp_unit_s * units / 2)
-        bwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1),
-                            extra_s=h.fsdp_unit_s * units / 2 + h.checkpoint_s * checkpointed)
+        fwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1) + h.sac_op_s * (recompute == "op"))
+        bwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1), extra_s=(
+            h.checkpoint_s + h.recompute_op_s * self._recomputed_ops(seg, recompute)) if checkpointed else 0.0)
         fwd_t, fwd_flops, fwd_div = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host)
         bwd_t, bwd_flops, _ = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host)
 
@@ -264,7 +262,15 @@ class CostModel:
             act_bytes=act, working_bytes=working,
             flops_fwd=float(fwd_flops.sum()), flops_bwd=float(bwd_flops.sum()), flops_recompute=rec_flops)
 
-    def _fsdp_units(self, seg: Segment) -> int:
+    @staticmethod
+    def _recomputed_ops(seg: Segment, recompute: str) -> int:
+        """Forward ops a recompute mode re-runs in the backward of one micro-batch. Selective may re-run
+        none: a fused attention kernel keeps no seq x seq tensor, yet the trainer still checkpoints it."""
+        keep = {"full": np.zeros(len(seg.fwd.flops), dtype=bool), "selective": seg.fwd.keep_selective,
+                "op": seg.fwd.keep_op}.get(recompute)
+        return 0 if keep is None else int(np.count_nonzero(~keep))
+
+    def fsdp_units(self, seg: Segment) -> int:
         """FSDP2 units whose hooks run in the segment per micro-batch under the trainer: each block (and
         its expert group, wrapped apart), the root (embeddings, norm, head) once, in "pre"."""
         if self.runtime != "trainer" or seg.name == "post":
@@ -443,6 +449,8 @@ class CostModel:
                     acc["p2p"] += t
             params = dense + tp_params / plan.tp + expert / plan.ep
             acc["params"] = params
+            acc["units"] = sum(self.fsdp_units(segs[name]) for vs, seg_list in
+                               enumerate(self.virtual_stage_segments(plan)) if vs % p == d for name, _ in seg_list)
             acc["expert_params"] = expert / plan.ep
             in_flight = in_flight_micro_batches(d, p, v, m)
             acc["memory"] = self._memory(plan, params, acc["expert_params"], act * in_flight, working,
@@ -509,6 +517,17 @@ class CostModel:
         fp32 reduction, ZeRO-0): the sharding solver's per-parameter price of keeping a weight whole."""
         return self._update_seconds(1, 0, micro_batches, DTYPE_BYTES["bf16"], DTYPE_BYTES["fp32"]) / micro_batches
 
+    def fsdp_collective_time(self, plan: Plan, units: int) -> float:
+        """Per step, the ranks' meeting at the FSDP2 collectives of `units` units [s] (cost_models.host):
+        M_g + M_r per unit, with M_g = M all-gathers (2M under ZeRO-3) and M_r = M reduce-scatters under
+        ZeRO 2/3, else 1 (compute.fsdp_update_time counts the same); none when one rank holds everything.
+        The optimizer term carries it (linear in the units, so the planner adds it per block)."""
+        if plan.dp * plan.ep == 1 or not self.host.fsdp_collective_s:
+            return 0.0
+        m = plan.num_micro_batches
+        per_unit = m * (2 if plan.zero >= 3 else 1) + (m if plan.zero >= 2 else 1)
+        return self.host.fsdp_collective_s * per_unit * units
+
     def optimizer_seconds_per_param(self, plan: Plan) -> float:
         """Optimizer step + gradient accumulation per step, per parameter a rank holds [s]
         (compute.update_time; linear in the parameters, so the planner can use it per block)."""
@@ -546,7 +565,8 @@ class CostModel:
             window = {0: s["bwd"], 1: s["bwd"], 2: s["bwd"] * m}.get(plan.zero, s["fwd_bwd"] * m)
             window = window if self.overlap_grad_sync else 0.0
             exposed = max(0.0, total - window)
-            opt = s["params"] * self.optimizer_seconds_per_param(plan) + self.host.step_s
+            opt = s["params"] * self.optimizer_seconds_per_param(plan) + self.host.step_s + \
+                self.fsdp_collective_time(plan, s["units"])
             worst_exposed, worst_total = max(worst_exposed, exposed), max(worst_total, total)
             worst_opt = max(worst_opt, opt)
         return worst_exposed, worst_total, worst_opt

@@ -2,7 +2,8 @@
 
 Eager PyTorch issues every kernel from the host. While the host stays ahead, the GPU queue hides its
 work; when a phase's host work exceeds its kernels, the host sets the pace (`with_host_floor`). The
-trainer's host work is more than the ops themselves: FSDP2 runs hooks around every unit, activation
+trainer's host work is more than the ops themselves: FSDP2 runs hooks around every unit (their cost
+per unit is a near-constant share of its ops' and lands in the per-op rate), activation
 checkpointing re-enters the autograd engine, per-op selective checkpointing runs a dispatch mode over
 every op, tensor-parallel modules dispatch through DTensor, the pipeline schedule does bookkeeping per
 action, and expert parallelism reads token counts back to the host before each all-to-all, which
@@ -10,9 +11,14 @@ drains the GPU queue. Each is one calibration term (microseconds), per unit of w
 
   host_us_per_op_dtensor        per op of a tensor-parallel step, on top of the plain per-op rate
   host_us_per_op_sac            per forward or recompute op of a block under per-op checkpointing
-  host_us_per_fsdp_unit         FSDP2 hooks per unit (block) per micro-batch; half in forward, half in backward
+  host_us_per_fsdp_collective   per FSDP2 all-gather or reduce-scatter of one unit over more than one rank:
+                                the ranks meet at each collective, so whichever is behind holds the other
+                                (not hidden behind kernels; counted per step, `CostModel.fsdp_collective_time`)
   host_us_per_checkpoint        per checkpointed region (a block under full/op, the attention core under
                                 selective) per micro-batch, charged to the backward phase that recomputes it
+  host_us_per_recompute_op      per op the region re-runs, on top of its forward rate (saved-tensor
+                                unpacking, the replayed module calls): a whole-block replay costs more host
+                                than an attention-core one
   host_us_per_pipeline_action   per forward or backward action of one virtual stage on one micro-batch
   host_us_per_ep_sync           per forward of an expert-parallel MoE layer: the device-to-host read of the
                                 token counts; added to the time (the GPU idles while the host refills its queue)
@@ -30,8 +36,9 @@ from dataclasses import dataclass
 
 from hardware_profiles import HardwareProfile
 
-HOST_TERMS = ("host_us_per_op_dtensor", "host_us_per_op_sac", "host_us_per_fsdp_unit", "host_us_per_checkpoint",
-              "host_us_per_pipeline_action", "host_us_per_ep_sync", "host_us_per_step")
+# calibration keys, in the order of HostTerms' fields
+HOST_TERMS = ("host_us_per_op_dtensor", "host_us_per_op_sac", "host_us_per_fsdp_collective", "host_us_per_checkpoint",
+              "host_us_per_recompute_op", "host_us_per_pipeline_action", "host_us_per_ep_sync", "host_us_per_step")
 
 
 def _us(profile: HardwareProfile, key: str) -> float:
@@ -44,8 +51,9 @@ class HostTerms:
     """The host terms above, in seconds (0 where the profile has no value)."""
     dtensor_op_s: float = 0.0
     sac_op_s: float = 0.0
-    fsdp_unit_s: float = 0.0
+    fsdp_collective_s: float = 0.0
     checkpoint_s: float = 0.0
+    recompute_op_s: float = 0.0
     pipeline_action_s: float = 0.0
     ep_sync_s: float = 0.0
     step_s: float = 0.0
