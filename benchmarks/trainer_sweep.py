@@ -354,9 +354,9 @@ def cmd_ship(args: argparse.Namespace) -> int:
         line = (f"  {key}:\n" + "".join(f"  - {v}\n" for v in value)) if isinstance(value, list) else f"  {key}: {value}\n"
         pattern = re.compile(rf"^  {key}:(?: [^\n]*\n|\n(?:  - [^\n]*\n)+)", re.M)
         if pattern.search(text):
-            text = pattern.sub(lambda _: line, text, count=1)
+            text = pattern.sub(lambda _, line=line: line, text, count=1)
         else:  # a new term: after the fitted fractions
-            text = re.sub(r"^(  compiled_memory_fraction: [^\n]*\n)", lambda m: m.group(1) + line, text, count=1,
+            text = re.sub(r"^(  compiled_memory_fraction: [^\n]*\n)", lambda m, line=line: m.group(1) + line, text, count=1,
                           flags=re.M)
     for stale in re.findall(r"^  (host_us_per_[a-z_]+):", text, re.M):
         if stale not in keys and stale not in ("host_us_per_new_gemm_shape", "host_us_per_seen_gemm_shape"):
