@@ -206,9 +206,15 @@ class CostModel:
         # checkpointing; the backward recomputes each checkpointed region
         h = self.host
         checkpointed = recompute != "none" and name not in ("pre", "post")
-        fwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1) + h.sac_op_s * (recompute == "op"))
-        bwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1), extra_s=(
-            h.checkpoint_s + h.recompute_op_s * self._recomputed_ops(seg, recompute)) if checkpointed else 0.0)
+        # TP collectives per phase: Megatron's g and f (an all-reduce each), or under SP a reduce-scatter
+        # and an all-gather each way; gathers into replicated modules run forward only
+        g, f = len(seg.tp_collective_bytes), len(seg.tp_col_input_bytes)
+        tp_colls = (0, 0) if tp == 1 else ((g + f, g + f) if sp else (g, f))
+        tp_colls = (tp_colls[0] + (len(seg.tp_gather_bytes) if tp > 1 else 0), tp_colls[1])
+        fwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1) + h.sac_op_s * (recompute == "op"),
+                            extra_s=h.tp_collective_s * tp_colls[0])
+        bwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1), extra_s=h.tp_collective_s * tp_colls[1] + (
+            h.checkpoint_s + h.recompute_op_s * self._recomputed_ops(seg, recompute) if checkpointed else 0.0))
         fwd_t, fwd_flops, fwd_div = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host)
         bwd_t, bwd_flops, _ = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host)
 

@@ -11,6 +11,9 @@ drains the GPU queue. Each is one calibration term (microseconds), per unit of w
 
   host_us_per_op_dtensor        per op of a tensor-parallel step, on top of the plain per-op rate
   host_us_per_op_sac            per forward or recompute op of a block under per-op checkpointing
+  host_us_per_tp_collective     per tensor-parallel collective of an eager step (DTensor's redistribute in
+                                Python: an all-reduce per rowwise output and colwise input gradient, or
+                                under sequence parallelism a reduce-scatter and an all-gather each way)
   host_us_per_fsdp_collective   per FSDP2 all-gather or reduce-scatter of one unit over more than one rank:
                                 the ranks meet at each collective, so whichever is behind holds the other
                                 (not hidden behind kernels; counted per step, `CostModel.fsdp_collective_time`)
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 from hardware_profiles import HardwareProfile
 
 # calibration keys, in the order of HostTerms' fields
-HOST_TERMS = ("host_us_per_op_dtensor", "host_us_per_op_sac", "host_us_per_fsdp_collective", "host_us_per_checkpoint",
+HOST_TERMS = ("host_us_per_op_dtensor", "host_us_per_op_sac", "host_us_per_tp_collective", "host_us_per_fsdp_collective", "host_us_per_checkpoint",
               "host_us_per_recompute_op", "host_us_per_pipeline_action", "host_us_per_ep_sync", "host_us_per_step")
 
 
@@ -51,6 +54,7 @@ class HostTerms:
     """The host terms above, in seconds (0 where the profile has no value)."""
     dtensor_op_s: float = 0.0
     sac_op_s: float = 0.0
+    tp_collective_s: float = 0.0
     fsdp_collective_s: float = 0.0
     checkpoint_s: float = 0.0
     recompute_op_s: float = 0.0
