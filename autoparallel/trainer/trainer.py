@@ -59,7 +59,7 @@ from autoparallel.trainer.structure import (
     set_param,
     tie_groups,
 )
-from autoparallel.trainer.tensor_parallel import apply_tensor_parallel, lm_head_path
+from autoparallel.trainer.tensor_parallel import Relayout, apply_tensor_parallel, lm_head_path
 from autoparallel.units import parse_bytes
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -163,6 +163,7 @@ class AutoParallelTrainer:
         self._tie_sync: list[tuple[str, Any]] = []
         self._loss_parallel = False
         self._expert_modules: list[nn.Module] = []
+        self._relayout: dict[str, Relayout] = {}  # fused projections held in per-rank row order
         self._steps = 0
         self._pending = (global_batch_size, seq_len)  # planner inputs when the plan waits for a batch
         if plan is not None:
@@ -240,12 +241,14 @@ class AutoParallelTrainer:
     def save_checkpoint(self, path: str | Path) -> None:
         """Model, optimizer state and step count with torch.distributed.checkpoint (collective)."""
         self._require_plan("save_checkpoint")
-        ckpt.save(path, self.model_parts, self._optimizers, self._ties, self._steps, self._fingerprint)
+        ckpt.save(path, self.model_parts, self._optimizers, self._ties, self._steps, self._fingerprint,
+                  self._relayout)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Load a checkpoint written under any plan for this model (collective)."""
         self._require_plan("load_checkpoint")
-        self._steps = ckpt.load(path, self.model_parts, self._optimizers, self._ties, self._fingerprint)
+        self._steps = ckpt.load(path, self.model_parts, self._optimizers, self._ties, self._fingerprint,
+                                self._relayout)
 
     def save_pretrained(self, path: str | Path) -> None:
         """Export a Hugging Face model as a transformers checkpoint (collective): the full parameters
@@ -281,7 +284,10 @@ class AutoParallelTrainer:
         for part in self.model_parts:
             for name, p in part.named_parameters(remove_duplicate=False):
                 t = p.full_tensor() if isinstance(p, DTensor) else p
-                out[clean_fqn(name)] = t.detach().cpu().clone()
+                fqn = clean_fqn(name)
+                if fqn in self._relayout:
+                    t = self._relayout[fqn].to_model(t)
+                out[fqn] = t.detach().cpu().clone()
         return out
 
     # ---- planning ----------------------------------------------------------------------------
@@ -387,8 +393,8 @@ class AutoParallelTrainer:
                                and lm_head_path(plan.placements, layout) is not None)
         for v, part in parts:
             if tensor_parallel:
-                apply_tensor_parallel(part, plan.placements, meshes.tp, plan.sequence_parallel, layout,
-                                      loss_parallel=self._loss_parallel)
+                self._relayout.update(apply_tensor_parallel(part, plan.placements, meshes.tp, plan.sequence_parallel,
+                                                            layout, loss_parallel=self._loss_parallel))
                 self._retie(part)
             if plan.ep > 1:
                 for path in experts:
@@ -405,7 +411,9 @@ class AutoParallelTrainer:
                 apply_data_parallel(part, layout, plan.zero, meshes.dense_dp, meshes.expert_dp if plan.ep > 1 else None,
                                     experts, mp)
             # each virtual stage draws from its own stream (seed + v): stages must not repeat weights
-            materialize(part, env.device, source, self._init_fn, None if seed is None else seed + v)
+            part_source = source if source is None or not self._relayout else {
+                k: self._relayout[k].to_trainer(t) if k in self._relayout else t for k, t in source.items()}
+            materialize(part, env.device, part_source, self._init_fn, None if seed is None else seed + v)
             self._retie(part)  # to_empty allocates one tensor per name: tied names must share again
             part.train()
         self._parts = parts
