@@ -196,6 +196,51 @@ def localize_fused(parent: nn.Module, child: str, tp: int) -> None:
     # gate/up cut by .chunk(2) halves the local output as it is
 
 
+@dataclass(frozen=True)
+class RouterAux:
+    """HF's MoE load-balancing loss, asked for by config.output_router_logits: `coef` times
+    load_balancing_loss_func over the router logits of every layer (output `index` of each `router`
+    module, the model's own OutputRecorder for "router_logits")."""
+
+    router: type
+    index: int
+    num_experts: int
+    top_k: int
+    coef: float
+
+
+def router_aux(model: nn.Module) -> RouterAux | None:
+    """The model's router auxiliary loss when its config turns it on (else None)."""
+    config = getattr(model, "config", None)
+    recorder = (getattr(model, "_can_record_outputs", None) or {}).get("router_logits")
+    if not getattr(config, "output_router_logits", False) or recorder is None:
+        return None
+    return RouterAux(router=recorder.target_class, index=int(getattr(recorder, "index", 0) or 0),
+                     num_experts=int(model.num_experts), top_k=int(model.num_experts_per_tok),
+                     coef=float(model.router_aux_loss_coef))
+
+
+def load_balance_terms(gate_logits: list[torch.Tensor], num_experts: int, top_k: int,
+                       attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The sums transformers' load_balancing_loss_func builds its loss from, over the given router
+    logits ([tokens, E] per layer): (expert selections [E], no gradient; router probabilities summed
+    over tokens [E]; token rows). Its loss is num_experts * sum(selections * probabilities) / rows^2;
+    the sums add up over data slices, so the loss of a global batch comes from their totals."""
+    device = gate_logits[0].device
+    counts = torch.zeros(num_experts, dtype=torch.float32, device=device)
+    probs = torch.zeros(num_experts, dtype=torch.float32, device=device)
+    rows = torch.zeros((), dtype=torch.float32, device=device)
+    flat = None if attention_mask is None else attention_mask.reshape(-1).to(device=device, dtype=torch.float32)
+    for gate in gate_logits:
+        weights = F.softmax(gate.to(device), dim=-1)
+        _, selected = torch.topk(weights, top_k, dim=-1)
+        w = torch.ones(weights.shape[0], device=device) if flat is None else flat
+        counts = counts.scatter_add(0, selected.reshape(-1), w.repeat_interleave(top_k))
+        probs = probs + (weights.float() * w.unsqueeze(-1)).sum(dim=0)
+        rows = rows + w.sum()
+    return counts.detach(), probs, rows
+
+
 def _get(model: nn.Module, path: str | None) -> nn.Module | None:
     from autoparallel.trainer.structure import get_submodule
 
