@@ -58,6 +58,9 @@ WORLD4: list[Config] = [
     # right padding under pipelining: the attention mask travels with each micro-batch to both stages
     Config("llama-pp2xdp2-masked", "llama", PP2DP2, masked=True),
     Config("llama4-pp2xdp2-interleaved", "llama4", {**PP2DP2, "vpp": 2, "micro_batch": 1}),
+    # pipeline stages with tensor parallelism: GPT-2's fused, transposed c_attn re-laid on each stage, the
+    # tied embedding split over the stages
+    Config("gpt2-pp2xtp2-sp", "gpt2", {"pp": 2, "tp": 2, "sp": True, "micro_batch": 4}),
     # router load-balancing loss (config.output_router_logits): its statistics span the global batch
     Config("mixtral-aux-ep2xdp2", "mixtral-aux", {**EP2DP2, "micro_batch": 2}),
     Config("qwen3moe-aux-dp2xtp2-sp-masked", "qwen3moe-aux", {**DP2TP2SP, "micro_batch": 4}, masked=True),
