@@ -180,6 +180,24 @@ def test_local_mode_hf_batches_and_token_weighting(masked):
     assert loss_rel <= 1e-5 and param_abs <= 1e-5, (loss_rel, param_abs)
 
 
+def test_router_aux_loss_in_local_mode():
+    """One process, the whole batch in one micro-batch: HF's loss with the router load-balancing term
+    (coef 0.1, about 0.2 of a ~5.0 loss: leaving it out misses by 4%), losses and final parameters
+    within 1e-5 of HF's own loop; with two micro-batches the balance statistic would not span the batch:
+    refused."""
+    model = HF.build("mixtral-aux")
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
+                                  plan=HF.make_plan(model, micro_batch=HF.ROWS))
+    losses = [trainer.step(b) for b in HF.batches(masked=True)]
+    ref_losses, ref_params = reference("mixtral-aux", True)
+    loss_rel, param_abs = _max_diffs(losses, trainer.full_state_dict(), ref_losses, ref_params)
+    assert loss_rel <= 1e-5 and param_abs <= 1e-5, (loss_rel, param_abs)
+    halves = AutoParallelTrainer(model, hardware=None, plan=HF.make_plan(model, micro_batch=HF.ROWS // 2))
+    with pytest.raises(UserError, match=r"one micro-batch per data-parallel rank .* set micro_batch to the rows per "
+                                        r"rank \(8\)"):
+        halves.step(HF.batches(1)[0])
+
+
 def test_attention_mask_in_batch_matches_hf():
     """A right-padded batch with attention_mask: same loss as HF's model(**batch).loss."""
     model = HF.build("qwen2")
