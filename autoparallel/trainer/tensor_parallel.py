@@ -22,6 +22,12 @@ Placement -> ParallelStyle (Megatron-LM layout, as torchtitan applies it to Llam
 
 Norms inside a tensor-parallel attention (qk-norm over head_dim) see only this rank's heads; they
 run as SequenceParallel on the head dim (torchtitan's qwen3 recipe) so their gradients are summed.
+
+A Linear that stores its weight transposed ([in, out]: transformers' Conv1D) takes the same roles
+with the shards on the transposed dims. A column-parallel fused projection (hf.fused_split: Phi-3's
+qkv_proj / gate_up_proj, GPT-2's c_attn) feeding a row-parallel sibling is sharded piece by piece:
+its rows are re-laid (Relayout) so that rank r's contiguous shard is [q_r, k_r, v_r], and its parent
+slices the local output with local sizes (hf.localize_fused).
 """
 
 from __future__ import annotations
