@@ -6,18 +6,19 @@ steps at lr 1e-3 (eps 1e-6, see test_trainer.py); the parallel run differs from 
 in summation order (tp partial sums, all-reduces, per-token loss sums), ~1e-7 relative per op, and
 Adam's update is bounded by lr per step, so order noise cannot grow past ~1e-6 in 3 steps.
 
-Matrix (one 4-process group, kept lean for CI): every model under at least one multi-dimensional
-plan, every plan kind with at least two models:
-  dp2 x tp2            llama, gpt2, phi3, mixtral
-  dp2 x tp2 + SP       qwen2, gemma, qwen3moe, llama (right padding with attention_mask, labels partly
-                       -100: HF's token weighting across micro-batches and data slices)
-  pp2 x dp2            llama, gpt2 (tied embedding split over stages), gemma, qwen3moe; 4-block llama
+Matrix (one 4-process group): Llama, Qwen2, GPT-2, Mixtral, Qwen3-MoE, Phi-3 and Gemma each under
+dp2 x tp2, dp2 x tp2 + SP, pp2 x dp2 and tp4, and ep2 x dp2 for the MoE models (Phi-3's fused qkv_proj /
+gate_up_proj and GPT-2's fused, transposed c_attn column-parallel piece by piece). Besides:
+  llama                right padding with attention_mask, labels partly -100 (HF's token weighting
+                       across micro-batches and data slices) under dp2 x tp2 + SP and pp2 x dp2; 4 blocks
                        interleaved (vpp 2)
-  tp4                  qwen2, phi3 (+ SP)
-  ep2 x dp2            mixtral, qwen3moe
-  ep2 x tp2 + SP       qwen2moe (shared expert split over tp inside the MoE branch)
-plus full / selective activation checkpointing (with ZeRO-3 expert units), resume across plans and
-save_pretrained exports.
+  gpt2                 pp2 x tp2 + SP (re-laid c_attn on each stage, tied embedding split over stages)
+  mixtral, qwen3moe    router load-balancing loss (ep2 x dp2; dp2 x tp2 + SP with padding); refused
+                       under pipelining
+  qwen2moe             ep2 x tp2 + SP (shared expert split over tp inside the MoE branch)
+  olmo2                attention kept whole (norms over all heads); a hand-written head split refused
+plus full / selective activation checkpointing (with ZeRO-3 expert units), meta-device models, resume
+across plans (fused weights re-laid for another tp included) and save_pretrained exports.
 """
 
 from __future__ import annotations
