@@ -152,3 +152,15 @@ def test_megatron_rule_keeps_attention_whole_when_a_norm_spans_all_heads():
     for leaf in ("q_proj", "k_proj", "v_proj", "o_proj"):
         assert p[f"model.layers.0.self_attn.{leaf}"] == "replicate", (leaf, p)
     assert p["model.layers.0.mlp.gate_proj"] == "colwise" and p["model.layers.0.mlp.down_proj"] == "rowwise"
+
+
+def test_fused_projection_is_sharded_only_in_whole_heads_of_every_piece():
+    """Phi-3's qkv_proj holds q (8 heads of 4), k and v (4 kv heads each): tp 4 gives every rank one
+    kv head and is legal for the sharding solver; tp 8 would cut kv heads and is illegal, with the
+    reason; a fused projection the tracer cannot split into pieces stays replicated (test_sharding)."""
+    solver = ShardingSolver(trace(HF.build("phi3"), batch=1, seq_len=16), make_cluster("h100-sxm", 8))
+    path = "model.layers.0.self_attn.qkv_proj"
+    legal4 = {c.placement: c.illegal for c in solver.choices(path, 4, False)}
+    assert legal4["colwise"] == ""
+    legal8 = {c.placement: c.illegal for c in solver.choices(path, 8, False)}
+    assert "pieces [32, 16, 16] (heads of 4), not each divisible by tp=8" in legal8["colwise"], legal8
