@@ -12,7 +12,12 @@ trainer and tracer run, `causal_lm_forward`, that
   meta device, so the tracer sees an op-level graph only on this path,
 * skips the pieces a pipeline stage does not hold (embeddings before the first stage, final norm and
   head after the last) and takes hidden states as its input on later stages,
-* returns logits (not a ModelOutput, no loss): the trainer computes HF's loss itself (`hf_labels`).
+* returns logits (not a ModelOutput, no loss): the trainer computes HF's loss itself (`hf_labels`,
+  and the MoE router's load-balancing term, `router_aux` / `load_balance_terms`).
+
+It also recognizes, by their interfaces, the layers tensor parallelism must treat specially: a Linear
+that stores its weight transposed (Conv1D: `transposed_linear`) and fused projections whose parent
+cuts the output into pieces (`fused_split`, `localize_fused`).
 
 Nothing here imports transformers: a model is recognized by its class hierarchy, so the package stays
 an optional extra (`pip install autoparallel[hf]`).
