@@ -12,7 +12,12 @@ trainer and tracer run, `causal_lm_forward`, that
   meta device, so the tracer sees an op-level graph only on this path,
 * skips the pieces a pipeline stage does not hold (embeddings before the first stage, final norm and
   head after the last) and takes hidden states as its input on later stages,
-* returns logits (not a ModelOutput, no loss): the trainer computes HF's loss itself (`hf_labels`).
+* returns logits (not a ModelOutput, no loss): the trainer computes HF's loss itself (`hf_labels`,
+  and the MoE router's load-balancing term, `router_aux` / `load_balance_terms`).
+
+It also recognizes, by their interfaces, the layers tensor parallelism must treat specially: a Linear
+that stores its weight transposed (Conv1D: `transposed_linear`) and fused projections whose parent
+cuts the output into pieces (`fused_split`, `localize_fused`).
 
 Nothing here imports transformers: a model is recognized by its class hierarchy, so the package stays
 an optional extra (`pip install autoparallel[hf]`).
@@ -20,6 +25,7 @@ an optional extra (`pip install autoparallel[hf]`).
 
 from __future__ import annotations
 
+import copy
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +105,145 @@ def _windows(config: object) -> tuple[int | None, bool]:
     if not window or (types is not None and "sliding_attention" not in types):
         return None, False
     return int(window), types is not None and any(t != "sliding_attention" for t in types)
+
+
+def transposed_linear(mod: nn.Module | None) -> tuple[int, int] | None:
+    """(in_features, out_features) of a Linear that stores its weight transposed, [in, out], and
+    computes x @ weight + bias: transformers' Conv1D (GPT-2's c_attn, c_fc, c_proj), recognized by its
+    interface (nx inputs, nf outputs, weight [nx, nf]) rather than its class. Tensor parallelism gives
+    it the colwise / rowwise roles of an nn.Linear with the shards on the transposed dims."""
+    nx, nf, weight = getattr(mod, "nx", None), getattr(mod, "nf", None), getattr(mod, "weight", None)
+    if (isinstance(nx, int) and isinstance(nf, int) and isinstance(weight, torch.Tensor)
+            and tuple(weight.shape) == (nx, nf)):
+        return nx, nf
+    return None
+
+
+def linear_features(mod: nn.Module | None) -> tuple[int, int] | None:
+    """(in_features, out_features) of an nn.Linear or a transposed one (Conv1D); None otherwise."""
+    if isinstance(mod, nn.Linear):
+        return mod.in_features, mod.out_features
+    return transposed_linear(mod)
+
+
+@dataclass(frozen=True)
+class FusedSplit:
+    """How a fused projection's output is cut by its parent's forward: `pieces` (sizes along the
+    output features, in order: q, k, v or gate, up), each made of whole `unit`s (head_dim for
+    attention). Under tensor parallelism each rank holds its 1/tp of every piece (Megatron's and
+    vLLM's QKVParallelLinear / MergedColumnParallelLinear layout), not a contiguous 1/tp of the rows."""
+
+    pieces: tuple[int, ...]
+    unit: int = 1
+
+    def divisible(self, tp: int) -> bool:
+        return all(p % (self.unit * tp) == 0 for p in self.pieces)
+
+    def rank_order(self, tp: int) -> torch.Tensor:
+        """Output-feature indices in the order whose contiguous tp chunks are each rank's slices of
+        every piece: rank r's chunk is [piece_0 slice r, piece_1 slice r, ...]."""
+        order, start = [], 0
+        starts = []
+        for p in self.pieces:
+            starts.append(start)
+            start += p
+        for r in range(tp):
+            for s, p in zip(starts, self.pieces, strict=True):
+                w = p // tp
+                order.append(torch.arange(s + r * w, s + (r + 1) * w))
+        return torch.cat(order)
+
+
+def fused_split(parent: nn.Module | None, child: str) -> FusedSplit | None:
+    """The split of `parent.<child>`'s output when the parent's forward cuts it into pieces that
+    tensor parallelism can localize (see localize_fused); None for any other module. Recognized by
+    the attributes the forward slices with (what the module does), for transformers' fused layouts:
+
+    * `split_size` (GPT-2's c_attn: q, k, v of split_size each, cut by .split(split_size)),
+    * `config.num_attention_heads`, `num_key_value_heads`, `head_dim` with an output of (H + 2 KV) *
+      head_dim (Phi-3's qkv_proj, sliced at H * head_dim and (H + KV) * head_dim),
+    * `config.intermediate_size` with an output of twice it and a down projection of it (Phi-3's
+      gate_up_proj, cut by .chunk(2)).
+    """
+    feats = linear_features(getattr(parent, child, None)) if parent is not None else None
+    if feats is None:
+        return None
+    out = feats[1]
+    split = getattr(parent, "split_size", None)
+    head_dim = getattr(parent, "head_dim", None)
+    if isinstance(split, int) and 0 < split < out and out % split == 0:
+        return FusedSplit((split,) * (out // split), head_dim if isinstance(head_dim, int) else 1)
+    config = getattr(parent, "config", None)
+    heads, kv = getattr(config, "num_attention_heads", None), getattr(parent, "num_key_value_heads", None)
+    if (isinstance(head_dim, int) and isinstance(heads, int) and isinstance(kv, int)
+            and out == (heads + 2 * kv) * head_dim and child.startswith("qkv")):
+        return FusedSplit((heads * head_dim, kv * head_dim, kv * head_dim), head_dim)
+    inter = getattr(config, "intermediate_size", None)
+    if isinstance(inter, int) and out == 2 * inter and "gate" in child:
+        return FusedSplit((inter, inter))
+    return None
+
+
+def localize_fused(parent: nn.Module, child: str, tp: int) -> None:
+    """Make the parent's forward (on a trainer's copy) cut the local output of its column-sharded fused
+    projection, which holds this rank's 1/tp of each piece: the sizes it slices with become local."""
+    split = getattr(parent, "split_size", None)
+    out = linear_features(getattr(parent, child))[1]
+    if isinstance(split, int) and 0 < split < out:
+        parent.split_size = split // tp
+        return
+    if child.startswith("qkv"):
+        config = copy.copy(parent.config)  # the parent's own copy: other modules keep the global sizes
+        config.num_attention_heads = parent.config.num_attention_heads // tp
+        config.num_key_value_heads = parent.num_key_value_heads // tp
+        parent.config = config
+        parent.num_key_value_heads //= tp
+    # gate/up cut by .chunk(2) halves the local output as it is
+
+
+@dataclass(frozen=True)
+class RouterAux:
+    """HF's MoE load-balancing loss, asked for by config.output_router_logits: `coef` times
+    load_balancing_loss_func over the router logits of every layer (output `index` of each `router`
+    module, the model's own OutputRecorder for "router_logits")."""
+
+    router: type
+    index: int
+    num_experts: int
+    top_k: int
+    coef: float
+
+
+def router_aux(model: nn.Module) -> RouterAux | None:
+    """The model's router auxiliary loss when its config turns it on (else None)."""
+    config = getattr(model, "config", None)
+    recorder = (getattr(model, "_can_record_outputs", None) or {}).get("router_logits")
+    if not getattr(config, "output_router_logits", False) or recorder is None:
+        return None
+    return RouterAux(router=recorder.target_class, index=int(getattr(recorder, "index", 0) or 0),
+                     num_experts=int(model.num_experts), top_k=int(model.num_experts_per_tok),
+                     coef=float(model.router_aux_loss_coef))
+
+
+def load_balance_terms(gate_logits: list[torch.Tensor], num_experts: int, top_k: int,
+                       attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The sums transformers' load_balancing_loss_func builds its loss from, over the given router
+    logits ([tokens, E] per layer): (expert selections [E], no gradient; router probabilities summed
+    over tokens [E]; token rows). Its loss is num_experts * sum(selections * probabilities) / rows^2;
+    the sums add up over data slices, so the loss of a global batch comes from their totals."""
+    device = gate_logits[0].device
+    counts = torch.zeros(num_experts, dtype=torch.float32, device=device)
+    probs = torch.zeros(num_experts, dtype=torch.float32, device=device)
+    rows = torch.zeros((), dtype=torch.float32, device=device)
+    flat = None if attention_mask is None else attention_mask.reshape(-1).to(device=device, dtype=torch.float32)
+    for gate in gate_logits:
+        weights = F.softmax(gate.to(device), dim=-1)
+        _, selected = torch.topk(weights, top_k, dim=-1)
+        w = torch.ones(weights.shape[0], device=device) if flat is None else flat
+        counts = counts.scatter_add(0, selected.reshape(-1), w.repeat_interleave(top_k))
+        probs = probs + (weights.float() * w.unsqueeze(-1)).sum(dim=0)
+        rows = rows + w.sum()
+    return counts.detach(), probs, rows
 
 
 def _get(model: nn.Module, path: str | None) -> nn.Module | None:

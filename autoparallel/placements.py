@@ -19,10 +19,13 @@ def megatron_placements(graph: OpGraph, sequence_parallel: bool = False) -> dict
     kinds = {path: op.kind for path, op in graph.parametric_ops.items()}
     preds, succs = _linked_through_head_norms(graph, kinds)
     fused = _fused_outputs(graph, kinds)
-    # A fused projection (Phi-3's qkv_proj / gate_up_proj) stays whole: a column split would cut
-    # across q/k/v (or gate/up) instead of heads; its consumers then see a whole input.
+    # A fused projection (Phi-3's qkv_proj / gate_up_proj, GPT-2's c_attn) whose pieces the tracer
+    # recognized is column-parallel piece by piece (each rank its slice of q, k and v: the trainer
+    # re-lays the rows); any other stays whole, since a contiguous column split would cut across
+    # q/k/v (or gate/up) instead of heads, and its consumers then see a whole input.
     for path in fused:
-        kinds[path] = "fused"
+        if not graph.parametric_ops[path].fused_pieces:
+            kinds[path] = "fused"
     experts = {p for p, k in kinds.items() if k == "experts"}
     out: dict[str, str] = {}
     for path, kind in sorted(kinds.items()):

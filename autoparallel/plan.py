@@ -7,7 +7,9 @@ the farthest apart. Dense (non-expert) parameters are replicated / FSDP-sharded 
 The batch is split over dp*ep ranks: global_batch = dp * ep * micro_batch * num_micro_batches.
 
 Placement values (module path -> value), applied by the trainer with DTensor:
-  colwise    Linear weight sharded on out_features (ColwiseParallel); output sharded on last dim
+  colwise    Linear weight sharded on out_features (ColwiseParallel); output sharded on last dim. A fused
+             projection (q/k/v, gate/up; ParamOp.fused_pieces) is sharded piece by piece: each rank
+             holds its slice of every piece. A Conv1D (weight [in, out]) shards its weight's dim 1
   rowwise    Linear weight sharded on in_features (RowwiseParallel); output partial -> reduced
   replicate  parameters replicated over tp
   vocab      Embedding sharded on num_embeddings (RowwiseParallel on an Embedding)

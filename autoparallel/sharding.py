@@ -82,8 +82,10 @@ Objective:
   F_g       roofline time of the non-parametric ops (attention core, activations, residual adds) of g.
 Legality: colwise needs out_features % t == 0 and, for attention projections (output viewed as
 [..., H, D]), H % t == 0 (GQA key/value heads counted on their own projections); rowwise needs
-in_features % t == 0; a Linear whose output is split (fused q/k/v) or that owns no ops of its own
-(nn.MultiheadAttention's out_proj) stays replicated; tied weights (LM head and token embedding) shard
+in_features % t == 0; a Linear whose output is split (fused q/k/v) stays replicated unless the tracer
+recognized its pieces (ParamOp.fused_pieces: Phi-3's qkv_proj / gate_up_proj, GPT-2's c_attn), which
+the trainer shards piece by piece (each piece, in whole heads, divisible by t); a Linear that owns no
+ops of its own (nn.MultiheadAttention's out_proj) stays replicated; tied weights (LM head and token embedding) shard
 the same dim; vocab needs the lookup indices to come from the batch (token ids: a position table indexed
 by arange stays replicated, as in Megatron-LM). The vocabulary dim is the exception to divisibility:
 the token embedding (vocab) and a Linear with one output per vocabulary row that feeds only the loss
@@ -277,8 +279,14 @@ def legal_modes(node: _Node, t: int, sp: bool) -> tuple[list[Mode], dict[str, st
                    "cannot be sharded on its own")
             return modes, {"colwise": why, "rowwise": why}
         out_f, in_f = op.out_features or 0, op.in_features or 0
-        if node.fused:
+        pieces, unit = op.fused_pieces, op.fused_unit
+        if node.fused and not pieces:
             illegal["colwise"] = f"its {out_f} outputs are split into several tensors (fused projection)"
+        elif node.fused and any(p % (unit * t) for p in pieces):
+            illegal["colwise"] = (f"it is a fused projection of pieces {list(pieces)}"
+                                  f"{f' (heads of {unit})' if unit > 1 else ''}, not each divisible by tp={t}")
+        elif node.fused:  # each rank takes its slice of every piece (q, k, v / gate, up)
+            modes.append(Mode("colwise", "colwise", "Rc", "S", True, True, shard_dim=0))
         elif out_f % t and not node.vocab_like:
             illegal["colwise"] = f"out_features={out_f} is not divisible by tp={t}"
         elif node.heads and node.heads % t:

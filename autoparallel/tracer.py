@@ -41,6 +41,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from autoparallel.errors import UserError
 from autoparallel.graph import ExpertGroup, OpGraph, ParamOp
+from autoparallel.hf import fused_split, linear_features
 from autoparallel.plan import fingerprint
 from autoparallel.replicate import ReplicationPlan, expand, plan_replication, reduced
 
@@ -642,8 +643,9 @@ class _Tracer:
 # ============================================================================ graph assembly
 def _classify(mod: nn.Module, own: dict[str, torch.Tensor]) -> tuple[str, int | None, int | None, int | None]:
     """(kind, in_features, out_features, num_experts) of a module owning parameters directly."""
-    if isinstance(mod, nn.Linear):
-        return "linear", mod.in_features, mod.out_features, None
+    feats = linear_features(mod)  # nn.Linear, or transformers' Conv1D (weight stored [in, out])
+    if feats is not None:
+        return "linear", feats[0], feats[1], None
     if isinstance(mod, nn.Embedding):
         return "embedding", mod.num_embeddings, mod.embedding_dim, None
     name = type(mod).__name__
@@ -681,10 +683,13 @@ def _fill_parameters(graph: OpGraph, model: nn.Module, blocks: list[str]) -> Non
         total += count
         total_bytes += nbytes
         kind, fin, fout, experts = _classify(mod, own)
+        parent, _, child = path.rpartition(".")
+        split = fused_split(model.get_submodule(parent), child) if kind == "linear" else None
         graph.parametric_ops[path] = ParamOp(
             path=path, kind=kind, module_class=type(mod).__name__, param_count=count, param_bytes=nbytes,
             shapes={n: tuple(int(d) for d in p.shape) for n, p in own.items()}, in_features=fin,
-            out_features=fout, num_experts=experts, block=block_of(path), tied=tied)
+            out_features=fout, num_experts=experts, block=block_of(path), tied=tied,
+            fused_pieces=split.pieces if split else (), fused_unit=split.unit if split else 1)
     graph.parameters = total
     graph.param_bytes = total_bytes
 

@@ -57,6 +57,10 @@ class ParamOp:
     num_experts: int | None = None     # experts only
     block: str | None = None           # the repeated block containing it, None for pre/post parts
     tied: dict[str, str] = field(default_factory=dict)
+    # a fused projection whose parent's forward cuts its output into these pieces (q, k, v; gate, up),
+    # each of whole `fused_unit`s, and which the trainer shards piece by piece; () for any other module
+    fused_pieces: tuple[int, ...] = ()
+    fused_unit: int = 1
 
 
 @dataclass(frozen=True)

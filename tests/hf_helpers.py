@@ -32,6 +32,10 @@ MODELS = ("llama", "qwen2", "gpt2", "mixtral", "qwen3moe", "phi3", "gemma")
 def config(name: str):
     import transformers as T
 
+    if name.endswith("-aux"):  # the MoE router's load-balancing loss added to the loss, as HF does
+        cfg = config(name.removesuffix("-aux"))
+        cfg.output_router_logits, cfg.router_aux_loss_coef = True, 0.1
+        return cfg
     if name == "llama":
         return T.LlamaConfig(**_KW)
     if name == "qwen2":

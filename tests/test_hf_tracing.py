@@ -74,25 +74,68 @@ def test_token_mixing_is_decided_by_the_graph_not_by_sizes():
     assert sum(flags[64]["model.layers.0"]) == 1  # attention, and only attention
 
 
-def test_plan_puts_megatron_layout_on_a_realistic_hf_llama_at_seq_equal_hidden():
-    """`plan` of an HF Llama at hidden 2048 (seq_len 2048 = hidden), tp pinned to 2: column -> row on
-    attention and MLP, vocab-parallel embedding, column-parallel head."""
+def _wide(name: str) -> nn.Module:
+    """A 2-layer model of the family at a realistic width (hidden 2048, 16 heads of 128, GQA 8 kv heads)."""
+    import transformers as T
+
+    kw = dict(vocab_size=32000, hidden_size=2048, intermediate_size=4096, num_hidden_layers=2, num_attention_heads=16,
+              num_key_value_heads=8, max_position_embeddings=4096, use_cache=False)
+    moe = dict(num_experts_per_tok=2)
+    cfg = {"llama": lambda: T.LlamaConfig(**kw), "qwen2": lambda: T.Qwen2Config(**kw),
+           "gemma": lambda: T.GemmaConfig(**kw, head_dim=128),
+           "phi3": lambda: T.Phi3Config(**kw, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+           "mixtral": lambda: T.MixtralConfig(**kw, num_local_experts=4, **moe),
+           "qwen3moe": lambda: T.Qwen3MoeConfig(**kw, moe_intermediate_size=1024, num_experts=4, head_dim=128, **moe),
+           "gpt2": lambda: T.GPT2Config(vocab_size=32000, n_embd=2048, n_layer=2, n_head=16, n_positions=4096,
+                                        use_cache=False)}[name]()
+    with torch.device("meta"):
+        return T.AutoModelForCausalLM.from_config(cfg)
+
+
+# Megatron's roles per family, block-relative: (column-parallel, row-parallel). The fused projections
+# (Phi-3's qkv_proj / gate_up_proj, GPT-2's c_attn) are column-parallel piece by piece; GPT-2's Conv1D
+# stores its weight transposed; MoE MLPs are expert groups.
+_ATTN = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+ROLES = {
+    **{m: (_ATTN + ("mlp.gate_proj", "mlp.up_proj"), ("self_attn.o_proj", "mlp.down_proj"))
+       for m in ("llama", "qwen2", "gemma")},
+    **{m: (_ATTN, ("self_attn.o_proj",)) for m in ("mixtral", "qwen3moe")},
+    "phi3": (("self_attn.qkv_proj", "mlp.gate_up_proj"), ("self_attn.o_proj", "mlp.down_proj")),
+    "gpt2": (("attn.c_attn", "mlp.c_fc"), ("attn.c_proj", "mlp.c_proj")),
+}
+
+
+@pytest.mark.parametrize("name", HF.MODELS)
+def test_plan_puts_megatron_layout_on_realistic_hf_models(name):
+    """`plan` of each family at hidden 2048, tp pinned to 2: column -> row on attention and MLP of every
+    block, vocab-parallel embedding, column-parallel head, experts expert-placed. Llama at seq_len 2048
+    = hidden (token mixing decided by the graph, not by sizes)."""
     import autoparallel
 
-    plan = autoparallel.plan(_llama(2048, vocab=32000), hardware="h100-sxm", gpus=8, global_batch=64, seq_len=2048,
-                             max_memory_per_gpu="80GB", fix={"tp": 2})
-    block = {k.removeprefix("model.layers.0."): v for k, v in plan.placements.items()
-             if k.startswith("model.layers.0.")}
-    for leaf in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"):
-        assert block[leaf] == "colwise", (leaf, block)
-    assert block["self_attn.o_proj"] == block["mlp.down_proj"] == "rowwise"
-    assert plan.placements["model.embed_tokens"] == "vocab" and plan.placements["lm_head"] == "colwise"
+    model = _wide(name)
+    plan = autoparallel.plan(model, hardware="h100-sxm", gpus=8, global_batch=64,
+                             seq_len=2048 if name == "llama" else 1024, max_memory_per_gpu="80GB", fix={"tp": 2})
+    cols, rows = ROLES[name]
+    prefix = "transformer.h" if name == "gpt2" else "model.layers"
+    for i in range(2):
+        block = {k.removeprefix(f"{prefix}.{i}."): v for k, v in plan.placements.items()
+                 if k.startswith(f"{prefix}.{i}.")}
+        assert all(block[c] == "colwise" for c in cols) and all(block[r] == "rowwise" for r in rows), block
+        assert all(v == "expert" for k, v in block.items() if k.endswith("experts")), block
+    embed = "transformer.wte" if name == "gpt2" else "model.embed_tokens"
+    assert plan.placements[embed] == "vocab" and plan.placements["lm_head"] == "colwise"
 
 
 def test_megatron_rule_on_fused_and_qk_normed_projections():
-    phi3 = megatron_placements(trace(HF.build("phi3"), batch=1, seq_len=16))
-    for leaf in ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"):
-        assert phi3[f"model.layers.0.{leaf}"] == "replicate", leaf  # a column split would cut across q/k/v
+    """Fused projections whose pieces the tracer recognized are column-parallel (the trainer shards them
+    piece by piece); qk-norms per head do not break the column -> row pair."""
+    graph = trace(HF.build("phi3"), batch=1, seq_len=16)
+    assert graph.parametric_ops["model.layers.0.self_attn.qkv_proj"].fused_pieces == (32, 16, 16)  # q, k, v
+    assert graph.parametric_ops["model.layers.0.mlp.gate_up_proj"].fused_pieces == (64, 64)         # gate, up
+    phi3 = megatron_placements(graph)
+    for leaf, role in (("self_attn.qkv_proj", "colwise"), ("self_attn.o_proj", "rowwise"),
+                       ("mlp.gate_up_proj", "colwise"), ("mlp.down_proj", "rowwise")):
+        assert phi3[f"model.layers.0.{leaf}"] == role, leaf
     assert phi3["model.embed_tokens"] == "vocab" and phi3["lm_head"] == "colwise"
     qwen3 = megatron_placements(trace(HF.build("qwen3moe"), batch=1, seq_len=16), sequence_parallel=True)
     attn = {k.removeprefix("model.layers.0.self_attn."): v for k, v in qwen3.items()
@@ -109,3 +152,15 @@ def test_megatron_rule_keeps_attention_whole_when_a_norm_spans_all_heads():
     for leaf in ("q_proj", "k_proj", "v_proj", "o_proj"):
         assert p[f"model.layers.0.self_attn.{leaf}"] == "replicate", (leaf, p)
     assert p["model.layers.0.mlp.gate_proj"] == "colwise" and p["model.layers.0.mlp.down_proj"] == "rowwise"
+
+
+def test_fused_projection_is_sharded_only_in_whole_heads_of_every_piece():
+    """Phi-3's qkv_proj holds q (8 heads of 4), k and v (4 kv heads each): tp 4 gives every rank one
+    kv head and is legal for the sharding solver; tp 8 would cut kv heads and is illegal, with the
+    reason; a fused projection the tracer cannot split into pieces stays replicated (test_sharding)."""
+    solver = ShardingSolver(trace(HF.build("phi3"), batch=1, seq_len=16), make_cluster("h100-sxm", 8))
+    path = "model.layers.0.self_attn.qkv_proj"
+    legal4 = {c.placement: c.illegal for c in solver.choices(path, 4, False)}
+    assert legal4["colwise"] == ""
+    legal8 = {c.placement: c.illegal for c in solver.choices(path, 8, False)}
+    assert "pieces [32, 16, 16] (heads of 4), not each divisible by tp=8" in legal8["colwise"], legal8

@@ -28,8 +28,10 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.tensor import DTensor
 
 from autoparallel.errors import UserError
+from autoparallel.trainer.materialize import fill_from_full
 from autoparallel.trainer.structure import clean_fqn
 
 
@@ -86,15 +88,36 @@ def _dcp_load(sd: dict[str, Any], path: str | Path) -> None:
                         f"this model?") from None
 
 
+def _relayout_entries(sd: dict[str, Any], relayout: dict[str, Any]) -> Iterator[tuple[dict, str, Any]]:
+    """(container, key, Relayout) of every saved tensor of a re-laid parameter: the parameter and its
+    optimizer state of the parameter's shape (exp_avg, ...; not Adam's scalar step)."""
+    for fqn, how in relayout.items():
+        if fqn in sd["model"]:
+            shape = tuple(sd["model"][fqn].shape)
+            yield sd["model"], fqn, how
+            for k, v in (sd["optim"].get(fqn) or {}).items():
+                if isinstance(v, torch.Tensor) and tuple(v.shape) == shape:
+                    yield sd["optim"][fqn], k, how
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
 def save(path: str | Path, parts: list[nn.Module], opts: list[torch.optim.Optimizer], ties: list[list[str]],
-         step: int, fp: str) -> None:
+         step: int, fp: str, relayout: dict[str, Any] | None = None) -> None:
+    """relayout: parameters held in another row order (fused projections under tp, see
+    tensor_parallel.Relayout): saved whole in the model's order, so the checkpoint is plan-independent
+    (a gather of those parameters and their optimizer state per save)."""
     sd, _ = _template(parts, opts, ties, step, fp)
+    for container, key, how in list(_relayout_entries(sd, relayout or {})):
+        container[key] = how.to_model(_full(container[key]))
     with _quiet():
         dcp.save(sd, checkpoint_id=str(path), no_dist=_no_dist())
 
 
 def load(path: str | Path, parts: list[nn.Module], opts: list[torch.optim.Optimizer], ties: list[list[str]],
-         fp: str) -> int:
+         fp: str, relayout: dict[str, Any] | None = None) -> int:
     """Load in place; returns the step count stored in the checkpoint."""
     if not Path(path).exists():
         raise UserError(f"checkpoint {path}: no such directory; pass a path written by save_checkpoint()")
@@ -104,7 +127,14 @@ def load(path: str | Path, parts: list[nn.Module], opts: list[torch.optim.Optimi
         raise UserError(f"checkpoint {path} was saved from another model (parameter fingerprint "
                         f"{head['trainer']['fingerprint']} != {fp}); load it into the model that wrote it")
     sd, per_part = _template(parts, opts, ties, 0, fp)
+    # re-laid parameters load whole, in the model's order, and are re-laid into their shards here
+    swapped = [(container, key, how, container[key]) for container, key, how in _relayout_entries(sd, relayout or {})]
+    for container, key, _how, live in swapped:
+        container[key] = torch.empty(tuple(live.shape), dtype=live.dtype, device=live.device)
     _dcp_load(sd, path)
+    for container, key, how, live in swapped:
+        fill_from_full(live, how.to_trainer(container[key]), key)
+        container[key] = live
     for part, opt, (msd, osd) in zip(parts, opts, per_part, strict=True):
         model_sd = {k: sd["model"][k] for k in msd}
         optim_sd = {"state": {k: sd["optim"][k] for k in osd["state"]}, "param_groups": osd["param_groups"]}

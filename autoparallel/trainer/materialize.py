@@ -100,7 +100,8 @@ def broadcast_source(source: dict[str, torch.Tensor], device: torch.device,
 
 
 @torch.no_grad()
-def _fill(target: torch.Tensor, full: torch.Tensor, name: str) -> None:
+def fill_from_full(target: torch.Tensor, full: torch.Tensor, name: str) -> None:
+    """Copy this rank's part of the full value `full` into `target` (a DTensor shard or a tensor)."""
     if isinstance(target, DTensor):
         if tuple(full.shape) != tuple(target.shape):
             raise UserError(f"parameter {name}: source shape {tuple(full.shape)} != {tuple(target.shape)}")
@@ -134,7 +135,7 @@ def materialize(part: nn.Module, device: torch.device, source: dict[str, torch.T
         for name, t in list(part.named_parameters()) + list(part.named_buffers()):
             key = clean_fqn(name)
             if key in source:
-                _fill(t, source[key], key)
+                fill_from_full(t, source[key], key)
             elif name not in real_buffers:
                 raise UserError(f"parameter {key} of the parallel model has no value in the source model")
         return

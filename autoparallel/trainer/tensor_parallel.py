@@ -22,14 +22,23 @@ Placement -> ParallelStyle (Megatron-LM layout, as torchtitan applies it to Llam
 
 Norms inside a tensor-parallel attention (qk-norm over head_dim) see only this rank's heads; they
 run as SequenceParallel on the head dim (torchtitan's qwen3 recipe) so their gradients are summed.
+
+A Linear that stores its weight transposed ([in, out]: transformers' Conv1D) takes the same roles
+with the shards on the transposed dims. A column-parallel fused projection (hf.fused_split: Phi-3's
+qkv_proj / gate_up_proj, GPT-2's c_attn) feeding a row-parallel sibling is sharded piece by piece:
+its rows are re-laid (Relayout) so that rank r's contiguous shard is [q_r, k_r, v_r], and its parent
+slices the local output with local sizes (hf.localize_fused).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     ParallelStyle,
@@ -40,6 +49,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from autoparallel.errors import UserError
+from autoparallel.hf import FusedSplit, fused_split, linear_features, localize_fused, transposed_linear
 from autoparallel.trainer.structure import ModelLayout, get_submodule
 
 _TP_KINDS = ("colwise", "rowwise", "vocab")
@@ -66,15 +76,14 @@ def _parent(path: str) -> str:
 
 
 def _check_divisible(path: str, mod: nn.Module, placement: str, tp: int) -> None:
+    feats = linear_features(mod)
+    if placement in ("colwise", "rowwise") and feats is None:
+        raise UserError(f"plan placement {placement} on {path}: {type(mod).__name__} is not an nn.Linear (or a "
+                        f"transposed one, transformers' Conv1D)")
     if placement == "colwise":
-        if not isinstance(mod, nn.Linear):
-            raise UserError(f"plan placement colwise on {path}: {type(mod).__name__} is not an nn.Linear")
-        n = mod.out_features
-        what = "out_features"
+        n, what = feats[1], "out_features"
     elif placement == "rowwise":
-        if not isinstance(mod, nn.Linear):
-            raise UserError(f"plan placement rowwise on {path}: {type(mod).__name__} is not an nn.Linear")
-        n, what = mod.in_features, "in_features"
+        n, what = feats[0], "in_features"
     else:
         if not isinstance(mod, nn.Embedding):
             raise UserError(f"plan placement vocab on {path}: {type(mod).__name__} is not an nn.Embedding")
@@ -90,9 +99,17 @@ def _check_heads(root: nn.Module, placements: dict[str, str], tp: int) -> None:
         parent = get_submodule(root, _parent(path))
         mod = get_submodule(root, path)
         head_dim = getattr(parent, "head_dim", None)
-        if placement != "colwise" or not isinstance(head_dim, int) or not isinstance(mod, nn.Linear):
+        feats = linear_features(mod)
+        if placement != "colwise" or not isinstance(head_dim, int) or feats is None:
             continue
-        heads = mod.out_features // head_dim
+        split = fused_split(parent, path.rpartition(".")[2])
+        if split is not None:  # each piece (q, k, v) splits whole heads
+            if not split.divisible(tp):
+                raise UserError(f"plan: {path} is a fused projection of pieces {list(split.pieces)} (heads of "
+                                f"{split.unit}); tensor parallelism gives each rank whole heads of every piece, so "
+                                f"pick a tp that divides each piece's (kv) head count")
+            continue
+        heads = feats[1] // head_dim
         if heads % tp:
             raise UserError(f"plan: {path} projects to {heads} attention heads, not divisible by tp={tp}; "
                             f"tensor parallelism splits whole heads, so pick a tp that divides the (kv) "
@@ -132,11 +149,15 @@ def lm_head_path(placements: dict[str, str], layout: ModelLayout) -> str | None:
 
 
 def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_mesh: DeviceMesh,
-                          sequence_parallel: bool, layout: ModelLayout, loss_parallel: bool = False) -> None:
+                          sequence_parallel: bool, layout: ModelLayout, loss_parallel: bool = False
+                          ) -> dict[str, Relayout]:
     """Parallelize `part` (the model or one pipeline stage of it) over `tp_mesh` per the plan.
 
     loss_parallel: the LM head keeps its logits vocab-sharded (a DTensor Shard(-1)) for
-    torch.distributed.tensor.parallel.loss_parallel(); otherwise they are gathered (Replicate)."""
+    torch.distributed.tensor.parallel.loss_parallel(); otherwise they are gathered (Replicate).
+    Returns the parameters whose rows the trainer holds in another order (fused projections, see
+    Relayout), by FQN."""
+    relayout: dict[str, Relayout] = {}
     tp = tp_mesh.size()
     head = lm_head_path(full_placements, layout) if loss_parallel else None
     placements = {p: v for p, v in full_placements.items() if get_submodule(part, p) is not None}
@@ -160,17 +181,22 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         seq_in = seq_layout(path)
         if v in _TP_KINDS and not _is_position_table(path, layout):
             _check_divisible(path, mod, v, tp)
+        transposed = transposed_linear(mod) is not None
         if v == "colwise":
+            colwise = _TransposedColwise if transposed else ColwiseParallel
             if path in colwise_paired:
-                styles[path] = ColwiseParallel(input_layouts=seq_in)
+                styles[path] = colwise(input_layouts=seq_in)
                 if isinstance(seq_in, Shard) and _parent(path):
                     gather_parents.add(_parent(path))
+                split = fused_split(get_submodule(part, _parent(path)), path.rpartition(".")[2])
+                if split is not None:
+                    relayout.update(_fused_relayout(part, path, split, tp, transposed))
             elif path == head:
-                styles[path] = ColwiseParallel(input_layouts=seq_in, output_layouts=Shard(-1), use_local_output=False)
+                styles[path] = colwise(input_layouts=seq_in, output_layouts=Shard(-1), use_local_output=False)
             else:
-                styles[path] = ColwiseParallel(input_layouts=seq_in, output_layouts=Replicate())
+                styles[path] = colwise(input_layouts=seq_in, output_layouts=Replicate())
         elif v == "rowwise":
-            styles[path] = RowwiseParallel(output_layouts=seq_in)
+            styles[path] = (_TransposedRowwise if transposed else RowwiseParallel)(output_layouts=seq_in)
         elif v == "vocab":
             if _is_position_table(path, layout):  # a few rows only: kept replicated (see docstring)
                 if sequence_parallel:
@@ -204,6 +230,73 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         if parent not in styles:
             get_submodule(part, parent).register_forward_pre_hook(_gather_sequence_pre_hook(tp_mesh), with_kwargs=True)
     parallelize_module(part, tp_mesh, styles)
+    return relayout
+
+
+@dataclass(frozen=True)
+class Relayout:
+    """A parameter whose rows (along `dim`) the trainer keeps in another order than the model's: a
+    column-parallel fused projection (q/k/v, gate/up) stored so that each tp rank's contiguous shard
+    is its slice of every piece. `order[i]` is the model's index of the trainer's row i. Every place
+    that exchanges values by name (materialization from the user's model, full_state_dict, export,
+    checkpoints) converts, so names, shapes and saved values stay the model's own."""
+
+    dim: int
+    order: torch.Tensor
+
+    def to_trainer(self, t: torch.Tensor) -> torch.Tensor:
+        return t.index_select(self.dim, self.order.to(t.device))
+
+    def to_model(self, t: torch.Tensor) -> torch.Tensor:
+        return t.index_select(self.dim, torch.argsort(self.order).to(t.device))
+
+
+def _fused_relayout(part: nn.Module, path: str, split: FusedSplit, tp: int, transposed: bool
+                    ) -> dict[str, Relayout]:
+    """Column-parallel fused projection: its rows are re-laid so that the contiguous Shard(0) of rank r
+    holds [q_r, k_r, v_r] (gate_r, up_r), and its parent's forward is made to cut that local output
+    (hf.localize_fused). The output-feature dim is the weight's 0 (Linear) or 1 (Conv1D), the bias's 0."""
+    parent, child = get_submodule(part, _parent(path)), path.rpartition(".")[2]
+    if not split.divisible(tp):
+        raise UserError(f"plan: {path} is a fused projection of pieces {list(split.pieces)} (units of {split.unit}); "
+                        f"each piece must divide by tp={tp}")
+    localize_fused(parent, child, tp)
+    order = split.rank_order(tp)
+    mod = get_submodule(part, path)
+    out = {f"{path}.weight": Relayout(1 if transposed else 0, order)}
+    if getattr(mod, "bias", None) is not None:
+        out[f"{path}.bias"] = Relayout(0, order)
+    return out
+
+
+def _distribute_params(module: nn.Module, mesh: DeviceMesh, layouts: dict[str, Shard | Replicate]) -> None:
+    for name, param in list(module.named_parameters(recurse=False)):
+        dist = distribute_tensor(param, mesh, [layouts[name]])
+        module.register_parameter(name, nn.Parameter(dist, requires_grad=param.requires_grad))
+
+
+class _TransposedColwise(ColwiseParallel):
+    """ColwiseParallel of a Linear whose weight is stored [in, out] (transformers' Conv1D): the output
+    features are the weight's dim 1 (and the bias's dim 0); inputs and outputs as for an nn.Linear."""
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        return distribute_module(
+            module, device_mesh, lambda _n, m, mesh: _distribute_params(m, mesh, {"weight": Shard(1), "bias": Shard(0)}),
+            partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
+            partial(self._prepare_output_fn, self.output_layouts, self.use_local_output))
+
+
+class _TransposedRowwise(RowwiseParallel):
+    """RowwiseParallel of a Conv1D: the input features are the weight's dim 0; the bias is replicated
+    (added once, after the partial sums)."""
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        self.desired_input_layouts = (Shard(-1),)
+        return distribute_module(
+            module, device_mesh,
+            lambda _n, m, mesh: _distribute_params(m, mesh, {"weight": Shard(0), "bias": Replicate()}),
+            partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
+            partial(self._prepare_output_fn, self.output_layouts, self.use_local_output))
 
 
 def _check_per_head(root: nn.Module, path: str, norm: nn.Module, placements: dict[str, str]) -> None:
@@ -212,8 +305,8 @@ def _check_per_head(root: nn.Module, path: str, norm: nn.Module, placements: dic
     width = next(norm.parameters()).numel()
     for p, v in placements.items():
         sibling = get_submodule(root, p)
-        if (v == "colwise" and _parent(p) == _parent(path) and isinstance(sibling, nn.Linear)
-                and sibling.out_features == width):
+        feats = linear_features(sibling)
+        if v == "colwise" and _parent(p) == _parent(path) and feats is not None and feats[1] == width:
             raise UserError(f"plan: norm {path} spans all heads of {p} (width {width}); a head split would "
                             f"normalize each rank's heads separately: place {_parent(path)}'s projections "
                             f"'replicate'")
@@ -229,8 +322,8 @@ def _inside_attention(root: nn.Module, path: str, placements: dict[str, str]) ->
         return False
     shape = getattr(modules[path], "normalized_shape", None)
     width = shape[-1] if shape else None
-    cols = [modules.get(p) for p, v in placements.items() if v == "colwise" and _parent(p) == parent]
-    return any(not isinstance(c, nn.Linear) or c.in_features != width for c in cols if c is not None)
+    cols = [linear_features(modules.get(p)) for p, v in placements.items() if v == "colwise" and _parent(p) == parent]
+    return any(c is None or c[0] != width for c in cols)
 
 
 class _GatherScatter(ParallelStyle):

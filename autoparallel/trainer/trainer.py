@@ -23,7 +23,16 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
 from autoparallel.errors import UserError
-from autoparallel.hf import IGNORE_INDEX, HFParts, hf_parts, install_forward, is_hf_causal_lm
+from autoparallel.hf import (
+    IGNORE_INDEX,
+    HFParts,
+    RouterAux,
+    hf_parts,
+    install_forward,
+    is_hf_causal_lm,
+    load_balance_terms,
+    router_aux,
+)
 from autoparallel.hf import init_weights as hf_init_weights
 from autoparallel.hf import save_pretrained as save_hf_pretrained
 from autoparallel.plan import Plan
@@ -59,7 +68,7 @@ from autoparallel.trainer.structure import (
     set_param,
     tie_groups,
 )
-from autoparallel.trainer.tensor_parallel import apply_tensor_parallel, lm_head_path
+from autoparallel.trainer.tensor_parallel import Relayout, apply_tensor_parallel, lm_head_path
 from autoparallel.units import parse_bytes
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -154,6 +163,9 @@ class AutoParallelTrainer:
         self._mixed_precision = mixed_precision
         self._compile = compile
         self._init_fn = init_fn if init_fn is not None or self._hf is None else hf_init_weights
+        # HF MoE router load-balancing loss (config.output_router_logits), added to the default loss
+        self._aux: RouterAux | None = router_aux(model) if self._hf is not None and loss_fn is None else None
+        self._router_logits: list[torch.Tensor] = []
         self._env: DistEnv = init_distributed(device_ids)
         self._plan: Plan | None = None
         self._meshes: Meshes | None = None
@@ -163,6 +175,7 @@ class AutoParallelTrainer:
         self._tie_sync: list[tuple[str, Any]] = []
         self._loss_parallel = False
         self._expert_modules: list[nn.Module] = []
+        self._relayout: dict[str, Relayout] = {}  # fused projections held in per-rank row order
         self._steps = 0
         self._pending = (global_batch_size, seq_len)  # planner inputs when the plan waits for a batch
         if plan is not None:
@@ -210,9 +223,13 @@ class AutoParallelTrainer:
         dp_ep = plan.dp * plan.ep
         n_micro = check_against_plan(b, plan.global_batch, dp_ep, plan.micro_batch, plan.pp > 1, plan.seq_len,
                                      plan.tp if plan.sequence_parallel else 1)
-        if b.attention_mask is not None and plan.pp > 1:
-            raise UserError("batch: attention_mask is not supported under pipeline parallelism (stages pass "
-                            "one tensor); pack sequences without padding or use a plan with pp=1")
+        if self._aux is not None and (plan.pp > 1 or n_micro > 1):
+            raise UserError(f"config.output_router_logits: the router load-balancing loss is computed over the "
+                            f"whole global batch (transformers' load_balancing_loss_func), which needs every "
+                            f"router's logits before any backward: it runs with one micro-batch per data-parallel "
+                            f"rank and no pipeline (this plan has pp={plan.pp}, {n_micro} micro-batches per rank); "
+                            f"set micro_batch to the rows per rank ({b.rows // dp_ep}) and pp=1, or set "
+                            f"output_router_logits=False")
         if self._default_loss:
             # HF's weighting: every valid token of the global batch counts once. Each micro-batch loss is
             # its token sum scaled so that the mean over micro-batches and dp*ep slices is sum / valid.
@@ -240,12 +257,14 @@ class AutoParallelTrainer:
     def save_checkpoint(self, path: str | Path) -> None:
         """Model, optimizer state and step count with torch.distributed.checkpoint (collective)."""
         self._require_plan("save_checkpoint")
-        ckpt.save(path, self.model_parts, self._optimizers, self._ties, self._steps, self._fingerprint)
+        ckpt.save(path, self.model_parts, self._optimizers, self._ties, self._steps, self._fingerprint,
+                  self._relayout)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Load a checkpoint written under any plan for this model (collective)."""
         self._require_plan("load_checkpoint")
-        self._steps = ckpt.load(path, self.model_parts, self._optimizers, self._ties, self._fingerprint)
+        self._steps = ckpt.load(path, self.model_parts, self._optimizers, self._ties, self._fingerprint,
+                                self._relayout)
 
     def save_pretrained(self, path: str | Path) -> None:
         """Export a Hugging Face model as a transformers checkpoint (collective): the full parameters
@@ -281,7 +300,10 @@ class AutoParallelTrainer:
         for part in self.model_parts:
             for name, p in part.named_parameters(remove_duplicate=False):
                 t = p.full_tensor() if isinstance(p, DTensor) else p
-                out[clean_fqn(name)] = t.detach().cpu().clone()
+                fqn = clean_fqn(name)
+                if fqn in self._relayout:
+                    t = self._relayout[fqn].to_model(t)
+                out[fqn] = t.detach().cpu().clone()
         return out
 
     # ---- planning ----------------------------------------------------------------------------
@@ -387,8 +409,8 @@ class AutoParallelTrainer:
                                and lm_head_path(plan.placements, layout) is not None)
         for v, part in parts:
             if tensor_parallel:
-                apply_tensor_parallel(part, plan.placements, meshes.tp, plan.sequence_parallel, layout,
-                                      loss_parallel=self._loss_parallel)
+                self._relayout.update(apply_tensor_parallel(part, plan.placements, meshes.tp, plan.sequence_parallel,
+                                                            layout, loss_parallel=self._loss_parallel))
                 self._retie(part)
             if plan.ep > 1:
                 for path in experts:
@@ -405,9 +427,15 @@ class AutoParallelTrainer:
                 apply_data_parallel(part, layout, plan.zero, meshes.dense_dp, meshes.expert_dp if plan.ep > 1 else None,
                                     experts, mp)
             # each virtual stage draws from its own stream (seed + v): stages must not repeat weights
-            materialize(part, env.device, source, self._init_fn, None if seed is None else seed + v)
+            part_source = source if source is None or not self._relayout else {
+                k: self._relayout[k].to_trainer(t) if k in self._relayout else t for k, t in source.items()}
+            materialize(part, env.device, part_source, self._init_fn, None if seed is None else seed + v)
             self._retie(part)  # to_empty allocates one tensor per name: tied names must share again
             part.train()
+            if self._aux is not None:
+                for mod in part.modules():
+                    if isinstance(mod, self._aux.router):
+                        mod.register_forward_hook(self._record_router_logits)
         self._parts = parts
         self._plan = plan
         self._expert_modules = [m for _, part in parts for m in (get_submodule(part, p) for p in experts)
@@ -420,6 +448,10 @@ class AutoParallelTrainer:
         self._autocast = (torch.autocast(env.device.type, dtype=to_dtype(plan.param_dtype, "param_dtype"))
                           if not env.distributed and to_dtype(plan.param_dtype, "param_dtype") != torch.float32
                           else None)
+
+    def _record_router_logits(self, _mod: nn.Module, _args: Any, out: Any) -> None:
+        # (a checkpointed block's recomputation in backward appends again: cleared at the next forward)
+        self._router_logits.append(out[self._aux.index] if isinstance(out, tuple) else out)
 
     def _retie(self, part: nn.Module) -> None:
         """Tensor parallelism replaced each module's parameters: point tied names at one DTensor again."""
@@ -523,13 +555,36 @@ class AutoParallelTrainer:
                 # zero 0/1: accumulate locally, reduce once; zero 2/3: reduce-scatter every micro-batch
                 model.set_requires_gradient_sync(i == n_micro - 1 or self.plan.zero >= 2)
             chunk = local.slice(i * mb, (i + 1) * mb)
+            self._router_logits.clear()
             with self._autocast or nullcontext():
                 out = model(chunk.inputs) if chunk.attention_mask is None else model(
                     chunk.inputs, attention_mask=chunk.attention_mask)
                 loss = self._micro_loss(out, chunk.labels)
+                if self._aux is not None:
+                    aux = self._router_aux_loss(chunk.attention_mask)
+                    if isinstance(loss, DTensor):  # loss_parallel: a replicated DTensor; aux is equal on the tp ranks
+                        aux = DTensor.from_local(aux, loss.device_mesh, loss.placements, run_check=False)
+                    loss = loss + aux
             (loss / n_micro).backward()
             total += _value(loss)
         return total / n_micro
+
+    def _router_aux_loss(self, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """This data slice's share of HF's load-balancing loss of the global batch: the selection
+        counts and token rows are summed over the data-parallel ranks (no gradient), the router
+        probabilities stay local, so the shares add up to coef * E * sum(counts * probs) / rows^2 over
+        the whole batch, as transformers computes it on one device. Times dp*ep: gradients are
+        averaged over the data-parallel ranks."""
+        aux, plan = self._aux, self.plan
+        if not self._router_logits:
+            raise UserError(f"config.output_router_logits: no {aux.router.__name__} ran in this forward")
+        counts, probs, rows = load_balance_terms(self._router_logits, aux.num_experts, aux.top_k, attention_mask)
+        self._router_logits.clear()
+        totals = torch.cat([counts, rows.reshape(1)])
+        if self._meshes is not None and plan.dp * plan.ep > 1:
+            dist.all_reduce(totals, group=self._meshes.dense_dp.get_group())
+        counts, rows = totals[:-1], totals[-1]
+        return aux.coef * plan.dp * plan.ep * aux.num_experts * (counts * probs).sum() / rows ** 2
 
     def _micro_loss(self, output: Any, labels: torch.Tensor) -> torch.Tensor:
         if self._user_loss is not None:
@@ -541,12 +596,16 @@ class AutoParallelTrainer:
         n_stages = self.plan.pp * self.plan.vpp
         first, last = 0 in stages, n_stages - 1 in stages
         losses: list[torch.Tensor] = []
+        # The attention mask is a keyword argument of every stage's forward: each rank's schedule cuts
+        # it into the same micro-batches as the inputs, so every stage sees its micro-batch's mask
+        # (activations alone travel between stages).
+        kwargs = {} if local.attention_mask is None else {"attention_mask": local.attention_mask}
         if first:
-            self._schedule.step(local.inputs, target=local.labels if last else None, losses=losses)
+            self._schedule.step(local.inputs, target=local.labels if last else None, losses=losses, **kwargs)
         elif last:
-            self._schedule.step(target=local.labels, losses=losses)
+            self._schedule.step(target=local.labels, losses=losses, **kwargs)
         else:
-            self._schedule.step()
+            self._schedule.step(**kwargs)
         if last:
             return torch.stack([_value(x) for x in losses]).mean()
         return torch.zeros((), device=self.device)
