@@ -156,10 +156,9 @@ def _describe(plan: Any) -> str:
             f"recompute {'/'.join(rec)}")
 
 
-def _selected(only: str | None) -> list[SweepConfig]:
-    if not only:
-        return CONFIGS
-    names = set(only.split(","))
+def _selected(only: str | None, skip: str | None = None) -> list[SweepConfig]:
+    names = set(only.split(",")) if only else {c.name for c in CONFIGS}
+    names -= set(skip.split(",")) if skip else set()
     return [c for c in CONFIGS if c.name in names]
 
 
@@ -212,7 +211,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from autoparallel import AutoParallelTrainer
     rank = int(os.environ.get("RANK", "0"))
     out = Path(args.out)
-    for cfg in _selected(args.only):
+    for cfg in _selected(args.only, args.skip):
         if cfg.gpus != args.gpus:
             continue
         rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus}
@@ -441,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--gpus", type=int, required=True)
     m.add_argument("--out", required=True)
     m.add_argument("--only", default=None)
+    m.add_argument("--skip", default=None, help="comma-separated configurations to leave out")
     m.add_argument("--warmup", type=int, default=3)
     m.add_argument("--steps", type=int, default=6)
     m.add_argument("--profile", action="store_true", help="profile one step of the configurations marked so")

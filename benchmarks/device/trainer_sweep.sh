@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
-# The trainer sweep of record on a lent two-H200 machine (device tool), in two calls of <= 10 minutes:
+# The trainer sweep of record on a lent two-H200 machine (device tool), in two calls of <= 10 minutes
+# on the same machine (the host terms describe its CPU):
 #   bash benchmarks/device/trainer_sweep.sh probes-single   # host probes (1 and 2 GPUs) + the 1-GPU sweep
-#   bash benchmarks/device/trainer_sweep.sh dist            # the 2-GPU sweep (1.3B, 350M GPT, MoE, 7B)
+#   bash benchmarks/device/trainer_sweep.sh dist            # the 2-GPU sweep (1.3B, 350M GPT, MoE; 7B alone)
 # Results land in $OUT; `python benchmarks/trainer_sweep.py fit/report` turn them into the docs on any CPU.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast off
 export PYTHONPATH="$PWD:${PYTHONPATH:-}"
 OUT=${OUT:-out}; mkdir -p "$OUT"
-python -c "import ortools" 2>/dev/null || pip install -q --no-deps .whl/*.whl >/dev/null 2>&1
-AP="python -m autoparallel.cli"
+python -c "import ortools" 2>/dev/null || python -m pip install -q --no-deps .whl/*.whl 2>&1 | grep -v WARNING
+quiet() { grep -v "^W1\|OMP_NUM\|^\[rank.\]:\[W\|_internal.py\|UserWarning\|warn_once\|If it is a" | cut -c1-300; }
 case "${1:-}" in
   probes-single)
-    $AP calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | tail -20
-    torchrun --nproc-per-node 2 -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | grep -v "^W1\|OMP_NUM" | tail -20
-    python benchmarks/trainer_sweep.py measure --gpus 1 --out "$OUT/single.jsonl" 2>&1 | cut -c1-300 | tail -40 ;;
+    python -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | quiet | tail -8
+    torchrun --nproc-per-node 2 -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | quiet | tail -9
+    python benchmarks/trainer_sweep.py measure --gpus 1 --out "$OUT/single.jsonl" 2>&1 | quiet | grep '^{' | cut -c1-160 ;;
   dist)
-    torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --out "$OUT/dist.jsonl" 2>&1 \
-      | grep -v "^W1\|OMP_NUM" | cut -c1-300 | tail -40 ;;
+    torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --out "$OUT/dist.jsonl" \
+      --skip 2g-llama7b-eager,2g-llama7b-compiled 2>&1 | quiet | grep '^{' | cut -c1-160
+    for c in 2g-llama7b-eager 2g-llama7b-compiled; do  # alone: after the others the allocator runs out
+      torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --only $c --out "$OUT/dist.jsonl" 2>&1 \
+        | quiet | grep '^{' | cut -c1-160
+    done ;;
   *) echo "usage: $0 probes-single|dist" >&2; exit 2 ;;
 esac
