@@ -20,7 +20,7 @@ def _bar(used: float, total: float) -> str:
 def _mesh_line(plan: Plan) -> str:
     span = plan.mesh_span()
     where = {"intra": "inside node", "inter": "across nodes"}
-    return "  ".join(f"{d}={plan.mesh_shape[d]} ({where[span[d]]})" for d in ("pp", "dp", "ep", "tp")
+    return "  ".join(f"{d}={plan.mesh_shape[d]} ({where[span[d]]})" for d in ("pp", "dp", "cp", "ep", "tp")
                      if plan.mesh_shape[d] > 1 or d == "dp")
 
 

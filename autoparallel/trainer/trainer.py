@@ -29,6 +29,7 @@ from autoparallel.hf import save_pretrained as save_hf_pretrained
 from autoparallel.plan import Plan
 from autoparallel.trainer import checkpoint as ckpt
 from autoparallel.trainer.batch import Batch, check_against_plan, parse_batch
+from autoparallel.trainer.context_parallel import check_cp_model, cp_context
 from autoparallel.trainer.data_parallel import apply_data_parallel, mixed_precision_policy, to_dtype
 from autoparallel.trainer.expert_parallel import apply_expert_parallel, scale_expert_grads
 from autoparallel.trainer.hardware import resolve_hardware
@@ -208,6 +209,8 @@ class AutoParallelTrainer:
             self._setup(self._make_plan(gb or b.rows, seq or b.seq_len))
         plan = self.plan
         dp_ep = plan.dp * plan.ep
+        if plan.cp > 1:
+            self._check_cp_batch(b, plan)
         n_micro = check_against_plan(b, plan.global_batch, dp_ep, plan.micro_batch, plan.pp > 1, plan.seq_len,
                                      plan.tp if plan.sequence_parallel else 1)
         if b.attention_mask is not None and plan.pp > 1:
@@ -215,11 +218,12 @@ class AutoParallelTrainer:
                             "one tensor); pack sequences without padding or use a plan with pp=1")
         if self._default_loss:
             # HF's weighting: every valid token of the global batch counts once. Each micro-batch loss is
-            # its token sum scaled so that the mean over micro-batches and dp*ep slices is sum / valid.
+            # its token sum scaled so that the mean over micro-batches and dp*cp*ep token slices (what the
+            # gradient reduction averages) is sum / valid.
             valid = int((b.labels != IGNORE_INDEX).sum())
             if valid == 0:
                 raise UserError("batch: every label is -100 (ignored); there is nothing to train on")
-            self._loss_scale = dp_ep * (plan.num_micro_batches if plan.pp > 1 else n_micro) / valid
+            self._loss_scale = dp_ep * plan.cp * (plan.num_micro_batches if plan.pp > 1 else n_micro) / valid
         rows = b.rows // dp_ep
         start = (self._meshes.data_rank if self._meshes is not None else 0) * rows
         local = b.slice(start, start + rows).to(self.device)
@@ -236,6 +240,18 @@ class AutoParallelTrainer:
             opt.zero_grad(set_to_none=True)
         self._steps += 1
         return self._global_loss(local_loss)
+
+    @staticmethod
+    def _check_cp_batch(b: Batch, plan: Plan) -> None:
+        if b.attention_mask is not None:
+            raise UserError(f"batch: attention_mask is not supported under context parallelism (cp={plan.cp}): ring "
+                            f"attention is causal only; pack sequences without padding or use cp=1")
+        if b.seq_len % (2 * plan.cp):
+            raise UserError(f"batch sequence length {b.seq_len} is not divisible by 2*cp = {2 * plan.cp} (causal load "
+                            f"balancing); pad or crop the sequences")
+        if plan.sequence_parallel and plan.tp > 1 and (b.seq_len // plan.cp) % plan.tp:
+            raise UserError(f"batch sequence length {b.seq_len}: each cp rank's {b.seq_len // plan.cp} tokens must "
+                            f"divide tp={plan.tp} for sequence parallelism; pad or crop the sequences")
 
     def save_checkpoint(self, path: str | Path) -> None:
         """Model, optimizer state and step count with torch.distributed.checkpoint (collective)."""
@@ -344,9 +360,14 @@ class AutoParallelTrainer:
         if plan.tp > 1 and not _splits_over_tp(plan) and env.rank == 0:
             warnings.warn(f"plan: tp={plan.tp} but every module is replicated; the {plan.tp} tp ranks compute the "
                           f"same thing (the planner found no split worth its communication)", stacklevel=4)
+        if plan.cp > 1:
+            if plan.pp > 1:
+                raise UserError(f"plan: cp={plan.cp} with pp={plan.pp}: the trainer does not run context parallelism "
+                                f"inside pipeline stages yet; re-plan with --fix pp=1 (or cp=1)")
+            check_cp_model(self._model, self._hf is not None, plan.cp)
         if plan.gpus != env.world_size:
-            raise UserError(f"plan is for {plan.gpus} processes (pp*dp*ep*tp = {plan.pp}*{plan.dp}*{plan.ep}*"
-                            f"{plan.tp}) but {env.world_size} are running; launch with `torchrun --nproc-per-node "
+            raise UserError(f"plan is for {plan.gpus} processes (pp*dp*cp*ep*tp = {plan.pp}*{plan.dp}*{plan.cp}*"
+                            f"{plan.ep}*{plan.tp}) but {env.world_size} are running; launch with `torchrun --nproc-per-node "
                             f"{plan.gpus}` or re-plan for {env.world_size}")
 
     def _expert_paths(self, plan: Plan) -> list[str]:
@@ -474,19 +495,20 @@ class AutoParallelTrainer:
                     return v % plan.pp
             return 0
 
-        mesh = meshes.world.mesh  # [pp, dp, ep, tp] global ranks
+        mesh = meshes.world.mesh  # [pp, dp, cp, ep, tp] global ranks
         for group in self._ties:
             holders = sorted({holder(n) for n in group})
             if len(holders) < 2:
                 continue
             mine = None
             for d in range(plan.dp):
-                for e in range(plan.ep):
-                    for t in range(plan.tp):
-                        ranks = [int(mesh[h, d, e, t]) for h in holders]
-                        pg = dist.new_group(ranks)
-                        if self._env.rank in ranks:
-                            mine = pg
+                for c in range(plan.cp):
+                    for e in range(plan.ep):
+                        for t in range(plan.tp):
+                            ranks = [int(mesh[h, d, c, e, t]) for h in holders]
+                            pg = dist.new_group(ranks)
+                            if self._env.rank in ranks:
+                                mine = pg
             local = {clean_fqn(n) for part in self.model_parts for n, _ in part.named_parameters(remove_duplicate=False)}
             name = next((n for n in group if n in local), None)
             if name is not None:
@@ -523,13 +545,27 @@ class AutoParallelTrainer:
                 # zero 0/1: accumulate locally, reduce once; zero 2/3: reduce-scatter every micro-batch
                 model.set_requires_gradient_sync(i == n_micro - 1 or self.plan.zero >= 2)
             chunk = local.slice(i * mb, (i + 1) * mb)
-            with self._autocast or nullcontext():
-                out = model(chunk.inputs) if chunk.attention_mask is None else model(
-                    chunk.inputs, attention_mask=chunk.attention_mask)
-                loss = self._micro_loss(out, chunk.labels)
-            (loss / n_micro).backward()
+            if self.plan.cp > 1:
+                loss = self._cp_micro_step(model, chunk, n_micro)
+            else:
+                with self._autocast or nullcontext():
+                    out = model(chunk.inputs) if chunk.attention_mask is None else model(
+                        chunk.inputs, attention_mask=chunk.attention_mask)
+                    loss = self._micro_loss(out, chunk.labels)
+                (loss / n_micro).backward()
             total += _value(loss)
         return total / n_micro
+
+    def _cp_micro_step(self, model: nn.Module, chunk: Batch, n_micro: int) -> torch.Tensor:
+        """Forward and backward of one micro-batch on this cp rank's load-balanced share of the sequence
+        (autoparallel/trainer/context_parallel.py): inputs, labels and positions are sharded alike."""
+        inputs, labels = chunk.inputs.clone(), chunk.labels.clone()  # owned: sharded in place
+        positions = torch.arange(chunk.seq_len, device=inputs.device)
+        with cp_context(self._meshes.cp, [inputs, labels, positions], [1, 1, 0]):
+            out = model(inputs, positions=positions)
+            loss = self._micro_loss(out, labels)
+            (loss / n_micro).backward()
+        return loss
 
     def _micro_loss(self, output: Any, labels: torch.Tensor) -> torch.Tensor:
         if self._user_loss is not None:
@@ -552,12 +588,12 @@ class AutoParallelTrainer:
         return torch.zeros((), device=self.device)
 
     def _global_loss(self, local_loss: torch.Tensor) -> float:
-        """Mean over dp*ep slices; counted once per slice (last pipeline stage, tp rank 0)."""
+        """Mean over dp*cp*ep token slices; counted once per slice (last pipeline stage, tp rank 0)."""
         if self._meshes is None:
             return float(local_loss)
         plan, meshes = self.plan, self._meshes
         counts = meshes.coordinate("pp") == plan.pp - 1 and meshes.coordinate("tp") == 0
-        value = (local_loss.detach().float() / (plan.dp * plan.ep)) if counts else torch.zeros((), device=self.device)
+        value = (local_loss.detach().float() / plan.dense_dp) if counts else torch.zeros((), device=self.device)
         value = value.to(self.device).reshape(1).clone()
         dist.all_reduce(value)
         return float(value)
