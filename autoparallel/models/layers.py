@@ -35,8 +35,9 @@ def rope_cos_sin(seq_len: int, head_dim: int, theta: float, device: torch.device
     rank's load-balanced chunks), in float32 (computed per forward: cheap, and no buffer to
     re-initialize after `to_empty`)."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
-    pos = torch.arange(seq_len, device=device) if positions is None else positions
-    angles = torch.outer(pos.to(device=device, dtype=torch.float32), inv_freq)
+    pos = (torch.arange(seq_len, device=device, dtype=torch.float32) if positions is None
+           else positions.to(device=device, dtype=torch.float32))
+    angles = torch.outer(pos, inv_freq)
     angles = torch.cat((angles, angles), dim=-1)  # HF "rotate_half" layout
     return angles.cos(), angles.sin()
 
