@@ -227,16 +227,16 @@ class CostModel:
         cp_comm_fwd = cp_comm_bwd = 0.0
         if cp > 1 and seg.attn_kv_bytes:
             cp_link = link_for(self.profile, cp_span)
-            kv = seg.attn_kv_bytes * b / (tp if seg.attn_sharded else 1)  # this rank's K/V chunk, all layers
-            for ops, t, k, phase_bytes in ((seg.fwd, fwd_t, "fwd", kv), (seg.bwd, bwd_t, "bwd", 2 * kv)):
-                attn = ops.op_class == CLASS_CODE[f"attention_{k}"]
-                n_attn = max(int(attn.sum()), 1)   # one ring per attention kernel (layer)
-                per_kernel = float(t[attn].sum()) / n_attn
-                exposed = n_attn * (ring_attention_time(per_kernel, phase_bytes / n_attn, cp, cp_link) - per_kernel)
-                if k == "fwd":
-                    cp_comm_fwd = exposed
-                else:
-                    cp_comm_bwd = exposed
+            kv = seg.attn_kv_bytes * b / (tp if seg.attn_sharded else 1)  # this rank's K/V chunks, all kernels
+
+            def ring_exposed(ops, times, phase: str, step_bytes: float) -> float:
+                attn = ops.op_class == CLASS_CODE[f"attention_{phase}"]
+                n = max(int(attn.sum()), 1)  # one ring per attention kernel (layer)
+                per_kernel = float(times[attn].sum()) / n
+                return n * (ring_attention_time(per_kernel, step_bytes / n, cp, cp_link) - per_kernel)
+
+            cp_comm_fwd = ring_exposed(seg.fwd, fwd_t, "fwd", kv)
+            cp_comm_bwd = ring_exposed(seg.bwd, bwd_t, "bwd", 2 * kv)  # K/V and their gradients
         fwd_s = fwd_t.sum() + tp_comm_fwd + ep_comm_fwd + cp_comm_fwd
         bwd_s = bwd_t.sum() + tp_comm_bwd + ep_comm_fwd + cp_comm_bwd
 

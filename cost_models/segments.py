@@ -29,7 +29,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_models.compute import CLASS_CODE, classify_node, copy_bytes_of, is_matmul, moved_bytes, saved_under_op_sac
+from cost_models.compute import (
+    CLASS_CODE,
+    classify_node,
+    copy_bytes_of,
+    is_matmul,
+    moved_bytes,
+    saved_under_op_sac,
+)
 from cost_models.graph import OpGraph
 
 SHARDING_PLACEMENTS = ("colwise", "rowwise", "vocab")
