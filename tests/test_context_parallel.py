@@ -30,6 +30,8 @@ CP4 = [
     Config("llama-cp2xtp2-zero3", "tiny-llama", {"cp": 2, "tp": 2, "zero": 3, "micro_batch": 2}),
     Config("gpt-cp2xdp2-zero3", "tiny-gpt", {"cp": 2, "dp": 2, "zero": 3, "micro_batch": 4}),
     Config("moe-cp2xep2", "tiny-moe", {"cp": 2, "ep": 2, "micro_batch": 2}),
+    Config("llama-cp2xpp2", "tiny-llama", {"cp": 2, "pp": 2, "micro_batch": 2}),
+    Config("gpt-cp2xpp2-interleaved", "tiny-gpt", {"cp": 2, "pp": 2, "vpp": 2, "micro_batch": 2}),
 ]
 
 

@@ -164,6 +164,8 @@ class AutoParallelTrainer:
         self._tie_sync: list[tuple[str, Any]] = []
         self._loss_parallel = False
         self._expert_modules: list[nn.Module] = []
+        # this step's cp-sharded positions, handed to every pipeline stage's forward (_inject_positions)
+        self._cp_positions: torch.Tensor | None = None
         self._steps = 0
         self._pending = (global_batch_size, seq_len)  # planner inputs when the plan waits for a batch
         if plan is not None:
@@ -361,9 +363,6 @@ class AutoParallelTrainer:
             warnings.warn(f"plan: tp={plan.tp} but every module is replicated; the {plan.tp} tp ranks compute the "
                           f"same thing (the planner found no split worth its communication)", stacklevel=4)
         if plan.cp > 1:
-            if plan.pp > 1:
-                raise UserError(f"plan: cp={plan.cp} with pp={plan.pp}: the trainer does not run context parallelism "
-                                f"inside pipeline stages yet; re-plan with --fix pp=1 (or cp=1)")
             check_cp_model(self._model, self._hf is not None, plan.cp)
         if plan.gpus != env.world_size:
             raise UserError(f"plan is for {plan.gpus} processes (pp*dp*cp*ep*tp = {plan.pp}*{plan.dp}*{plan.cp}*"
@@ -437,6 +436,9 @@ class AutoParallelTrainer:
         self._optimizers = [self._optimizer_factory([(clean_fqn(n), p) for n, p in part.named_parameters()])
                             for _, part in parts]
         if plan.pp > 1:
+            if plan.cp > 1:  # the schedule calls each stage with its input only: positions come by hook
+                for _, part in parts:
+                    part.register_forward_pre_hook(self._inject_positions, with_kwargs=True)
             self._schedule = build_schedule(parts, plan, meshes.pp, env.device, self._micro_loss)
         self._autocast = (torch.autocast(env.device.type, dtype=to_dtype(plan.param_dtype, "param_dtype"))
                           if not env.distributed and to_dtype(plan.param_dtype, "param_dtype") != torch.float32
@@ -572,7 +574,23 @@ class AutoParallelTrainer:
             return self._user_loss(_logits(output), labels)
         return _cross_entropy_sum(_logits(output), labels) * self._loss_scale
 
+    def _inject_positions(self, _mod: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        return args, {**kwargs, "positions": self._cp_positions}
+
     def _pipeline_step(self, local: Batch) -> torch.Tensor:
+        if self.plan.cp == 1:
+            return self._schedule_step(local)
+        # the whole slice's inputs, labels and positions sharded alike (context_parallel.py); the schedule
+        # cuts micro-batches along the rows, which the sequence sharding leaves whole
+        inputs, labels = local.inputs.clone(), local.labels.clone()
+        self._cp_positions = torch.arange(local.seq_len, device=inputs.device)
+        try:
+            with cp_context(self._meshes.cp, [inputs, labels, self._cp_positions], [1, 1, 0]):
+                return self._schedule_step(Batch(inputs, labels))
+        finally:
+            self._cp_positions = None
+
+    def _schedule_step(self, local: Batch) -> torch.Tensor:
         stages = [v for v, _ in self._parts]
         n_stages = self.plan.pp * self.plan.vpp
         first, last = 0 in stages, n_stages - 1 in stages
