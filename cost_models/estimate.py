@@ -198,7 +198,8 @@ class CostModel:
         activations scale by micro_batch / cp (the samples' worth of tokens a rank holds), and with causal
         load balancing so does its share of the seq x seq attention FLOPs; weights are read whole. The
         attention kernels run as a ring (comm.ring_attention_time): forward, the rank's K/V chunk passes
-        on at each of cp - 1 steps; backward, K/V and their gradients (twice the bytes).
+        on at each of cp - 1 steps; backward, K/V and their gradients, which torch's ring accumulates and
+        rotates in fp32 (its _cp_options.convert_to_f32), plus one last dK/dV return after the last step.
         """
         seg = self._segments[placements_key][name]
         b = float(micro_batch) / cp
@@ -229,14 +230,15 @@ class CostModel:
             cp_link = link_for(self.profile, cp_span)
             kv = seg.attn_kv_bytes * b / (tp if seg.attn_sharded else 1)  # this rank's K/V chunks, all kernels
 
-            def ring_exposed(ops, times, phase: str, step_bytes: float) -> float:
+            def ring_exposed(ops, times, phase: str, step_bytes: float, tail_bytes: float = 0.0) -> float:
                 attn = ops.op_class == CLASS_CODE[f"attention_{phase}"]
                 n = max(int(attn.sum()), 1)  # one ring per attention kernel (layer)
                 per_kernel = float(times[attn].sum()) / n
-                return n * (ring_attention_time(per_kernel, step_bytes / n, cp, cp_link) - per_kernel)
+                return n * (ring_attention_time(per_kernel, step_bytes / n, cp, cp_link, tail_bytes / n) - per_kernel)
 
+            dkv = kv * 4 / DTYPE_BYTES.get(self.dtype, 2)  # gradients of K/V, fp32 in torch's ring
             cp_comm_fwd = ring_exposed(seg.fwd, fwd_t, "fwd", kv)
-            cp_comm_bwd = ring_exposed(seg.bwd, bwd_t, "bwd", 2 * kv)  # K/V and their gradients
+            cp_comm_bwd = ring_exposed(seg.bwd, bwd_t, "bwd", kv + dkv, dkv)
         fwd_s = fwd_t.sum() + tp_comm_fwd + ep_comm_fwd + cp_comm_fwd
         bwd_s = bwd_t.sum() + tp_comm_bwd + ep_comm_fwd + cp_comm_bwd
 

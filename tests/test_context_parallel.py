@@ -103,6 +103,8 @@ def test_ring_attention_time_overlaps_each_step():
     assert ring_attention_time(8e-3, 1e6, 4, link) == pytest.approx(8e-3)
     # comm-bound: 4 steps of 0.1 ms; the first runs alone, the other 3 wait for their 1 ms exchange
     assert ring_attention_time(0.4e-3, 1e6, 4, link) == pytest.approx(0.1e-3 + 3 * t_kv)
+    # backward's last gradient return is never hidden
+    assert ring_attention_time(8e-3, 1e6, 4, link, tail_bytes=1e6) == pytest.approx(8e-3 + t_kv)
 
 
 @pytest.fixture(scope="module")

@@ -314,6 +314,11 @@ class AutoParallelTrainer:
         if "compile" not in fix and (self._compile is not None or env.device.type != "cuda"):
             # compile=True/False pins the planner; None lets it choose on a GPU (off the GPU: eager)
             fix["compile"] = bool(self._compile)
+        if "cp" not in fix:
+            try:
+                check_cp_model(self._model, self._hf is not None, 2)
+            except UserError:
+                fix["cp"] = 1  # the planner offers only what the trainer runs on this model
         plan = plan_model(self._model, hardware=profile, gpus=env.world_size, gpus_per_node=env.local_world_size,
                           global_batch=global_batch, seq_len=seq_len, max_memory_per_gpu=self._max_memory,
                           fix=fix)
