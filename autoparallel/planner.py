@@ -50,10 +50,11 @@ PIN_ALIASES = {"mb": "micro_batch", "sp": "sequence_parallel", "micro-batch": "m
 MAX_MICRO_BATCH = 64
 PARTIAL_MODES = ("selective", "op")   # recompute modes between none and full (StageModel.all_device_options)
 CLOSEST_MISSES = 256  # infeasible configurations fully estimated for the INFEASIBLE explanation
-# Fewest tokens per context-parallel rank the search considers: a ring step then attends a 2k-token query
-# chunk against a 2k-token K/V chunk, about the smallest flash-attention call that still runs near its
-# peak and can hide a K/V exchange (Llama 3 ran 8k per rank at 131k); smaller chunks only add configurations
-# the cost model would reject. A pin (--fix cp=N) is not bounded by it.
+# Fewest tokens per context-parallel rank the search considers (a bound on the space, not a cost: the
+# cost model prices every cp it sees). Below it a rank's load-balanced halves are < 2k-token chunks, whose
+# attention steps are short against a K/V exchange and whose per-op host floor grows with cp; Llama 3 ran
+# 8k per rank at 131k. It also keeps sequences up to 8k searching exactly the space they did before cp.
+# A pin (--fix cp=N) is not bounded by it.
 MIN_CP_TOKENS = 4096
 
 
