@@ -143,3 +143,31 @@ def test_planner_searches_and_pins_cp(llama_ctx):
     assert {c.cp for c in free.mesh_configs()} == {1, 2, 4, 8}   # 32768 / cp >= MIN_CP_TOKENS (4096)
     with pytest.raises(UserError, match="not divisible by 2\\*cp"):
         Planner(llama_ctx.graph, llama_ctx.cluster, 8, 32770, fix={"cp": 4}, cost_model=llama_ctx.cost_model)
+
+
+def test_cli_pins_and_shows_cp(capsys):
+    from autoparallel.cli import main
+
+    argv = ["llama3-8b", "--hardware", "h100-sxm", "--gpus", "16", "--global-batch", "8", "--seq-len", "32768"]
+    assert main(["plan", *argv, "--fix", "cp=2,tp=2,pp=1", "--top", "0", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "cp=2 (inside node)" in out and "dp=4" in out
+    assert main(["estimate", *argv, "--cp", "3"]) == 2      # 16 GPUs: one clear line, no traceback
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "--cp 3" in err and "Traceback" not in err
+
+
+def test_trainer_refuses_batches_cp_cannot_split():
+    from autoparallel.trainer.batch import Batch
+    from autoparallel.trainer.trainer import AutoParallelTrainer
+
+    plan = _plan(dp=2, cp=2, tp=2, sequence_parallel=True, seq_len=24)
+    tokens = torch.zeros(8, 24, dtype=torch.long)
+    check = AutoParallelTrainer._check_cp_batch
+    check(Batch(tokens[:, :16], tokens[:, :16]), plan)        # 16 = 4 chunks of 4; 8 tokens per rank / tp2
+    with pytest.raises(UserError, match="attention_mask"):
+        check(Batch(tokens, tokens, torch.ones_like(tokens)), plan)
+    with pytest.raises(UserError, match=r"not divisible by 2\*cp = 4"):
+        check(Batch(tokens[:, :18], tokens[:, :18]), plan)
+    with pytest.raises(UserError, match="must divide tp=4"):  # 12 tokens: 6 per cp rank, not a multiple of 4
+        check(Batch(tokens[:, :12], tokens[:, :12]), _plan(dp=1, cp=2, tp=4, sequence_parallel=True, seq_len=24))
