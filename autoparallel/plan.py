@@ -185,6 +185,9 @@ class Plan:
         if self.tp > 1 and not self.placements:
             raise UserError(f"plan: tp={self.tp} but no module is placed colwise, rowwise or vocab, so nothing "
                             f"would be split over the tp ranks; add placements or use tp=1")
+        if self.cp > 1 and self.sequence_parallel and self.tp > 1 and (self.seq_len // self.cp) % self.tp:
+            raise UserError(f"plan: each cp rank's {self.seq_len // self.cp} tokens must divide tp={self.tp} for "
+                            f"sequence parallelism; drop sequence_parallel or pick cp/tp that divide seq_len")
 
     def _validate_types(self) -> None:
         """Every field has its type and range (a hand-edited file may hold anything YAML can say)."""

@@ -299,6 +299,8 @@ class Planner:
                                 for sp in ((False, True) if tp > 1 else (False,)):
                                     if f.get("sequence_parallel", sp) != sp:
                                         continue
+                                    if sp and cp > 1 and (self.seq_len // cp) % tp:
+                                        continue  # SP splits each cp rank's tokens over tp (check_runnable)
                                     even = self.cm.vocab_splits_evenly(tp)
                                     if sp and (not even or tp in self._fallback_tp):
                                         # the trainer runs replicated vocab ends only without SP, and the
