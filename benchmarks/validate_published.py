@@ -6,7 +6,7 @@ shipped hardware profile, and compare predicted with measured throughput (tokens
 per GPU converted with the source's own FLOP convention) and, where reported, peak memory.
 
 No per-row settings: the only knobs are framework-wide runtime facts, all in FRAMEWORK_RUNTIME.
-Rows the cost model cannot express (fp8, context parallelism, torch.compile while the Plan has no
+Rows the cost model cannot express (fp8, context parallelism before Plan had cp, torch.compile while the Plan has no
 compile field, architectures outside the specs) are listed as skipped with the reason.
 
     PYTHONPATH=. python benchmarks/validate_published.py            # all rows; writes the doc + JSON
