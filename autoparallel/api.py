@@ -162,7 +162,7 @@ def plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_l
 
 
 # Explicit-plan options of `estimate` and their values when not given.
-ESTIMATE_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "ep": 1, "vpp": 1, "micro_batch": 1, "recompute": "none",
+ESTIMATE_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "vpp": 1, "micro_batch": 1, "recompute": "none",
                                      "zero": 0, "sequence_parallel": False, "grad_reduce_dtype": "fp32",
                                      "compile": False}
 
@@ -171,7 +171,7 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
                   max_memory_per_gpu: Any = None, gpus_per_node: int | None = None, plan_file: str | None = None,
                   cache: TraceCache | bool = True, progress: Progress = QUIET,
                   **options: Any) -> tuple[Estimate, Plan]:
-    """Predict one explicitly given plan (dp = gpus / (tp*pp*ep); `options` are ESTIMATE_DEFAULTS' keys,
+    """Predict one explicitly given plan (dp = gpus / (tp*pp*ep*cp); `options` are ESTIMATE_DEFAULTS' keys,
     None = not given), or a saved plan file, which then defines the mesh, seq_len and batch: an option
     given with a plan file, or a seq_len / global_batch that differs from the file's, is an error instead
     of a silent mix of the two."""
@@ -184,17 +184,19 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
         return _estimate_plan_file(model, hardware, gpus, global_batch, seq_len, max_memory_per_gpu,
                                    gpus_per_node, plan_file, given, cache, progress)
     o = {**ESTIMATE_DEFAULTS, **given}
-    for name in ("tp", "pp", "ep", "vpp", "micro_batch"):
+    for name in ("tp", "pp", "ep", "cp", "vpp", "micro_batch"):
         check_int(o[name], f"--{name.replace('_', '-')}", 1, MAX_GPUS if name != "micro_batch" else MAX_GLOBAL_BATCH)
-    tp, pp, ep = o["tp"], o["pp"], o["ep"]
+    tp, pp, ep, cp = o["tp"], o["pp"], o["ep"], o["cp"]
     check_int(gpus, "--gpus", 1, MAX_GPUS)
-    if gpus % (tp * pp * ep):
-        raise UserError(f"--tp {tp} x --pp {pp} x --ep {ep} = {tp * pp * ep} does not divide --gpus {gpus}")
+    if gpus % (tp * pp * ep * cp):
+        cp_part = f" x --cp {cp}" if cp > 1 else ""
+        raise UserError(f"--tp {tp} x --pp {pp} x --ep {ep}{cp_part} = {tp * pp * ep * cp} does not divide --gpus "
+                        f"{gpus}")
     seq_len = DEFAULT_SEQ_LEN if seq_len is None else seq_len
     ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, cache=cache, progress=progress)
     p = Plan(model=ctx.model_name, hardware=ctx.cluster.profile.name, gpus=gpus,
              gpus_per_node=ctx.cluster.devices_per_node, global_batch=global_batch, seq_len=seq_len,
-             dp=gpus // (tp * pp * ep), tp=tp, pp=pp, ep=ep, vpp=o["vpp"], micro_batch=o["micro_batch"],
+             dp=gpus // (tp * pp * ep * cp), tp=tp, pp=pp, ep=ep, cp=cp, vpp=o["vpp"], micro_batch=o["micro_batch"],
              zero=o["zero"], sequence_parallel=o["sequence_parallel"] and tp > 1,
              recompute=(o["recompute"],) * len(ctx.graph.blocks), grad_reduce_dtype=o["grad_reduce_dtype"],
              compile=bool(o["compile"]))

@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--tp", type=int, default=None)
     e.add_argument("--pp", type=int, default=None)
     e.add_argument("--ep", type=int, default=None)
+    e.add_argument("--cp", type=int, default=None, help="context parallel ranks per sequence (ring attention)")
     e.add_argument("--vpp", type=int, default=None)
     e.add_argument("--micro-batch", type=int, default=None)
     e.add_argument("--recompute", default=None, choices=list(RECOMPUTE_MODES))

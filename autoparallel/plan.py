@@ -1,10 +1,12 @@
 """The Plan: every decision the planner makes, in one serializable dataclass.
 
-Mesh convention (as torchtitan / Megatron-LM): world = pp * dp * ep * tp, mesh dims ordered
-("pp", "dp", "ep", "tp") outermost to innermost, so tp ranks are neighbours (inside a node) and pp
-the farthest apart. Dense (non-expert) parameters are replicated / FSDP-sharded over dp*ep ranks
-(every one of them sees different data); expert parameters are sharded ep-way and replicated over dp.
-The batch is split over dp*ep ranks: global_batch = dp * ep * micro_batch * num_micro_batches.
+Mesh convention (as torchtitan / Megatron-LM): world = pp * dp * cp * ep * tp, mesh dims ordered
+("pp", "dp", "cp", "ep", "tp") outermost to innermost, so tp ranks are neighbours (inside a node) and pp
+the farthest apart. Dense (non-expert) parameters are replicated / FSDP-sharded over dp*cp*ep ranks
+(every one of them sees different tokens: torchtitan's dp_shard_cp); expert parameters are sharded
+ep-way and replicated over dp*cp. The batch rows are split over dp*ep ranks: global_batch = dp * ep *
+micro_batch * num_micro_batches; context parallelism (cp) splits each sequence over cp ranks (ring
+attention, causal load balancing: each rank holds chunks i and 2cp-1-i of 2cp, so seq_len divides 2*cp).
 
 Placement values (module path -> value), applied by the trainer with DTensor:
   colwise    Linear weight sharded on out_features (ColwiseParallel); output sharded on last dim. A fused
@@ -41,7 +43,7 @@ from autoparallel.limits import (
 RECOMPUTE_MODES = ("none", "selective", "op", "full")  # the order of increasing recompute
 PLACEMENTS = ("colwise", "rowwise", "replicate", "vocab", "sequence", "expert")
 SCHEDULES = ("none", "1F1B", "Interleaved1F1B")
-MESH_DIMS = ("pp", "dp", "ep", "tp")
+MESH_DIMS = ("pp", "dp", "cp", "ep", "tp")
 TP_SHARDED = ("colwise", "rowwise", "vocab")  # placements that split a module over the tp ranks
 DTYPES = ("bf16", "fp16", "fp32")
 
@@ -59,6 +61,7 @@ class Plan:
     pp: int = 1
     ep: int = 1
     vpp: int = 1
+    cp: int = 1                           # context parallel: each sequence split over cp ranks (ring attention)
     micro_batch: int = 1
     zero: int = 0
     sequence_parallel: bool = False
@@ -75,6 +78,17 @@ class Plan:
         return self.global_batch // (self.dp * self.ep * self.micro_batch)
 
     @property
+    def dense_dp(self) -> int:
+        """Ranks over which dense parameters are replicated / sharded and their gradients reduced: every
+        rank that sees different tokens (dp * cp * ep)."""
+        return self.dp * self.cp * self.ep
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks over which an ep-sharded expert group is replicated (dp * cp)."""
+        return self.dp * self.cp
+
+    @property
     def schedule(self) -> str:
         if self.pp == 1:
             return "none"
@@ -82,13 +96,14 @@ class Plan:
 
     @property
     def mesh_shape(self) -> dict[str, int]:
-        return {"pp": self.pp, "dp": self.dp, "ep": self.ep, "tp": self.tp}
+        return {"pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep, "tp": self.tp}
 
     def __str__(self) -> str:
         """One screen a person reads: mesh, batch split, schedule, options, stages."""
         from collections import Counter
         span = self.mesh_span()
-        mesh = "  ".join(f"{d}={self.mesh_shape[d]} ({span[d]})" for d in MESH_DIMS)
+        # cp shows only when used: plans without context parallelism read as before
+        mesh = "  ".join(f"{d}={self.mesh_shape[d]} ({span[d]})" for d in MESH_DIMS if d != "cp" or self.cp > 1)
         rec = ", ".join(f"{k} x{v}" for k, v in sorted(Counter(self.recompute).items())) or "none"
         lines = [f"Plan for {self.model} on {self.gpus} x {self.hardware} ({self.gpus_per_node} per node)",
                  f"  mesh        {mesh}",
@@ -125,9 +140,14 @@ class Plan:
         """Raise UserError naming the first inconsistent field (a self-consistent plan, which the cost
         model can estimate; `check_runnable` adds what the trainer needs to run it)."""
         self._validate_types()
-        if self.dp * self.tp * self.pp * self.ep != self.gpus:
-            raise UserError(f"plan: dp*tp*pp*ep = {self.dp}*{self.tp}*{self.pp}*{self.ep} = "
-                            f"{self.dp * self.tp * self.pp * self.ep} does not equal gpus={self.gpus}")
+        if self.dp * self.tp * self.pp * self.ep * self.cp != self.gpus:
+            cp = f"*{self.cp}" if self.cp > 1 else ""
+            raise UserError(f"plan: dp*tp*pp*ep{'*cp' if cp else ''} = {self.dp}*{self.tp}*{self.pp}*{self.ep}{cp} = "
+                            f"{self.dp * self.tp * self.pp * self.ep * self.cp} does not equal gpus={self.gpus}")
+        if self.cp > 1 and self.seq_len % (2 * self.cp):
+            raise UserError(f"plan: seq_len {self.seq_len} is not divisible by 2*cp = {2 * self.cp}; causal load "
+                            f"balancing gives each of the cp ranks two of 2*cp equal chunks (pick cp so that "
+                            f"2*cp divides seq_len)")
         if self.global_batch % (self.dp * self.ep * self.micro_batch):
             raise UserError(f"plan: global batch {self.global_batch} is not divisible by "
                             f"dp*ep*micro_batch = {self.dp * self.ep * self.micro_batch}")
@@ -167,6 +187,9 @@ class Plan:
         if self.tp > 1 and not self.placements:
             raise UserError(f"plan: tp={self.tp} but no module is placed colwise, rowwise or vocab, so nothing "
                             f"would be split over the tp ranks; add placements or use tp=1")
+        if self.cp > 1 and self.sequence_parallel and self.tp > 1 and (self.seq_len // self.cp) % self.tp:
+            raise UserError(f"plan: each cp rank's {self.seq_len // self.cp} tokens must divide tp={self.tp} for "
+                            f"sequence parallelism; drop sequence_parallel or pick cp/tp that divide seq_len")
 
     def _validate_types(self) -> None:
         """Every field has its type and range (a hand-edited file may hold anything YAML can say)."""
@@ -175,7 +198,7 @@ class Plan:
                 raise UserError(f"plan: {name}={getattr(self, name)!r} must be a string")
         for name, hi in (("gpus", MAX_GPUS), ("gpus_per_node", MAX_GPUS), ("global_batch", MAX_GLOBAL_BATCH),
                          ("seq_len", MAX_SEQ_LEN), ("dp", MAX_GPUS), ("tp", MAX_GPUS), ("pp", MAX_GPUS),
-                         ("ep", MAX_GPUS), ("vpp", MAX_GPUS), ("micro_batch", MAX_GLOBAL_BATCH)):
+                         ("ep", MAX_GPUS), ("vpp", MAX_GPUS), ("cp", MAX_GPUS), ("micro_batch", MAX_GLOBAL_BATCH)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
                 raise UserError(f"plan: {name}={v!r} must be an integer in 1..{hi:,}")

@@ -43,13 +43,19 @@ from cost_models.estimate import (
 from hardware_profiles import Cluster
 
 RESOLUTION = 1e7  # CP-SAT works in integers: times and bytes in units of 1e-7 of their scale
-PIN_KEYS = ("tp", "pp", "dp", "ep", "vpp", "micro_batch", "zero", "sequence_parallel", "recompute",
+PIN_KEYS = ("tp", "pp", "dp", "ep", "cp", "vpp", "micro_batch", "zero", "sequence_parallel", "recompute",
             "grad_reduce_dtype", "compile")
 PIN_ALIASES = {"mb": "micro_batch", "sp": "sequence_parallel", "micro-batch": "micro_batch",
                "sequence-parallel": "sequence_parallel", "grad-reduce-dtype": "grad_reduce_dtype"}
 MAX_MICRO_BATCH = 64
 PARTIAL_MODES = ("selective", "op")   # recompute modes between none and full (StageModel.all_device_options)
 CLOSEST_MISSES = 256  # infeasible configurations fully estimated for the INFEASIBLE explanation
+# Fewest tokens per context-parallel rank the search considers (a bound on the space, not a cost: the
+# cost model prices every cp it sees). Below it a rank's load-balanced halves are < 2k-token chunks, whose
+# attention steps are short against a K/V exchange and whose per-op host floor grows with cp; Llama 3 ran
+# 8k per rank at 131k. It also keeps sequences up to 8k searching exactly the space they did before cp.
+# A pin (--fix cp=N) is not bounded by it.
+MIN_CP_TOKENS = 4096
 
 
 @dataclass(frozen=True)
@@ -63,9 +69,20 @@ class MeshConfig:
     zero: int
     sequence_parallel: bool
     grad_reduce_dtype: str
+    cp: int = 1
+
+    @property
+    def dense_dp(self) -> int:
+        """Plan.dense_dp: ranks that see different tokens (dense gradient reduction)."""
+        return self.dp * self.cp * self.ep
+
+    @property
+    def expert_dp(self) -> int:
+        return self.dp * self.cp
 
     def short(self) -> str:
         s = f"dp{self.dp} tp{self.tp} pp{self.pp}"
+        s += f" cp{self.cp}" if self.cp > 1 else ""
         s += f" ep{self.ep}" if self.ep > 1 else ""
         s += f" vpp{self.vpp}" if self.vpp > 1 else ""
         s += f" mb{self.micro_batch} zero{self.zero}" + (" sp" if self.sequence_parallel else "")
@@ -214,16 +231,23 @@ class Planner:
     def _check_pins(self) -> None:
         n, f = self.cluster.num_devices, self.fix
         prod = 1
-        for k in ("tp", "pp", "dp", "ep"):
+        for k in ("tp", "pp", "dp", "ep", "cp"):
             if k in f:
                 if n % f[k]:
                     raise UserError(f"pin {k}={f[k]} does not divide the {n} devices")
                 prod *= f[k]
         if n % prod:
-            raise UserError(f"pins {', '.join(f'{k}={f[k]}' for k in ('tp', 'pp', 'dp', 'ep') if k in f)} "
+            raise UserError(f"pins {', '.join(f'{k}={f[k]}' for k in ('tp', 'pp', 'dp', 'ep', 'cp') if k in f)} "
                             f"multiply to {prod}, which does not divide the {n} devices")
-        if all(k in f for k in ("tp", "pp", "dp", "ep")) and prod != n:
-            raise UserError(f"pins tp*pp*dp*ep = {prod} but the cluster has {n} devices")
+        if all(k in f for k in ("tp", "pp", "dp", "ep", "cp")) and prod != n:
+            raise UserError(f"pins tp*pp*dp*ep*cp = {prod} but the cluster has {n} devices")
+        if f.get("cp", 1) > 1:
+            if self.seq_len % (2 * f["cp"]):
+                raise UserError(f"pin cp={f['cp']}: seq_len {self.seq_len} is not divisible by 2*cp = {2 * f['cp']} "
+                                f"(causal load balancing); pick cp so that 2*cp divides the sequence length")
+            if not self.cm.has_fused_attention:
+                raise UserError(f"pin cp={f['cp']}: context parallelism needs fused attention "
+                                f"(scaled_dot_product_attention); this model's attention is eager")
         heads, kv = self.cm.heads, self.cm.kv_heads
         if "tp" in f and heads and (heads % f["tp"] or (kv and kv % f["tp"])):
             raise UserError(f"pin tp={f['tp']} does not divide the model's {heads} heads / {kv} kv heads")
@@ -251,10 +275,10 @@ class Planner:
             for pp in _divisors(n // tp):
                 if f.get("pp", pp) != pp or pp > L:
                     continue
-                for ep in _divisors(n // (tp * pp)):
+                for ep, cp in ((e, c) for e in _divisors(n // (tp * pp)) for c in self._cp_degrees(n // (tp * pp * e))):
                     if f.get("ep", ep) != ep or (ep > 1 and (not experts or experts % ep)):
                         continue
-                    dp = n // (tp * pp * ep)
+                    dp = n // (tp * pp * ep * cp)
                     if f.get("dp", dp) != dp or self.global_batch % (dp * ep):
                         continue
                     per_rank = self.global_batch // (dp * ep)
@@ -268,13 +292,15 @@ class Planner:
                             if f.get("vpp", vpp) != vpp or (vpp > 1 and m % pp) or vpp > 8:
                                 continue
                             for zero in range(4):
-                                if f.get("zero", zero) != zero or (zero > 0 and dp * ep == 1):
+                                if f.get("zero", zero) != zero or (zero > 0 and dp * cp * ep == 1):
                                     continue
-                                if "zero" not in f and self._zero_dominated(zero, dp * ep, m):
+                                if "zero" not in f and self._zero_dominated(zero, dp * cp * ep, m):
                                     continue
                                 for sp in ((False, True) if tp > 1 else (False,)):
                                     if f.get("sequence_parallel", sp) != sp:
                                         continue
+                                    if sp and cp > 1 and (self.seq_len // cp) % tp:
+                                        continue  # SP splits each cp rank's tokens over tp (check_runnable)
                                     even = self.cm.vocab_splits_evenly(tp)
                                     if sp and (not even or tp in self._fallback_tp):
                                         # the trainer runs replicated vocab ends only without SP, and the
@@ -286,7 +312,18 @@ class Planner:
                                     # fp32 gradient reduction unless pinned: bf16 is always cheaper under
                                     # the cost model but costs accuracy, a trade only the user can make
                                     gd = f.get("grad_reduce_dtype", "fp32")
-                                    yield MeshConfig(tp, pp, dp, ep, vpp, mb, zero, sp, gd)
+                                    yield MeshConfig(tp, pp, dp, ep, vpp, mb, zero, sp, gd, cp)
+
+    def _cp_degrees(self, n: int) -> list[int]:
+        """Context-parallel degrees dividing n: the pin, else 1 and every cp whose ranks keep at least
+        MIN_CP_TOKENS tokens each, with 2*cp dividing seq_len (causal load balancing), for models whose
+        attention is fused (the ring splits SDPA kernels)."""
+        if "cp" in self.fix:
+            return [self.fix["cp"]] if n % self.fix["cp"] == 0 else []
+        if self.seq_len < 2 * MIN_CP_TOKENS or not self.cm.has_fused_attention:
+            return [1]
+        return [c for c in _divisors(n) if c == 1 or (self.seq_len % (2 * c) == 0
+                                                      and self.seq_len // c >= MIN_CP_TOKENS)]
 
     @staticmethod
     def _zero_dominated(zero: int, d: int, m: int) -> bool:
@@ -308,7 +345,7 @@ class Planner:
     def base_plan(self, cfg: MeshConfig) -> Plan:
         return Plan(model=self.model_name, hardware=self.cluster.profile.name, gpus=self.cluster.num_devices,
                     gpus_per_node=self.cluster.devices_per_node, global_batch=self.global_batch,
-                    seq_len=self.seq_len, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, ep=cfg.ep, vpp=cfg.vpp,
+                    seq_len=self.seq_len, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, ep=cfg.ep, vpp=cfg.vpp, cp=cfg.cp,
                     micro_batch=cfg.micro_batch, zero=cfg.zero, sequence_parallel=cfg.sequence_parallel,
                     grad_reduce_dtype=cfg.grad_reduce_dtype, placements=self._placements(cfg),
                     model_fingerprint=getattr(self.graph, "fingerprint", "") or "",
@@ -359,19 +396,19 @@ class Planner:
     def p2p_time(self, plan: Plan, pp_span: str) -> float:
         """Send + receive of one stage boundary's activation, forward and backward [s]; it depends on
         tp, SP, the micro-batch and the pipeline link only, so configurations share it."""
-        key = (plan.tp, plan.sequence_parallel, plan.micro_batch, pp_span)
+        key = (plan.tp, plan.sequence_parallel, plan.micro_batch, plan.cp, pp_span)
         hit = self._p2p.get(key)
         if hit is None:
             hit = self._p2p[key] = self.cm.boundary_time(plan, pp_span)
         return hit
 
     def segment_cost(self, prefix: tuple, key: tuple, name: str, rc: str):
-        """CostModel.segment_cost for (tp, SP, ep, micro-batch, tp span, ep span) = prefix."""
+        """CostModel.segment_cost for (tp, SP, ep, micro-batch, tp span, ep span, cp, cp span) = prefix."""
         hit = self._costs.get((prefix, name, rc))
         if hit is None:
-            tp, sp, ep, mb, tp_span, ep_span = prefix
+            tp, sp, ep, mb, tp_span, ep_span, cp, cp_span = prefix
             hit = self._costs[prefix, name, rc] = self.cm.segment_cost(key, name, tp, ep, sp, mb, rc, tp_span, ep_span,
-                                                                       self.compile)
+                                                                       self.compile, cp, cp_span)
         return hit
 
     # ---- bounds -------------------------------------------------------------------------------------------
@@ -616,7 +653,7 @@ def _ties_matched(graph: OpGraph, placements: dict[str, str]) -> dict[str, str]:
 
 def _group_key(c: MeshConfig) -> tuple:
     """Configurations equal in all but vpp and ZeRO stage: they share block times, p2p time and m."""
-    return c.tp, c.pp, c.dp, c.ep, c.micro_batch, c.sequence_parallel, c.grad_reduce_dtype
+    return c.tp, c.pp, c.dp, c.ep, c.cp, c.micro_batch, c.sequence_parallel, c.grad_reduce_dtype
 
 
 def _min_max_blocks(ends: np.ndarray, t_block: float, blocks: int, v: int) -> float:
@@ -643,7 +680,8 @@ def _lower_hull(ks: np.ndarray, ts: np.ndarray) -> list[tuple[float, float]]:
 
 
 def MeshConfig_of(plan: Plan) -> tuple:
-    return (plan.dp, plan.tp, plan.pp, plan.ep, plan.vpp, plan.micro_batch, plan.zero, plan.sequence_parallel)
+    return (plan.dp, plan.tp, plan.pp, plan.ep, plan.vpp, plan.micro_batch, plan.zero, plan.sequence_parallel,
+            plan.cp)
 
 
 def why_slower(winner: Estimate, other: Estimate) -> str:
@@ -678,7 +716,8 @@ class StageModel:
         self.placements = self.plan0.placements
         self.segs, self.key = planner.segments_of(cfg.tp, self.sp, self.placements)
         self.span = self.plan0.mesh_span()
-        self._cost_prefix = (cfg.tp, self.sp, cfg.ep, cfg.micro_batch, self.span["tp"], self.span["ep"])
+        self._cost_prefix = (cfg.tp, self.sp, cfg.ep, cfg.micro_batch, self.span["tp"], self.span["ep"], cfg.cp,
+                             self.span["cp"])
         self.modes = [self.pl.fix["recompute"]] if "recompute" in self.pl.fix else list(RECOMPUTE_MODES)
         self.mem_unit = planner.budget / RESOLUTION   # bytes per integer unit
         self.p2p_per_virtual_stage = planner.p2p_time(self.plan0, self.span["pp"]) if cfg.pp > 1 else 0.0
@@ -714,8 +753,8 @@ class StageModel:
         c = self.cfg
         pb, gb = DTYPE_BYTES.get(self.plan0.param_dtype, 2), DTYPE_BYTES[c.grad_reduce_dtype]
         gb = gb if self.cm.grads_resident(self.m) else 0  # CostModel._memory's accounting
-        return (sum(model_state_bytes(1.0, c.zero, c.dp * c.ep, pb, gb)),
-                sum(model_state_bytes(1.0, c.zero, c.dp, pb, gb)))
+        return (sum(model_state_bytes(1.0, c.zero, c.dense_dp, pb, gb)),
+                sum(model_state_bytes(1.0, c.zero, c.expert_dp, pb, gb)))
 
     def fixed_memory(self, d: int) -> float:
         """Bytes on rank d independent of the partition: buffers and the ends' model states."""
@@ -754,15 +793,16 @@ class StageModel:
         c = self.cfg
         gb = DTYPE_BYTES[c.grad_reduce_dtype]
         pb = DTYPE_BYTES.get(self.plan0.param_dtype, 2)
-        dense_span = "inter" if "inter" in (self.span["dp"], self.span["ep"]) else "intra"
+        dense_span = "inter" if "inter" in (self.span["dp"], self.span["cp"], self.span["ep"]) else "intra"
+        exp_span = "inter" if "inter" in (self.span["dp"], self.span["cp"]) else "intra"
 
         def lin(d: int, span: str) -> tuple[float, float]:
             link, n = link_for(self.cm.profile, span), 1e9
             a = dp_sync_time(n, d, link, c.zero, self.m, gb, pb)
             slope = (dp_sync_time(2 * n, d, link, c.zero, self.m, gb, pb) - a) / n
             return slope, a - slope * n
-        ds, dc = lin(c.dp * c.ep, dense_span)
-        es, ec = lin(c.dp, self.span["dp"])
+        ds, dc = lin(c.dense_dp, dense_span)
+        es, ec = lin(c.expert_dp, exp_span)
         return ds, dc, es, ec
 
     def cover(self, sc) -> float:
@@ -1122,7 +1162,7 @@ class StageModel:
         c = self.cfg
         ds, _, es, _ = self.dp_time_linear()
         pa, pe = self.params_of(rep)
-        sync = ds * (pa - pe) + (es * pe if c.dp > 1 else 0.0)
+        sync = ds * (pa - pe) + (es * pe if c.expert_dp > 1 else 0.0)
         return sync, self.opt_time(rep), self.cover(self.cost(rep, "none"))
 
     def opt_time(self, name: str) -> float:
@@ -1153,8 +1193,8 @@ class StageModel:
         c, p = self.cfg, self.cfg.pp
         ds, dc, es, ec = self.dp_time_linear()
         time_ = self.ends_time(d, c.vpp)
-        sync = dc if c.dp * c.ep > 1 else 0.0
-        if c.dp > 1 and self.params_of(self.rep[self.classes[0]])[1] > 0:
+        sync = dc if c.dense_dp > 1 else 0.0
+        if c.expert_dp > 1 and self.params_of(self.rep[self.classes[0]])[1] > 0:
             sync += ec
         opt, cover = self.cm.host.step_s, 0.0   # the optimizer term carries the per-step host work
         for s, name in ((0, "pre"), (self.S - 1, "post")):
@@ -1300,8 +1340,8 @@ class StageModel:
             sync = 0
             opt = int(round(self.ns * self.cm.host.step_s))  # per-step host work (CostModel._data_parallel_time)
             overlap = 0
-            has_dense = (c.dp * c.ep) > 1
-            has_exp = c.dp > 1
+            has_dense = c.dense_dp > 1
+            has_exp = c.expert_dp > 1
             const = (dc if has_dense else 0.0)
             ends = [name for s, name in ((0, "pre"), (self.S - 1, "post")) if s % p == d]
             for name in ends:

@@ -20,7 +20,7 @@ def _bar(used: float, total: float) -> str:
 def _mesh_line(plan: Plan) -> str:
     span = plan.mesh_span()
     where = {"intra": "inside node", "inter": "across nodes"}
-    return "  ".join(f"{d}={plan.mesh_shape[d]} ({where[span[d]]})" for d in ("pp", "dp", "ep", "tp")
+    return "  ".join(f"{d}={plan.mesh_shape[d]} ({where[span[d]]})" for d in ("pp", "dp", "cp", "ep", "tp")
                      if plan.mesh_shape[d] > 1 or d == "dp")
 
 
@@ -66,7 +66,7 @@ def format_plan_result(result: Any, ctx: Any) -> str:
         tail = ["", "runners-up (why each lost)"]
         for i, c in enumerate(result.runners_up, 2):
             p = c.plan
-            desc = f"dp{p.dp} tp{p.tp} pp{p.pp}" + (f" ep{p.ep}" if p.ep > 1 else "") + \
+            desc = f"dp{p.dp} tp{p.tp} pp{p.pp}" + (f" cp{p.cp}" if p.cp > 1 else "") + (f" ep{p.ep}" if p.ep > 1 else "") + \
                 (f" vpp{p.vpp}" if p.vpp > 1 else "") + f" mb{p.micro_batch} zero{p.zero}" + \
                 (" sp" if p.sequence_parallel else "") + f" recompute {_recompute_line(p)}"
             tail.append(f"  {i}. {desc:60s} {c.estimate.step_time_s:.4g} s  ({c.why})")

@@ -6,7 +6,7 @@ shipped hardware profile, and compare predicted with measured throughput (tokens
 per GPU converted with the source's own FLOP convention) and, where reported, peak memory.
 
 No per-row settings: the only knobs are framework-wide runtime facts, all in FRAMEWORK_RUNTIME.
-Rows the cost model cannot express (fp8, context parallelism, torch.compile while the Plan has no
+Rows the cost model cannot express (fp8, context parallelism before Plan had cp, torch.compile while the Plan has no
 compile field, architectures outside the specs) are listed as skipped with the reason.
 
     PYTHONPATH=. python benchmarks/validate_published.py            # all rows; writes the doc + JSON
@@ -168,7 +168,7 @@ def build_plan(row: dict, spec: ModelSpec, placements: dict[str, str] | None = N
     rt = FRAMEWORK_RUNTIME[row["framework"]]
     plan = Plan(model=row["id"], hardware=row["hardware"], gpus=row["gpus"], gpus_per_node=row["gpus_per_node"],
                 global_batch=row["global_batch"], seq_len=row["seq_len"], dp=row["dp"], tp=row["tp"],
-                pp=row["pp"], ep=row["ep"], vpp=row["vpp"], micro_batch=row["micro_batch"], zero=row["zero"],
+                pp=row["pp"], ep=row["ep"], vpp=row["vpp"], cp=row["cp"], micro_batch=row["micro_batch"], zero=row["zero"],
                 sequence_parallel=rt.sequence_parallel and row["tp"] > 1,
                 recompute=recompute_per_block(row, spec.num_layers),
                 grad_reduce_dtype=rt.grad_reduce_dtype, param_dtype=rt.param_dtype,

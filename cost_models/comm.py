@@ -85,3 +85,21 @@ def all_to_all_time(size_bytes: float, n: int, link: Link) -> float:
 def send_recv_time(size_bytes: float, link: Link) -> float:
     """S/(B e) + a   [s]"""
     return collective_time("send_recv", size_bytes, 2, link)
+
+
+def ring_attention_time(compute_s: float, step_bytes: float, cp: int, link: Link, tail_bytes: float = 0.0) -> float:
+    """Ring attention over cp ranks (context parallelism) [s]: the rank's attention work compute_s runs
+    as cp equal steps (causal load balancing gives every step the same share), and during each of the
+    first cp - 1 steps the rank sends the chunk it holds (forward: K/V; backward: K/V and the dK/dV
+    accumulated so far) to the next rank and receives the previous rank's, overlapped with that step's
+    compute; backward then returns the dK/dV chunk once more after the last step, exposed (tail_bytes):
+
+        t = compute_s / cp + (cp - 1) * max(compute_s / cp, S / (B e) + a) + [T / (B e) + a]
+                                                               S = step_bytes, T = tail_bytes
+
+    so the exposed communication is (cp - 1) * max(0, S / (B e) + a - compute_s / cp) + the tail."""
+    if cp <= 1:
+        return compute_s
+    step = compute_s / cp
+    tail = send_recv_time(tail_bytes, link) if tail_bytes > 0 else 0.0
+    return step + (cp - 1) * max(step, send_recv_time(step_bytes, link)) + tail

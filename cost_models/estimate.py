@@ -35,6 +35,7 @@ from cost_models.comm import (
     all_to_all_time,
     link_for,
     reduce_scatter_time,
+    ring_attention_time,
     send_recv_time,
 )
 from cost_models.compute import (
@@ -83,6 +84,7 @@ class SegmentCost:
     flops_fwd: float        # per device
     flops_bwd: float
     flops_recompute: float
+    cp_comm_s: float = 0.0  # included in fwd_s + bwd_s (+ recompute_s): exposed ring-attention exchanges
 
     @property
     def total_s(self) -> float:
@@ -188,7 +190,8 @@ class CostModel:
 
     # ---- one segment ---------------------------------------------------------------------------------
     def _segment_cost(self, placements_key: tuple, name: str, tp: int, ep: int, sp: bool, micro_batch: int,
-                      recompute: str, tp_span: str, ep_span: str, compiled: bool = False) -> SegmentCost:
+                      recompute: str, tp_span: str, ep_span: str, compiled: bool = False, cp: int = 1,
+                      cp_span: str = "intra") -> SegmentCost:
         """Per-op roofline on the shard each device runs, plus exposed TP and EP collectives.
 
         Sharded ops run 1/tp of their FLOPs and bytes; replicated ops run whole, or on 1/tp of the
@@ -199,9 +202,16 @@ class CostModel:
         segment with its collectives; selective: the seq x seq attention core (Korthikanti et al.); op: every
         op whose outputs per-op selective checkpointing does not save, compute.OP_SAC_SAVED, whose
         outputs and the block input are what op keeps).
+
+        Context parallelism (cp > 1) gives each rank 1/cp of every sequence: per-token work, bytes and
+        activations scale by micro_batch / cp (the samples' worth of tokens a rank holds), and with causal
+        load balancing so does its share of the seq x seq attention FLOPs; weights are read whole. The
+        attention kernels run as a ring (comm.ring_attention_time): forward, the rank's K/V chunk passes
+        on at each of cp - 1 steps; backward, K/V and their gradients, which torch's ring accumulates and
+        rotates in fp32 (its _cp_options.convert_to_f32), plus one last dK/dV return after the last step.
         """
         seg = self._segments[placements_key][name]
-        b = float(micro_batch)
+        b = float(micro_batch) / cp
         # the trainer's host work around the ops (cost_models.host): per-op dispatch of DTensor and of per-op
         # checkpointing; the backward recomputes each checkpointed region
         h = self.host
@@ -238,8 +248,22 @@ class CostModel:
         # forward only, a gather's backward is a local slice
         gather = sum(all_gather_time(x * b, tp, tp_link) for x in seg.tp_gather_bytes) if tp > 1 else 0.0
         tp_comm_fwd += gather
-        fwd_s = fwd_t.sum() + tp_comm_fwd + ep_comm_fwd
-        bwd_s = bwd_t.sum() + tp_comm_bwd + ep_comm_fwd
+        cp_comm_fwd = cp_comm_bwd = 0.0
+        if cp > 1 and seg.attn_kv_bytes:
+            cp_link = link_for(self.profile, cp_span)
+            kv = seg.attn_kv_bytes * b / (tp if seg.attn_sharded else 1)  # this rank's K/V chunks, all kernels
+
+            def ring_exposed(ops, times, phase: str, step_bytes: float, tail_bytes: float = 0.0) -> float:
+                attn = ops.op_class == CLASS_CODE[f"attention_{phase}"]
+                n = max(int(attn.sum()), 1)  # one ring per attention kernel (layer)
+                per_kernel = float(times[attn].sum()) / n
+                return n * (ring_attention_time(per_kernel, step_bytes / n, cp, cp_link, tail_bytes / n) - per_kernel)
+
+            dkv = kv * 4 / DTYPE_BYTES.get(self.dtype, 2)  # gradients of K/V, fp32 in torch's ring
+            cp_comm_fwd = ring_exposed(seg.fwd, fwd_t, "fwd", kv)
+            cp_comm_bwd = ring_exposed(seg.bwd, bwd_t, "bwd", kv + dkv, dkv)
+        fwd_s = fwd_t.sum() + tp_comm_fwd + ep_comm_fwd + cp_comm_fwd
+        bwd_s = bwd_t.sum() + tp_comm_bwd + ep_comm_fwd + cp_comm_bwd
 
         saved = seg.fwd.saved_bytes * b / fwd_div
         act_all = float(saved.sum())
@@ -266,7 +290,8 @@ class CostModel:
             tp_comm_s=tp_comm_fwd + tp_comm_bwd + (tp_comm_fwd if recompute == "full" else 0.0),
             ep_comm_s=2 * ep_comm_fwd + (ep_comm_fwd if recompute == "full" else 0.0),
             act_bytes=act, working_bytes=working,
-            flops_fwd=float(fwd_flops.sum()), flops_bwd=float(bwd_flops.sum()), flops_recompute=rec_flops)
+            flops_fwd=float(fwd_flops.sum()), flops_bwd=float(bwd_flops.sum()), flops_recompute=rec_flops,
+            cp_comm_s=cp_comm_fwd + cp_comm_bwd + (cp_comm_fwd if recompute == "full" else 0.0))
 
     @staticmethod
     def _recomputed_ops(seg: Segment, recompute: str) -> int:
@@ -327,6 +352,10 @@ class CostModel:
             raise UserError(f"ep={plan.ep} but the model has no expert layers; use ep=1")
         if experts and experts % plan.ep:
             raise UserError(f"ep={plan.ep} does not divide the {experts} experts")
+        if plan.cp > 1 and not self.has_fused_attention:
+            raise UserError(f"cp={plan.cp} (context parallelism) needs fused attention (scaled_dot_product_attention), "
+                            f"which ring attention splits over the sequence; this model's attention is eager: use "
+                            f"attn_impl sdpa or cp=1")
         if plan.pp * plan.vpp > self.num_blocks:
             raise UserError(f"pp*vpp = {plan.pp * plan.vpp} virtual stages but the model has only "
                             f"{self.num_blocks} blocks")
@@ -356,6 +385,7 @@ class CostModel:
         agg = lambda key: sum(s[key] for s in stages) / p * m  # noqa: E731  (mean over stages, per step)
         breakdown = {
             "compute_s": agg("compute"), "tp_comm_s": agg("tp_comm"), "ep_comm_s": agg("ep_comm"),
+            "cp_comm_s": agg("cp_comm"),
             "recompute_s": agg("recompute"), "pp_p2p_s": agg("p2p"), "pipeline_bubble_s": bubble,
             "dp_comm_exposed_s": dp_exposed, "dp_comm_total_s": dp_total, "optimizer_s": opt,
         }
@@ -384,6 +414,12 @@ class CostModel:
                                 f"autoparallel.sharding.cost_model)")
             self._solved_placements[plan.tp, sp] = self._runnable(self.placement_solver(plan.tp, sp), plan.tp)
         return self._solved_placements[plan.tp, sp]
+
+    @property
+    def has_fused_attention(self) -> bool:
+        """Whether the blocks attend through fused SDPA kernels, which context parallelism rings."""
+        segs = self.segments({}, False)
+        return any(s.attn_kv_bytes > 0 for s in segs.values())
 
     def vocab_splits_evenly(self, tp: int) -> bool:
         """Whether the vocabulary divides tp. When it does not, the trainer keeps the embedding and LM
@@ -424,7 +460,7 @@ class CostModel:
         segs = self.segments(placements, sp)
         stages = []
         for d in range(p):
-            acc = dict(time=0.0, compute=0.0, tp_comm=0.0, ep_comm=0.0, recompute=0.0, p2p=0.0,
+            acc = dict(time=0.0, compute=0.0, tp_comm=0.0, ep_comm=0.0, cp_comm=0.0, recompute=0.0, p2p=0.0,
                        flops_model=0.0, flops_hw=0.0, bwd=0.0, fwd_bwd=0.0)
             act = working = 0.0
             dense = tp_params = expert = 0.0
@@ -433,14 +469,15 @@ class CostModel:
                     continue
                 for name, rc in seg_list:
                     c = self.segment_cost(key, name, plan.tp, plan.ep, sp, plan.micro_batch, rc,
-                                          span["tp"], span["ep"], plan.compile)
+                                          span["tp"], span["ep"], plan.compile, plan.cp, span["cp"])
                     acc["time"] += c.total_s
                     acc["bwd"] += c.bwd_s
                     acc["fwd_bwd"] += c.fwd_s + c.bwd_s
                     acc["tp_comm"] += c.tp_comm_s
                     acc["ep_comm"] += c.ep_comm_s
+                    acc["cp_comm"] += c.cp_comm_s
                     acc["recompute"] += c.recompute_s
-                    acc["compute"] += c.total_s - c.tp_comm_s - c.ep_comm_s - c.recompute_s
+                    acc["compute"] += c.total_s - c.tp_comm_s - c.ep_comm_s - c.cp_comm_s - c.recompute_s
                     acc["flops_model"] += c.flops_fwd + c.flops_bwd
                     acc["flops_hw"] += c.flops_fwd + c.flops_bwd + c.flops_recompute
                     act += c.act_bytes
@@ -478,10 +515,10 @@ class CostModel:
             2 * self.host.pipeline_action_s
 
     def _boundary_bytes(self, plan: Plan) -> float:
-        """Activation tensor crossing a stage boundary: the block input (b*s*h*2), /tp under SP."""
+        """Activation tensor crossing a stage boundary: the block input (b*s*h*2), /tp under SP, /cp."""
         segs = self.segments(self.placements_for(plan), plan.sequence_parallel and plan.tp > 1)
         block = self.block_rep(0)
-        return segs[block].input_bytes * plan.micro_batch / (plan.tp if plan.sequence_parallel else 1)
+        return segs[block].input_bytes * plan.micro_batch / (plan.tp if plan.sequence_parallel else 1) / plan.cp
 
     def _memory(self, plan: Plan, params: float, expert_params: float, act: float, working: float,
                 is_last: bool) -> dict[str, float]:
@@ -490,8 +527,8 @@ class CostModel:
         gb = DTYPE_BYTES.get(plan.grad_reduce_dtype, 4)
         dense = params - expert_params
         gb = gb if self.grads_resident(plan.num_micro_batches) else 0
-        pd, gd, od = model_state_bytes(dense, plan.zero, plan.dp * plan.ep, pb, gb)
-        pe, ge, oe = model_state_bytes(expert_params, plan.zero, plan.dp, pb, gb)
+        pd, gd, od = model_state_bytes(dense, plan.zero, plan.dense_dp, pb, gb)
+        pe, ge, oe = model_state_bytes(expert_params, plan.zero, plan.expert_dp, pb, gb)
         buffers = 0.0
         if plan.zero >= 3:  # gathered parameters of two blocks (current + prefetched), per device
             buffers += 2 * self.max_block_params(plan) * pb
@@ -515,8 +552,9 @@ class CostModel:
         return self.runtime == "megatron" or micro_batches > 1
 
     def logits_bytes(self, plan: Plan) -> float:
-        """fp32 logits and their gradient on the last stage (vocab-sharded under TP) [bytes]."""
-        return 2 * plan.micro_batch * plan.seq_len * self.vocab_size * 4 / plan.tp
+        """fp32 logits and their gradient on the last stage (vocab-sharded under TP, sequence-split under
+        CP) [bytes]."""
+        return 2 * plan.micro_batch * plan.seq_len * self.vocab_size * 4 / plan.tp / plan.cp
 
     def update_rate_per_micro_batch(self, micro_batches: int) -> float:
         """Update seconds per parameter and micro-batch of one rank with m micro-batches (bf16 parameters,
@@ -528,7 +566,7 @@ class CostModel:
         M_g + M_r per unit, with M_g = M all-gathers (2M under ZeRO-3) and M_r = M reduce-scatters under
         ZeRO 2/3, else 1 (compute.fsdp_update_time counts the same); none when one rank holds everything.
         The optimizer term carries it (linear in the units, so the planner adds it per block)."""
-        if plan.dp * plan.ep == 1 or not self.host.fsdp_collective_s:
+        if plan.dense_dp == 1 or not self.host.fsdp_collective_s:
             return 0.0
         m = plan.num_micro_batches
         per_unit = m * (2 if plan.zero >= 3 else 1) + (m if plan.zero >= 2 else 1)
@@ -537,7 +575,7 @@ class CostModel:
     def optimizer_seconds_per_param(self, plan: Plan) -> float:
         """Optimizer step + gradient accumulation per step, per parameter a rank holds [s]
         (compute.update_time; linear in the parameters, so the planner can use it per block)."""
-        return self._update_seconds(plan.dp * plan.ep, plan.zero, plan.num_micro_batches,
+        return self._update_seconds(plan.dense_dp, plan.zero, plan.num_micro_batches,
                                     DTYPE_BYTES.get(plan.param_dtype, 2), DTYPE_BYTES.get(plan.grad_reduce_dtype, 4))
 
     def _update_seconds(self, d: int, zero: int, micro_batches: int, pb: int, gb: int) -> float:
@@ -551,23 +589,24 @@ class CostModel:
     def _data_parallel_time(self, plan: Plan, stages: list[dict]) -> tuple[float, float, float]:
         """(exposed DP comm, total DP comm, optimizer step) per step, slowest stage [s].
 
-        Dense parameters sync over dp*ep ranks, expert parameters over dp ranks (`dp_sync_time`). The
+        Dense parameters sync over dp*cp*ep ranks, expert parameters over dp*cp ranks (`dp_sync_time`). The
         sync hides behind backward work (exposed = max(0, t_sync - t_cover)): the last micro-batch's
         backward for ZeRO-0/1, every micro-batch's backward for ZeRO-2, all forward and backward work
         for ZeRO-3; recompute is not counted as cover, so more recompute never buys less exposure.
         The optimizer step and the per-micro-batch gradient accumulation: compute.update_time.
         """
         span = plan.mesh_span()
-        d_dense, d_exp = plan.dp * plan.ep, plan.dp
+        d_dense, d_exp = plan.dense_dp, plan.expert_dp
         gb = DTYPE_BYTES.get(plan.grad_reduce_dtype, 4)
         pb = DTYPE_BYTES.get(plan.param_dtype, 2)
         m = plan.num_micro_batches
-        dense_span = "inter" if "inter" in (span["dp"], span["ep"]) else "intra"
+        dense_span = "inter" if "inter" in (span["dp"], span["cp"], span["ep"]) else "intra"
+        exp_span = "inter" if "inter" in (span["dp"], span["cp"]) else "intra"
         worst_exposed = worst_total = worst_opt = 0.0
         for s in stages:
             dense, exp = s["params"] - s["expert_params"], s["expert_params"]
             total = dp_sync_time(dense, d_dense, link_for(self.profile, dense_span), plan.zero, m, gb, pb) + \
-                dp_sync_time(exp, d_exp, link_for(self.profile, span["dp"]), plan.zero, m, gb, pb)
+                dp_sync_time(exp, d_exp, link_for(self.profile, exp_span), plan.zero, m, gb, pb)
             window = {0: s["bwd"], 1: s["bwd"], 2: s["bwd"] * m}.get(plan.zero, s["fwd_bwd"] * m)
             window = window if self.overlap_grad_sync else 0.0
             exposed = max(0.0, total - window)

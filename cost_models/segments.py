@@ -29,7 +29,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_models.compute import classify_node, copy_bytes_of, is_matmul, moved_bytes, saved_under_op_sac
+from cost_models.compute import (
+    CLASS_CODE,
+    classify_node,
+    copy_bytes_of,
+    is_matmul,
+    moved_bytes,
+    saved_under_op_sac,
+)
 from cost_models.graph import OpGraph
 
 SHARDING_PLACEMENTS = ("colwise", "rowwise", "vocab")
@@ -85,6 +92,10 @@ class Segment:
     expert_params: float = 0.0       # parameters sharded ep-way (replicated over tp)
     input_bytes: float = 0.0         # bytes of the segment's input activation, per sample
     num_experts: int = 0
+    # K and V inputs of the fused attention kernels (whole sequence, all kv heads), per sample: what a
+    # context-parallel ring passes around (estimate.ring_attention); attn_sharded: heads split over tp
+    attn_kv_bytes: float = 0.0
+    attn_sharded: bool = False
 
 
 def _digraph(graph: OpGraph):
@@ -215,11 +226,24 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
         )
         setattr(seg, phase, ops)
         if phase == "fwd":
+            attn = [(n, a) for n, a in zip(ids, attrs) if classify_node(a) == CLASS_CODE["attention_fwd"]]
+            seg.attn_kv_bytes = sum(_kv_bytes(a) for _, a in attn) * per_sample
+            seg.attn_sharded = any(sharded.get(n, False) for n, _ in attn)
             _collect_collectives(graph, seg, ids, placements, per_sample)
             if ids:
                 seg.input_bytes = _segment_input_bytes(graph, ids) * per_sample
     _count_params(graph, seg, name, placements)
     return seg
+
+
+def _kv_bytes(attrs: dict) -> float:
+    """K + V bytes of a fused attention op: its tensor inputs minus the query, whose shape and dtype
+    are those of the first output [B, H, S, D] (with GQA, K and V have fewer heads than Q)."""
+    shapes = attrs.get("out_shapes") or []
+    if not shapes:
+        return 0.0
+    q = math.prod(int(d) for d in shapes[0]) * _dtype_size((attrs.get("out_dtypes") or ["bfloat16"])[0])
+    return max(float(attrs.get("bytes_read", 0)) - q, 0.0)
 
 
 def _keep_under_selective(attrs: dict, seq_len: int, batch: int = 1) -> bool:

@@ -15,10 +15,10 @@ def _plan(**kw) -> Plan:
 
 
 @pytest.mark.parametrize("kw,expected", [
-    (dict(dp=4, tp=2, pp=8), {"pp": "inter", "dp": "intra", "ep": "intra", "tp": "intra"}),
-    (dict(dp=8, tp=8, pp=1), {"pp": "intra", "dp": "inter", "ep": "intra", "tp": "intra"}),
-    (dict(gpus=48, dp=1, tp=6, pp=8), {"pp": "inter", "dp": "intra", "ep": "intra", "tp": "inter"}),  # 6 straddles nodes
-    (dict(dp=2, ep=4, tp=1, pp=8), {"pp": "inter", "dp": "intra", "ep": "intra", "tp": "intra"}),
+    (dict(dp=4, tp=2, pp=8), {"pp": "inter", "dp": "intra", "cp": "intra", "ep": "intra", "tp": "intra"}),
+    (dict(dp=8, tp=8, pp=1), {"pp": "intra", "dp": "inter", "cp": "intra", "ep": "intra", "tp": "intra"}),
+    (dict(gpus=48, dp=1, tp=6, pp=8), {"pp": "inter", "dp": "intra", "cp": "intra", "ep": "intra", "tp": "inter"}),  # 6 straddles nodes
+    (dict(dp=2, ep=4, tp=1, pp=8), {"pp": "inter", "dp": "intra", "cp": "intra", "ep": "intra", "tp": "intra"}),
 ])
 def test_mesh_span(kw, expected):
     assert _plan(**kw).mesh_span() == expected

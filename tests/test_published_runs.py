@@ -54,7 +54,7 @@ def test_row_fields_and_source(row):
 def test_plan_builds_for_every_usable_row(row):
     spec = H.model_spec(row)
     plan = H.build_plan(row, spec)
-    assert plan.gpus == row["gpus"] and plan.dp * plan.tp * plan.pp * plan.ep == row["gpus"]
+    assert plan.gpus == row["gpus"] and plan.dp * plan.tp * plan.pp * plan.ep * plan.cp == row["gpus"]
     assert len(plan.recompute) == spec.num_layers
     assert plan.num_micro_batches * plan.dp * plan.ep * plan.micro_batch == row["global_batch"]
     assert H.measured_tokens_per_gpu(row, spec) > 0

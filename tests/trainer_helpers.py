@@ -136,7 +136,7 @@ def num_blocks(model: nn.Module) -> int:
     return len(model.layers) if hasattr(model, "layers") else len(model.blocks)
 
 
-def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: int = 1, vpp: int = 1,
+def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: int = 1, vpp: int = 1, cp: int = 1,
               micro_batch: int = 1, zero: int = 0, sp: bool = False, recompute: str = "none",
               stage_layers: tuple[int, ...] = (), global_batch: int = GLOBAL_BATCH,
               replicate_ends: bool = False) -> Plan:
@@ -148,8 +148,8 @@ def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: in
     if pp > 1 and not stage_layers:
         k = pp * vpp
         stage_layers = tuple(n // k + (1 if i < n % k else 0) for i in range(k))
-    return Plan(model=type(model).__name__, hardware="cpu", gpus=dp * tp * pp * ep, gpus_per_node=8,
-                global_batch=global_batch, seq_len=SEQ, dp=dp, tp=tp, pp=pp, ep=ep, vpp=vpp,
+    return Plan(model=type(model).__name__, hardware="cpu", gpus=dp * tp * pp * ep * cp, gpus_per_node=8,
+                global_batch=global_batch, seq_len=SEQ, dp=dp, tp=tp, pp=pp, ep=ep, vpp=vpp, cp=cp,
                 micro_batch=micro_batch, zero=zero, sequence_parallel=sp, recompute=(recompute,) * n,
                 stage_layers=stage_layers, grad_reduce_dtype="fp32", param_dtype="fp32",
                 placements=_ends_replicated(placements(model, sp), replicate_ends) if tp > 1 or ep > 1 else {},

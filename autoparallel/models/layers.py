@@ -29,11 +29,15 @@ def make_norm(spec: ModelSpec, dim: int) -> nn.Module:
     return nn.RMSNorm(dim, eps=spec.norm_eps)
 
 
-def rope_cos_sin(seq_len: int, head_dim: int, theta: float, device: torch.device) -> Rope:
-    """Rotary tables for positions 0..seq_len-1, in float32 (computed per forward: cheap, and no
-    buffer to re-initialize after `to_empty`)."""
+def rope_cos_sin(seq_len: int, head_dim: int, theta: float, device: torch.device,
+                 positions: torch.Tensor | None = None) -> Rope:
+    """Rotary tables for positions 0..seq_len-1 (or the given positions [S], e.g. a context-parallel
+    rank's load-balanced chunks), in float32 (computed per forward: cheap, and no buffer to
+    re-initialize after `to_empty`)."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
-    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    pos = (torch.arange(seq_len, device=device, dtype=torch.float32) if positions is None
+           else positions.to(device=device, dtype=torch.float32))
+    angles = torch.outer(pos, inv_freq)
     angles = torch.cat((angles, angles), dim=-1)  # HF "rotate_half" layout
     return angles.cos(), angles.sin()
 
@@ -194,19 +198,21 @@ class Transformer(nn.Module):
         if self.spec.tie_word_embeddings and self.tok_embeddings is not None and self.lm_head is not None:
             self.lm_head.weight = self.tok_embeddings.weight
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """positions [S]: the sequence positions of x's columns (default 0..S-1); context parallelism
+        passes each rank's load-balanced chunk positions."""
         S = x.shape[1]
         if self.tok_embeddings is not None:
             h = self.tok_embeddings(x)
             if self.pos_embeddings is not None:
-                h = h + self.pos_embeddings(torch.arange(S, device=x.device))
+                h = h + self.pos_embeddings(torch.arange(S, device=x.device) if positions is None else positions)
             if self.training and self.spec.dropout > 0:
                 h = dropout(h, self.spec.dropout)
         else:
             h = x
         rope = None
         if self.spec.family != "gpt":
-            rope = rope_cos_sin(S, self.spec.head_dim, self.spec.rope_theta, h.device)
+            rope = rope_cos_sin(S, self.spec.head_dim, self.spec.rope_theta, h.device, positions)
         for layer in self.layers.values():
             h = layer(h, rope)
         if self.norm is not None:

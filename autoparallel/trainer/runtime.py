@@ -1,4 +1,4 @@
-"""Where the trainer runs: ranks, device, backend and the ("pp","dp","ep","tp") DeviceMesh.
+"""Where the trainer runs: ranks, device, backend and the ("pp","dp","cp","ep","tp") DeviceMesh.
 
 Everything comes from the environment, as torchrun sets it (RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR/PORT): an accelerator when one is present (cuda + nccl), else the CPU
@@ -102,9 +102,11 @@ def init_distributed(device_ids: list[int] | None = None) -> DistEnv:
 class Meshes:
     """The world mesh and the sub-meshes each parallelism uses (all from one root, as FSDP2+TP need).
 
-    dense_dp  ("dp","ep") flattened: dense parameters are replicated / sharded over every rank that
-              sees different data.
-    expert_dp "dp": expert parameters are already split ep-way, so only dp replicates them.
+    dense_dp  ("dp","cp","ep") flattened: dense parameters are replicated / sharded over every rank
+              that sees different tokens (torchtitan's dp_shard_cp, with ep folded in).
+    expert_dp ("dp","cp") flattened: expert parameters are already split ep-way, so only dp*cp
+              replicates them.
+    cp        the context-parallel ring (one sequence's chunks).
     """
 
     world: DeviceMesh
@@ -113,6 +115,7 @@ class Meshes:
     expert_dp: DeviceMesh
     ep: DeviceMesh
     tp: DeviceMesh
+    cp: DeviceMesh
 
     def coordinate(self, dim: str) -> int:
         return self.world.get_local_rank(dim)
@@ -126,6 +129,7 @@ class Meshes:
 def build_meshes(env: DistEnv, plan: Plan) -> Meshes:
     shape = tuple(plan.mesh_shape[d] for d in MESH_DIMS)
     world = init_device_mesh(env.device.type, shape, mesh_dim_names=MESH_DIMS)
-    dense_dp = world["dp", "ep"]._flatten("dp_ep")
-    return Meshes(world=world, pp=world["pp"], dense_dp=dense_dp, expert_dp=world["dp"], ep=world["ep"],
-                  tp=world["tp"])
+    dense_dp = world["dp", "cp", "ep"]._flatten("dp_cp_ep")
+    expert_dp = world["dp", "cp"]._flatten("dp_cp") if plan.cp > 1 else world["dp"]
+    return Meshes(world=world, pp=world["pp"], dense_dp=dense_dp, expert_dp=expert_dp, ep=world["ep"],
+                  tp=world["tp"], cp=world["cp"])

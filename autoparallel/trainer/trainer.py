@@ -38,6 +38,7 @@ from autoparallel.hf import save_pretrained as save_hf_pretrained
 from autoparallel.plan import Plan
 from autoparallel.trainer import checkpoint as ckpt
 from autoparallel.trainer.batch import Batch, check_against_plan, parse_batch
+from autoparallel.trainer.context_parallel import check_cp_model, cp_context
 from autoparallel.trainer.data_parallel import apply_data_parallel, mixed_precision_policy, to_dtype
 from autoparallel.trainer.expert_parallel import apply_expert_parallel, scale_expert_grads
 from autoparallel.trainer.hardware import resolve_hardware
@@ -176,6 +177,8 @@ class AutoParallelTrainer:
         self._loss_parallel = False
         self._expert_modules: list[nn.Module] = []
         self._relayout: dict[str, Relayout] = {}  # fused projections held in per-rank row order
+        # this step's cp-sharded positions, handed to every pipeline stage's forward (_inject_positions)
+        self._cp_positions: torch.Tensor | None = None
         self._steps = 0
         self._pending = (global_batch_size, seq_len)  # planner inputs when the plan waits for a batch
         if plan is not None:
@@ -221,6 +224,8 @@ class AutoParallelTrainer:
             self._setup(self._make_plan(gb or b.rows, seq or b.seq_len))
         plan = self.plan
         dp_ep = plan.dp * plan.ep
+        if plan.cp > 1:
+            self._check_cp_batch(b, plan)
         n_micro = check_against_plan(b, plan.global_batch, dp_ep, plan.micro_batch, plan.pp > 1, plan.seq_len,
                                      plan.tp if plan.sequence_parallel else 1)
         if self._aux is not None and (plan.pp > 1 or n_micro > 1):
@@ -232,11 +237,12 @@ class AutoParallelTrainer:
                             f"output_router_logits=False")
         if self._default_loss:
             # HF's weighting: every valid token of the global batch counts once. Each micro-batch loss is
-            # its token sum scaled so that the mean over micro-batches and dp*ep slices is sum / valid.
+            # its token sum scaled so that the mean over micro-batches and dp*cp*ep token slices (what the
+            # gradient reduction averages) is sum / valid.
             valid = int((b.labels != IGNORE_INDEX).sum())
             if valid == 0:
                 raise UserError("batch: every label is -100 (ignored); there is nothing to train on")
-            self._loss_scale = dp_ep * (plan.num_micro_batches if plan.pp > 1 else n_micro) / valid
+            self._loss_scale = dp_ep * plan.cp * (plan.num_micro_batches if plan.pp > 1 else n_micro) / valid
         rows = b.rows // dp_ep
         start = (self._meshes.data_rank if self._meshes is not None else 0) * rows
         local = b.slice(start, start + rows).to(self.device)
@@ -253,6 +259,18 @@ class AutoParallelTrainer:
             opt.zero_grad(set_to_none=True)
         self._steps += 1
         return self._global_loss(local_loss)
+
+    @staticmethod
+    def _check_cp_batch(b: Batch, plan: Plan) -> None:
+        if b.attention_mask is not None:
+            raise UserError(f"batch: attention_mask is not supported under context parallelism (cp={plan.cp}): ring "
+                            f"attention is causal only; pack sequences without padding or use cp=1")
+        if b.seq_len % (2 * plan.cp):
+            raise UserError(f"batch sequence length {b.seq_len} is not divisible by 2*cp = {2 * plan.cp} (causal load "
+                            f"balancing); pad or crop the sequences")
+        if plan.sequence_parallel and plan.tp > 1 and (b.seq_len // plan.cp) % plan.tp:
+            raise UserError(f"batch sequence length {b.seq_len}: each cp rank's {b.seq_len // plan.cp} tokens must "
+                            f"divide tp={plan.tp} for sequence parallelism; pad or crop the sequences")
 
     def save_checkpoint(self, path: str | Path) -> None:
         """Model, optimizer state and step count with torch.distributed.checkpoint (collective)."""
@@ -318,6 +336,11 @@ class AutoParallelTrainer:
         if "compile" not in fix and (self._compile is not None or env.device.type != "cuda"):
             # compile=True/False pins the planner; None lets it choose on a GPU (off the GPU: eager)
             fix["compile"] = bool(self._compile)
+        if "cp" not in fix:
+            try:
+                check_cp_model(self._model, self._hf is not None, 2)
+            except UserError:
+                fix["cp"] = 1  # the planner offers only what the trainer runs on this model
         plan = plan_model(self._model, hardware=profile, gpus=env.world_size, gpus_per_node=env.local_world_size,
                           global_batch=global_batch, seq_len=seq_len, max_memory_per_gpu=self._max_memory,
                           fix=fix)
@@ -366,9 +389,11 @@ class AutoParallelTrainer:
         if plan.tp > 1 and not _splits_over_tp(plan) and env.rank == 0:
             warnings.warn(f"plan: tp={plan.tp} but every module is replicated; the {plan.tp} tp ranks compute the "
                           f"same thing (the planner found no split worth its communication)", stacklevel=4)
+        if plan.cp > 1:
+            check_cp_model(self._model, self._hf is not None, plan.cp)
         if plan.gpus != env.world_size:
-            raise UserError(f"plan is for {plan.gpus} processes (pp*dp*ep*tp = {plan.pp}*{plan.dp}*{plan.ep}*"
-                            f"{plan.tp}) but {env.world_size} are running; launch with `torchrun --nproc-per-node "
+            raise UserError(f"plan is for {plan.gpus} processes (pp*dp*cp*ep*tp = {plan.pp}*{plan.dp}*{plan.cp}*"
+                            f"{plan.ep}*{plan.tp}) but {env.world_size} are running; launch with `torchrun --nproc-per-node "
                             f"{plan.gpus}` or re-plan for {env.world_size}")
 
     def _expert_paths(self, plan: Plan) -> list[str]:
@@ -444,6 +469,9 @@ class AutoParallelTrainer:
         self._optimizers = [self._optimizer_factory([(clean_fqn(n), p) for n, p in part.named_parameters()])
                             for _, part in parts]
         if plan.pp > 1:
+            if plan.cp > 1:  # the schedule calls each stage with its input only: positions come by hook
+                for _, part in parts:
+                    part.register_forward_pre_hook(self._inject_positions, with_kwargs=True)
             self._schedule = build_schedule(parts, plan, meshes.pp, env.device, self._micro_loss)
         self._autocast = (torch.autocast(env.device.type, dtype=to_dtype(plan.param_dtype, "param_dtype"))
                           if not env.distributed and to_dtype(plan.param_dtype, "param_dtype") != torch.float32
@@ -506,19 +534,20 @@ class AutoParallelTrainer:
                     return v % plan.pp
             return 0
 
-        mesh = meshes.world.mesh  # [pp, dp, ep, tp] global ranks
+        mesh = meshes.world.mesh  # [pp, dp, cp, ep, tp] global ranks
         for group in self._ties:
             holders = sorted({holder(n) for n in group})
             if len(holders) < 2:
                 continue
             mine = None
             for d in range(plan.dp):
-                for e in range(plan.ep):
-                    for t in range(plan.tp):
-                        ranks = [int(mesh[h, d, e, t]) for h in holders]
-                        pg = dist.new_group(ranks)
-                        if self._env.rank in ranks:
-                            mine = pg
+                for c in range(plan.cp):
+                    for e in range(plan.ep):
+                        for t in range(plan.tp):
+                            ranks = [int(mesh[h, d, c, e, t]) for h in holders]
+                            pg = dist.new_group(ranks)
+                            if self._env.rank in ranks:
+                                mine = pg
             local = {clean_fqn(n) for part in self.model_parts for n, _ in part.named_parameters(remove_duplicate=False)}
             name = next((n for n in group if n in local), None)
             if name is not None:
@@ -555,17 +584,20 @@ class AutoParallelTrainer:
                 # zero 0/1: accumulate locally, reduce once; zero 2/3: reduce-scatter every micro-batch
                 model.set_requires_gradient_sync(i == n_micro - 1 or self.plan.zero >= 2)
             chunk = local.slice(i * mb, (i + 1) * mb)
-            self._router_logits.clear()
-            with self._autocast or nullcontext():
-                out = model(chunk.inputs) if chunk.attention_mask is None else model(
-                    chunk.inputs, attention_mask=chunk.attention_mask)
-                loss = self._micro_loss(out, chunk.labels)
-                if self._aux is not None:
-                    aux = self._router_aux_loss(chunk.attention_mask)
-                    if isinstance(loss, DTensor):  # loss_parallel: a replicated DTensor; aux is equal on the tp ranks
-                        aux = DTensor.from_local(aux, loss.device_mesh, loss.placements, run_check=False)
-                    loss = loss + aux
-            (loss / n_micro).backward()
+            if self.plan.cp > 1:
+                loss = self._cp_micro_step(model, chunk, n_micro)
+            else:
+                self._router_logits.clear()
+                with self._autocast or nullcontext():
+                    out = model(chunk.inputs) if chunk.attention_mask is None else model(
+                        chunk.inputs, attention_mask=chunk.attention_mask)
+                    loss = self._micro_loss(out, chunk.labels)
+                    if self._aux is not None:
+                        aux = self._router_aux_loss(chunk.attention_mask)
+                        if isinstance(loss, DTensor):  # loss_parallel: a replicated DTensor; aux is equal on the tp ranks
+                            aux = DTensor.from_local(aux, loss.device_mesh, loss.placements, run_check=False)
+                        loss = loss + aux
+                (loss / n_micro).backward()
             total += _value(loss)
         return total / n_micro
 
@@ -586,12 +618,39 @@ class AutoParallelTrainer:
         counts, rows = totals[:-1], totals[-1]
         return aux.coef * plan.dp * plan.ep * aux.num_experts * (counts * probs).sum() / rows ** 2
 
+    def _cp_micro_step(self, model: nn.Module, chunk: Batch, n_micro: int) -> torch.Tensor:
+        """Forward and backward of one micro-batch on this cp rank's load-balanced share of the sequence
+        (autoparallel/trainer/context_parallel.py): inputs, labels and positions are sharded alike."""
+        inputs, labels = chunk.inputs.clone(), chunk.labels.clone()  # owned: sharded in place
+        positions = torch.arange(chunk.seq_len, device=inputs.device)
+        with cp_context(self._meshes.cp, [inputs, labels, positions], [1, 1, 0]):
+            out = model(inputs, positions=positions)
+            loss = self._micro_loss(out, labels)
+            (loss / n_micro).backward()
+        return loss
+
     def _micro_loss(self, output: Any, labels: torch.Tensor) -> torch.Tensor:
         if self._user_loss is not None:
             return self._user_loss(_logits(output), labels)
         return _cross_entropy_sum(_logits(output), labels) * self._loss_scale
 
+    def _inject_positions(self, _mod: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        return args, {**kwargs, "positions": self._cp_positions}
+
     def _pipeline_step(self, local: Batch) -> torch.Tensor:
+        if self.plan.cp == 1:
+            return self._schedule_step(local)
+        # the whole slice's inputs, labels and positions sharded alike (context_parallel.py); the schedule
+        # cuts micro-batches along the rows, which the sequence sharding leaves whole
+        inputs, labels = local.inputs.clone(), local.labels.clone()
+        self._cp_positions = torch.arange(local.seq_len, device=inputs.device)
+        try:
+            with cp_context(self._meshes.cp, [inputs, labels, self._cp_positions], [1, 1, 0]):
+                return self._schedule_step(Batch(inputs, labels))
+        finally:
+            self._cp_positions = None
+
+    def _schedule_step(self, local: Batch) -> torch.Tensor:
         stages = [v for v, _ in self._parts]
         n_stages = self.plan.pp * self.plan.vpp
         first, last = 0 in stages, n_stages - 1 in stages
@@ -611,12 +670,12 @@ class AutoParallelTrainer:
         return torch.zeros((), device=self.device)
 
     def _global_loss(self, local_loss: torch.Tensor) -> float:
-        """Mean over dp*ep slices; counted once per slice (last pipeline stage, tp rank 0)."""
+        """Mean over dp*cp*ep token slices; counted once per slice (last pipeline stage, tp rank 0)."""
         if self._meshes is None:
             return float(local_loss)
         plan, meshes = self.plan, self._meshes
         counts = meshes.coordinate("pp") == plan.pp - 1 and meshes.coordinate("tp") == 0
-        value = (local_loss.detach().float() / (plan.dp * plan.ep)) if counts else torch.zeros((), device=self.device)
+        value = (local_loss.detach().float() / plan.dense_dp) if counts else torch.zeros((), device=self.device)
         value = value.to(self.device).reshape(1).clone()
         dist.all_reduce(value)
         return float(value)
