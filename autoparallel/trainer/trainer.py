@@ -32,6 +32,7 @@ from autoparallel.trainer.batch import Batch, check_against_plan, parse_batch
 from autoparallel.trainer.data_parallel import apply_data_parallel, mixed_precision_policy, to_dtype
 from autoparallel.trainer.expert_parallel import apply_expert_parallel, scale_expert_grads
 from autoparallel.trainer.hardware import resolve_hardware
+from autoparallel.trainer.low_precision import apply_fp8
 from autoparallel.trainer.materialize import (
     broadcast_source,
     full_source,
@@ -164,6 +165,7 @@ class AutoParallelTrainer:
         self._loss_parallel = False
         self._expert_modules: list[nn.Module] = []
         self._steps = 0
+        self._fp8_modules: list[str] = []  # module paths converted to torchao Float8Linear (plan.fp8)
         self._pending = (global_batch_size, seq_len)  # planner inputs when the plan waits for a batch
         if plan is not None:
             self._setup(plan if isinstance(plan, Plan) else Plan.load(plan))
@@ -186,6 +188,11 @@ class AutoParallelTrainer:
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return list(self._optimizers)
+
+    @property
+    def fp8_modules(self) -> list[str]:
+        """Paths of the linears this rank runs in FP8 (plan.fp8; low_precision.apply_fp8)."""
+        return list(self._fp8_modules)
 
     @property
     def steps(self) -> int:
@@ -378,6 +385,7 @@ class AutoParallelTrainer:
             parts = [(0, meta)]
         experts = self._expert_paths(plan)
         mp = mixed_precision_policy(plan.param_dtype, plan.grad_reduce_dtype)
+        self._fp8_modules = []
         # Vocab-sharded logits + parallel cross entropy when the default loss runs on a sharded head.
         # The sharding solver replicates everything when splitting cannot pay (tiny widths under a pinned
         # tp, sequence parallelism then included): such a plan runs without tensor parallelism, the tp
@@ -386,6 +394,9 @@ class AutoParallelTrainer:
         self._loss_parallel = (tensor_parallel and self._default_loss
                                and lm_head_path(plan.placements, layout) is not None)
         for v, part in parts:
+            # FP8 linears first, on the meta copy (torchtitan's converter order): FSDP2 then shards the
+            # Float8Linear weights like any other
+            self._fp8_modules += apply_fp8(part, layout, plan.fp8)
             if tensor_parallel:
                 apply_tensor_parallel(part, plan.placements, meshes.tp, plan.sequence_parallel, layout,
                                       loss_parallel=self._loss_parallel)
@@ -403,7 +414,7 @@ class AutoParallelTrainer:
                 self._compile_blocks(part)
             if env.distributed:
                 apply_data_parallel(part, layout, plan.zero, meshes.dense_dp, meshes.expert_dp if plan.ep > 1 else None,
-                                    experts, mp)
+                                    experts, mp, int8_grads=plan.grad_reduce_dtype == "int8")
             # each virtual stage draws from its own stream (seed + v): stages must not repeat weights
             materialize(part, env.device, source, self._init_fn, None if seed is None else seed + v)
             self._retie(part)  # to_empty allocates one tensor per name: tied names must share again
