@@ -104,6 +104,31 @@ def test_fp8_gemm_beats_bf16_on_large_gemms_not_on_tiny_ones(compiled: bool):
         assert rowwise[0] >= fp8[0]                        # rowwise casts every operand of every GEMM
 
 
+def test_calibrate_fits_the_fp8_gemm_curve_the_cost_model_reads():
+    """FP8 GEMM samples timed by compute.fp8_gemm_times (no casts: calibrate times torch._scaled_mm
+    alone) under gemm_fp8_max = 0.6 fit back to 0.6, and the profile calibrate writes carries it."""
+    from autoparallel import calibrate as cal
+    from cost_models.compute import fp8_gemm_curve
+    base = load_profile("h200")
+    truth = dataclasses.replace(base, calibration={**base.calibration, "gemm_fp8_max": 0.6})
+    assert fp8_gemm_curve(truth, "tensorwise")[0] == 0.6 and fp8_gemm_curve(base, "tensorwise")[0] == \
+        base.efficiency.gemm_max                          # default: the bf16 curve's maximum until measured
+    shapes = [(n, n, n) for n in (1024, 2048, 4096, 8192)] + [(16384, 2048, 5632), (16384, 4096, 14336)]
+    fp8 = [cal.GemmSample(m, n, k, "fp8", "nn", 0.0) for m, n, k in shapes]
+    fp8 = [dataclasses.replace(x, seconds=float(fp8_gemm_times(np.array([x.flops]), np.zeros(1), truth, "tensorwise",
+                                                               True)[0])) for x in fp8]
+    bf16 = [cal.GemmSample(m, n, k, "bf16", "nn", 0.0) for m, n, k in shapes]
+    bf16 = [dataclasses.replace(x, seconds=float(op_times(np.array([x.flops]), np.array([x.bytes]), np.array([True]),
+                                                          truth, "bf16")[0])) for x in bf16]
+    copy = cal.BandwidthSample("copy", 2**30, 2**30 / (truth.memory_bandwidth * truth.efficiency.memory_bound))
+    meas = cal.Measurements("cuda:0", "H200", "x", "today", gemm=bf16 + fp8, bandwidth=[copy],
+                            launch_graph_s=truth.efficiency.kernel_overhead_s)
+    f = cal.fit(meas, truth)
+    assert f.gemm_fp8 == pytest.approx(0.6, abs=0.005)
+    assert cal.profile_extra(truth, meas, f)["calibration"]["gemm_fp8_max"] == pytest.approx(0.6, abs=0.005)
+    assert cal.measure_fp8_gemms(torch.device("cpu"), cal.CalibrationPlan.quick(), print, 2**20) == []
+
+
 def _run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     rc = main(list(argv))
     out, err = capsys.readouterr()
