@@ -239,6 +239,7 @@ class CompareRow:
     hardware: str
     result: PlanResult
     context: PlanContext
+    precision: str = "bf16"   # what the row was planned with (bf16 where the device has no FP8)
 
 
 def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, seq_len: int,
@@ -256,11 +257,13 @@ def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, se
         hw = cluster.profile.name
         progress.say(f"[{k}/{len(hardware)}] planning on {hw} ...")
         t0 = time.perf_counter()
+        # a profile without an FP8 peak is planned in bf16 (its row says so) rather than failing the comparison
+        mine = precision if precision == "bf16" or "fp8" in cluster.profile.peak_flops else "bf16"
         result, ctx = plan_result(model, hardware=cluster, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
                                   max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node,
-                                  graph=graph, precision=precision)
+                                  graph=graph, precision=mine)
         progress.say(f"[{k}/{len(hardware)}] {hw}: {result.solver.status} in {time.perf_counter() - t0:.1f} s")
-        rows.append(CompareRow(ctx.cluster.profile.name, result, ctx))
+        rows.append(CompareRow(ctx.cluster.profile.name, result, ctx, precision=mine))
     return rows
 
 

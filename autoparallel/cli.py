@@ -213,7 +213,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(compare_json(rows, args.tokens), indent=2))
     else:
-        print(format_compare(rows, args.tokens))
+        print(format_compare(rows, args.tokens, args.precision or "bf16"))
     if args.plot is not None:
         plot_compare(rows, args.plot)
         if not args.json:

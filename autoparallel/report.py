@@ -134,6 +134,7 @@ def _row(r: Any, tokens: float | None) -> dict[str, Any]:
     gains = low_precision_gains(r.context.cost_model, p, e)
     if gains:
         out["low_precision_gains"] = gains
+    out["precision"] = getattr(r, "precision", "bf16")
     if tokens:
         out["time_to_train_days"] = tokens / e.tokens_per_s / 86400
     return out
@@ -143,7 +144,8 @@ def compare_json(rows: list[Any], tokens: float | None) -> list[dict[str, Any]]:
     return [_row(r, tokens) for r in rows]
 
 
-def format_compare(rows: list[Any], tokens: float | None) -> str:
+def format_compare(rows: list[Any], tokens: float | None, asked: str = "bf16") -> str:
+    """One row per profile; `asked`: the --precision given (rows of devices without FP8 say they ran bf16)."""
     hdr = f"{'hardware':22s} {'plan':30s} {'step s':>9s} {'tokens/s':>12s} {'MFU':>6s} {'peak GiB':>9s}"
     hdr += f" {'days':>8s}" if tokens else ""
     lines = [hdr, "-" * len(hdr)]
@@ -157,6 +159,8 @@ def format_compare(rows: list[Any], tokens: float | None) -> str:
             line += f" {d['time_to_train_days']:8.2f}"
         if d.get("low_precision_gains"):
             line += f"  ({_gains_line(d['low_precision_gains'])})"
+        elif asked != "bf16" and d["precision"] == "bf16":
+            line += "  (no fp8 peak: bf16)"
         lines.append(line)
     return "\n".join(lines)
 

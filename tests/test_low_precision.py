@@ -149,6 +149,12 @@ def test_plan_uses_fp8_only_when_asked_and_where_it_pays(capsys):
     assert fp8["predicted"]["step_time_s"] < 0.9 * bf16["predicted"]["step_time_s"]
     rc, out, _ = _run_cli(capsys, *args, "--precision", "fp8")
     assert "bought    fp8: -" in out
+    # compare shows what FP8 bought per device, and plans a device without an FP8 peak in bf16
+    rc, out, _ = _run_cli(capsys, "compare", "llama3-8b", "--hardware", "h200,a100-sxm-80gb", "--gpus", "8",
+                          "--global-batch", "64", "--seq-len", "4096", "--quiet", "--fix", "compile=1",
+                          "--precision", "fp8")
+    rows = {line.split()[0]: line for line in out.splitlines()[2:]}
+    assert rc == 0 and "(fp8: -" in rows["h200"] and "(no fp8 peak: bf16)" in rows["a100-sxm-80gb"]
     # a tiny model's GEMMs are launch-bound: asked for FP8, the planner keeps bf16 and says why
     rc, out, _ = _run_cli(capsys, "plan", "tiny-llama", "--hardware", "h200", "--gpus", "1", "--global-batch", "8",
                           "--seq-len", "128", "--quiet", "--precision", "fp8")
