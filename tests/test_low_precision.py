@@ -149,6 +149,11 @@ def test_plan_uses_fp8_only_when_asked_and_where_it_pays(capsys):
     assert fp8["predicted"]["step_time_s"] < 0.9 * bf16["predicted"]["step_time_s"]
     rc, out, _ = _run_cli(capsys, *args, "--precision", "fp8")
     assert "bought    fp8: -" in out
+    # the planner's objective prices the FP8 blocks as the cost model's estimate of its plan does
+    from autoparallel.api import plan_result
+    res, _ = plan_result("llama3-8b", hardware="h200", gpus=8, global_batch=64, seq_len=4096, fix="compile=1",
+                         top_k=0, precision="fp8")
+    assert res.solver.objective == pytest.approx(res.estimate.step_time_s, rel=1e-6)
     # compare shows what FP8 bought per device, and plans a device without an FP8 peak in bf16
     rc, out, _ = _run_cli(capsys, "compare", "llama3-8b", "--hardware", "h200,a100-sxm-80gb", "--gpus", "8",
                           "--global-batch", "64", "--seq-len", "4096", "--quiet", "--fix", "compile=1",
