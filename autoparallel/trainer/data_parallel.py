@@ -60,7 +60,7 @@ def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_m
                         mp: MixedPrecisionPolicy, int8_grads: bool = False) -> FSDPModule:
     """Wrap expert groups, then every block, then the root of `part` (bottom-up, as FSDP2 wants);
     int8_grads: every unit reduce-scatters through low_precision.Int8ReduceScatter (zero >= 1)."""
-    if int8_grads and zero == 0:
+    if int8_grads and zero == 0 and dense_mesh.size() > 1:  # (one data rank reduces nothing: no hook needed)
         raise UserError("plan: grad_reduce_dtype=int8 needs zero >= 1 (ZeRO-0's all-reduce has no FSDP2 hook)")
 
     def wrap(mod: nn.Module, mesh: DeviceMesh) -> FSDPModule:
