@@ -178,10 +178,6 @@ class Plan:
         if self.tp > 1 and not self.placements:
             raise UserError(f"plan: tp={self.tp} but no module is placed colwise, rowwise or vocab, so nothing "
                             f"would be split over the tp ranks; add placements or use tp=1")
-        if self.tp > 1 and any(r != "none" for r in self.fp8):
-            raise UserError(f"plan: FP8 blocks under tp={self.tp}: the trainer runs FP8 linears without tensor "
-                            f"parallelism only (torchao's Float8 tensor-parallel styles are not wired); use tp=1 "
-                            f"or fp8 none")
         if self.grad_reduce_dtype == "int8" and self.zero == 0 and self.dp * self.ep > 1:
             # the int8 reduction runs through FSDP2's reduce-scatter hook (set_custom_reduce_scatter);
             # replicate (ZeRO-0) all-reduces with a plain dist.all_reduce that has no such hook

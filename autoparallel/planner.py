@@ -402,8 +402,8 @@ class Planner:
         """The FP8 recipe of segment `name` under (tp, SP, ep, micro-batch, spans) = prefix: the asked-for
         recipe where the cost model finds the block faster with it (large GEMMs), else "none" (small
         GEMMs, where the casts cost more than the GEMMs save); the embedding and head stay high precision."""
-        if self.fp8 == "none" or name in ("pre", "post") or prefix[0] > 1:
-            return "none"  # (the trainer runs FP8 at tp = 1 only: Plan.check_runnable)
+        if self.fp8 == "none" or name in ("pre", "post"):
+            return "none"
         hit = self._fp8_choice.get((prefix, name))
         if hit is None:
             tp, sp, ep, mb, tp_span, ep_span = prefix

@@ -23,9 +23,11 @@ FP8 linears (plan.fp8, one recipe per block): torchao's float8 training
 nn.Linear of an FP8 block whose in and out features are multiples of 16 (torch._scaled_mm's
 requirement; torchtitan's filter) for a Float8Linear; embeddings and the LM head, outside the blocks,
 stay in high precision. torchao is an optional dependency (`pip install -e .[fp8]`). The conversion
-runs on the meta model before FSDP2, as torchtitan does. Tensor-parallel FP8 (torchao's Float8 TP
-styles) is not wired: Plan.check_runnable refuses fp8 with tp > 1 and the planner prices FP8 only at
-tp = 1.
+runs on the meta model before tensor parallelism and FSDP2, as torchtitan does. Under tensor
+parallelism the Float8Linears take the plain DTensor styles (ColwiseParallel / RowwiseParallel): the
+activations are gathered in high precision and each rank casts its shards (tensorwise scales are
+reduced over the DTensor, so they equal one device's); torchao's Float8 styles, which gather in FP8
+(tensorwise only), are not used.
 """
 
 from __future__ import annotations
