@@ -141,7 +141,8 @@ ALIAS_OPS = ("_unsafe_view",)
 # of these ops are saved, every other op of the block is recomputed in backward.
 OP_SAC_SAVED = ("mm", "addmm", "bmm", "_grouped_mm", "_scaled_dot_product_flash_attention",
                 "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-                "_scaled_dot_product_flash_attention_for_cpu", "reduce_scatter_tensor")
+                "_scaled_dot_product_flash_attention_for_cpu", "reduce_scatter_tensor",
+                "_scaled_mm")  # FP8 linears' GEMM: saved like the mm it replaces
 
 
 def saved_under_op_sac(op_name: str) -> bool:

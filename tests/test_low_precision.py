@@ -192,11 +192,11 @@ def test_planner_reduces_in_int8_only_when_pinned():
 
 
 # ---- trainer: FP8 conversion (one process) ---------------------------------------------------------------------
-def _fp8_trainer(recipe: str, steps: int) -> tuple[list[float], object]:
+def _fp8_trainer(recipe: str, steps: int, recompute: str = "none") -> tuple[list[float], object]:
     from autoparallel.trainer import AutoParallelTrainer
     torch.set_num_threads(1)
     model = H.build("tiny-llama")
-    plan = H.make_plan(model)
+    plan = H.make_plan(model, recompute=recompute)
     plan = dataclasses.replace(plan, fp8=(recipe,) * len(plan.recompute) if recipe != "none" else ())
     trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS), plan=plan)
     return [trainer.step(t) for t in H.batches("tiny-llama", 1) * steps], trainer
@@ -218,6 +218,16 @@ def test_trainer_converts_the_block_linears_to_float8(recipe: str):
     # 128 token losses, so its relative change stays below one such rounding (2^-4).
     assert abs(losses[0] - ref[0]) <= 2**-4 * ref[0]
     assert losses[-1] < losses[0]                              # and it trains (one batch, three steps)
+
+
+@pytest.mark.parametrize("recompute", ["op", "full"])
+def test_fp8_blocks_recompute_the_same_values(recompute: str):
+    """Activation checkpointing re-runs the FP8 casts and GEMMs on the same inputs (per-op SAC saves
+    _scaled_mm outputs like mm's), so the losses are those without recompute, up to fp32 reordering."""
+    pytest.importorskip("torchao.float8")
+    ref, _ = _fp8_trainer("tensorwise", 3)
+    losses, _ = _fp8_trainer("tensorwise", 3, recompute)
+    assert losses == pytest.approx(ref, rel=H.LOSS_RTOL)
 
 
 def test_fp8_without_torchao_is_one_clear_error(monkeypatch):
