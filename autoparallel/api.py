@@ -17,7 +17,7 @@ from autoparallel.errors import UserError
 from autoparallel.graph import OpGraph
 from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, MAX_TOP, MAX_TRACE_BATCH, check_int
 from autoparallel.plan import Plan
-from autoparallel.planner import Planner, PlanResult, parse_fix
+from autoparallel.planner import PRECISIONS, Planner, PlanResult, fp8_recipe, parse_fix
 from autoparallel.sharding import cost_model as sharding_cost_model
 from autoparallel.trace_cache import TraceCache, TraceKey, module_identity, spec_identity
 from autoparallel.units import parse_bytes
@@ -137,25 +137,31 @@ def context(model: Any, hardware: str | Any, gpus: int, seq_len: int, gpus_per_n
 def plan_result(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int,
                 max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
                 top_k: int = 3, progress: Progress | bool = False, graph: OpGraph | None = None,
-                overlap_grad_sync: bool = True, cache: TraceCache | bool = True) -> tuple[PlanResult, PlanContext]:
-    """The planner's result and what it planned with; `progress`: lines on stderr (True) or a Progress."""
+                overlap_grad_sync: bool = True, cache: TraceCache | bool = True,
+                precision: str = "bf16") -> tuple[PlanResult, PlanContext]:
+    """The planner's result and what it planned with; `progress`: lines on stderr (True) or a Progress.
+    precision: "bf16" (default), or "fp8" / "fp8-rowwise": FP8 linears in every block (only when asked)."""
     check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH)
     check_int(top_k, "--top", 0, MAX_TOP)
     fix = parse_fix(fix)  # pins are read before the trace, so a bad --fix costs nothing
+    if precision not in PRECISIONS:
+        raise UserError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     prog = progress if isinstance(progress, Progress) else Progress(enabled=progress)
     ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, graph, overlap_grad_sync,
                   cache=cache, progress=prog)
     planner = Planner(ctx.graph, ctx.cluster, global_batch, seq_len, ctx.budget_bytes, fix,
                       model_name=ctx.model_name, progress=prog.say if prog.enabled else None,
-                      cost_model=ctx.cost_model)
+                      cost_model=ctx.cost_model, precision=precision)
     return planner.solve(top_k=top_k), ctx
 
 
 def plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int,
-         max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None) -> Plan:
+         max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
+         precision: str = "bf16") -> Plan:
     """The fastest plan that fits; raises UserError (with the explanation) when none does."""
     result, _ = plan_result(model, hardware=hardware, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
-                            max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node)
+                            max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node,
+                            precision=precision)
     if result.plan is None:
         raise UserError(f"INFEASIBLE: {result.explanation}")
     return result.plan
@@ -164,7 +170,7 @@ def plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_l
 # Explicit-plan options of `estimate` and their values when not given.
 ESTIMATE_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "vpp": 1, "micro_batch": 1, "recompute": "none",
                                      "zero": 0, "sequence_parallel": False, "grad_reduce_dtype": "fp32",
-                                     "compile": False}
+                                     "compile": False, "precision": "bf16"}
 
 
 def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int | None = None,
@@ -200,7 +206,9 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
              zero=o["zero"], sequence_parallel=o["sequence_parallel"] and tp > 1,
              recompute=(o["recompute"],) * len(ctx.graph.blocks), grad_reduce_dtype=o["grad_reduce_dtype"],
              compile=bool(o["compile"]))
-    p = replace(p, placements=ctx.cost_model.placements_for(p))
+    recipe = fp8_recipe(o["precision"], ctx.cluster.profile)
+    p = replace(p, placements=ctx.cost_model.placements_for(p),
+                fp8=(recipe,) * len(ctx.graph.blocks) if recipe != "none" else ())
     return ctx.cost_model.estimate(p, ctx.budget_bytes), p
 
 
@@ -233,11 +241,12 @@ class CompareRow:
     hardware: str
     result: PlanResult
     context: PlanContext
+    precision: str = "bf16"   # what the row was planned with (bf16 where the device has no FP8)
 
 
 def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, seq_len: int,
             max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
-            cache: TraceCache | bool = True, progress: Progress = QUIET) -> list[CompareRow]:
+            cache: TraceCache | bool = True, progress: Progress = QUIET, precision: str = "bf16") -> list[CompareRow]:
     """Plan the same model on each hardware profile (one trace shared by all)."""
     if not hardware:
         raise UserError("--hardware: give at least one profile, e.g. h100-sxm,mi300x")
@@ -250,16 +259,19 @@ def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, se
         hw = cluster.profile.name
         progress.say(f"[{k}/{len(hardware)}] planning on {hw} ...")
         t0 = time.perf_counter()
+        # a profile without an FP8 peak is planned in bf16 (its row says so) rather than failing the comparison
+        mine = precision if precision == "bf16" or "fp8" in cluster.profile.peak_flops else "bf16"
         result, ctx = plan_result(model, hardware=cluster, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
                                   max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node,
-                                  graph=graph)
+                                  graph=graph, precision=mine)
         progress.say(f"[{k}/{len(hardware)}] {hw}: {result.solver.status} in {time.perf_counter() - t0:.1f} s")
-        rows.append(CompareRow(ctx.cluster.profile.name, result, ctx))
+        rows.append(CompareRow(ctx.cluster.profile.name, result, ctx, precision=mine))
     return rows
 
 
 def plan_model(model: nn.Module, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int,
-               max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None) -> Plan:
+               max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
+               precision: str = "bf16") -> Plan:
     """Plan an in-memory nn.Module (the trainer's entry point); the plan carries its fingerprint. A model
     the trainer cannot split into pipeline stages (blocks not in a root-level nn.ModuleDict) is planned
     with pp=1, so the plan is one the trainer runs."""
@@ -272,5 +284,5 @@ def plan_model(model: nn.Module, *, hardware: str | Any, gpus: int, global_batch
                             f"nn.ModuleDict, which pipeline stages need (docs/architecture.md); use pp=1")
         fix["pp"] = 1
     p = plan(model, hardware=hardware, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
-             max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node)
+             max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node, precision=precision)
     return replace(p, model_fingerprint=fingerprint([(n, tuple(t.shape)) for n, t in model.named_parameters()]))

@@ -8,6 +8,9 @@ What is measured (each timed with device events after warm-up, median of repeats
   bandwidth     copy, add, scale, SiLU and a bf16 -> fp32 cast over 1 MiB .. 1 GiB tensors
   launch        per-kernel cost of tiny kernels replayed from a CUDA graph (what the GPU pays between
                 back-to-back kernels) and the eager dispatch cost of one tiny op (what the host pays)
+  FP8 GEMMs     torch._scaled_mm of float8_e4m3fn operands (tensorwise scales, bf16 out), the GEMM
+                torchao's float8 linears run; CUDA devices of compute capability >= 8.9 whose profile
+                has an fp8 peak (the casts around it are priced from bytes, not measured here)
   grouped GEMMs torch._grouped_mm as the MoE experts call it (bf16, balanced groups): the forward /
                 input-gradient layout [G*m, k] x [G, k, n] and the weight-gradient layout
                 [k, G*m] x [G*m, n] -> [G, k, n]
@@ -26,6 +29,8 @@ What is fitted, with the cost model's own formulas (cost_models/compute.py, cost
                      t_model = max(F / (P * e(F)), bytes / (BW * memory_bound)) + kernel_overhead and
                      e(F) = gemm_max * F / (F + gemm_half_flops)   (so t_compute = (F + F_half) / (P gemm_max):
                      a fixed per-GEMM cost plus a rate); grid search, then a finer grid around the best
+  gemm_fp8_max       the same curve's maximum for the FP8 GEMMs against the fp8 peak, with the half size
+                     fixed at gemm_half_flops * P_fp8 / P_bf16 (compute.fp8_gemm_curve's default)
   gemm_grouped_max, gemm_grouped_half_flops
                      the same curve for the grouped GEMMs on one group's FLOPs, bytes and time (F/G,
                      bytes/G, t/G), which is the cost model's t = (F + G F_half) / (P max)
@@ -90,6 +95,7 @@ class CalibrationPlan:
     class_bytes: int = 256 * 2**20            # main-tensor bytes of each kernel-family measurement
     host_inner: int = 20                      # tiny-model steps per timed repeat of the host measurement
     grouped_gemm_shapes: tuple[tuple[int, int, int, int], ...] = ()  # (groups, rows per group, N, K)
+    fp8_gemm_shapes: tuple[tuple[int, int, int], ...] = ()  # (M, N, K) of torch._scaled_mm in float8
 
     @classmethod
     def full(cls) -> CalibrationPlan:
@@ -109,6 +115,9 @@ class CalibrationPlan:
             grouped_gemm_shapes=((8, 4096, 2816, 1024), (8, 4096, 1024, 2816), (8, 2048, 2816, 1024),
                                  (8, 8192, 14336, 4096), (8, 8192, 4096, 14336), (128, 256, 768, 2048),
                                  (128, 256, 2048, 768), (128, 1024, 768, 2048)),
+            fp8_gemm_shapes=tuple((n, n, n) for n in (1024, 2048, 4096, 8192))
+            + ((16384, 2048, 2048), (16384, 5632, 2048), (16384, 2048, 5632), (16384, 4096, 4096),
+               (16384, 14336, 4096), (16384, 4096, 14336)),
             large_bandwidth_bytes=256 * 2**20)
 
     @classmethod
@@ -121,6 +130,7 @@ class CalibrationPlan:
             bandwidth_bytes=(2**20, 16 * 2**20, 256 * 2**20),
             attention_shapes=((4, 16, 16, 2048, 128),),
             collective_bytes=(2**20, 64 * 2**20),
+            fp8_gemm_shapes=((4096, 4096, 4096), (16384, 4096, 4096)),
             reps=5, warmup=2)
 
 
@@ -140,6 +150,8 @@ class GemmSample:
 
     @property
     def bytes(self) -> float:
+        if self.dtype == "fp8":  # float8 operands, bf16 output
+            return float(self.m * self.k + self.k * self.n + 2 * self.m * self.n)
         size = {"bf16": 2, "fp16": 2}.get(self.dtype, 4)
         return float(size * (self.m * self.k + self.k * self.n + self.m * self.n))
 
@@ -325,6 +337,39 @@ def measure_gemms(device: torch.device, plan: CalibrationPlan, say: Say, l2_byte
             del sets
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allow_tf32
+    return out
+
+
+def fp8_gemm_supported(device: torch.device) -> bool:
+    """torch._scaled_mm in float8 runs on CUDA devices of compute capability >= 8.9 (Ada, Hopper, ...)."""
+    return (device.type == "cuda" and hasattr(torch, "float8_e4m3fn")
+            and torch.cuda.get_device_capability(device) >= (8, 9))
+
+
+def measure_fp8_gemms(device: torch.device, plan: CalibrationPlan, say: Say, l2_bytes: int) -> list[GemmSample]:
+    """FP8 GEMMs as torchao's float8 linears call them: e4m3 A [M, K] row-major, B [K, N] column-major,
+    tensorwise fp32 scales, bf16 output (dtype "fp8" samples); none where fp8_gemm_supported is false."""
+    if not plan.fp8_gemm_shapes or not fp8_gemm_supported(device):
+        return []
+    out: list[GemmSample] = []
+    one = torch.ones((), device=device, dtype=torch.float32)
+    for i, (m, n, k) in enumerate(plan.fp8_gemm_shapes):
+        sets = []
+        for _ in range(_buffers_for(m * k + k * n + 2 * m * n, l2_bytes)):
+            a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
+            b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()  # column-major, as cuBLASLt wants
+            sets.append((a, b))
+        it = itertools.count()
+
+        def call(sets=sets, it=it) -> torch.Tensor:
+            a, b = sets[next(it) % len(sets)]
+            return torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        t = time_on_device(call, device, plan.reps, plan.warmup)
+        sample = GemmSample(m, n, k, "fp8", "nn", t)
+        out.append(sample)
+        say(f"fp8 gemm {i + 1}/{len(plan.fp8_gemm_shapes)} {m}x{n}x{k}: {sample.flops / t / 1e12:.1f} TFLOP/s")
+        del sets
     return out
 
 
@@ -723,6 +768,7 @@ def measure(device: torch.device, plan: CalibrationPlan, say: Say) -> Measuremen
     meas.launch_graph_s, meas.launch_eager_s = measure_launch(device, say)
     meas.bandwidth = measure_bandwidth(device, plan, say)
     meas.gemm = measure_gemms(device, plan, say, l2)
+    meas.gemm += measure_fp8_gemms(device, plan, say, l2)
     meas.grouped_gemm = measure_grouped_gemms(device, plan, say)
     meas.attention = measure_attention(device, plan, say)
     meas.kernel_classes = measure_kernel_classes(device, plan, say)
@@ -753,6 +799,7 @@ class Fit:
     gemm_unaligned: float | None = None  # curve maximum of GEMMs with a dim not a multiple of 8
     gemm_grouped: float | None = None    # curve maximum of torch._grouped_mm (MoE experts), per group
     gemm_grouped_half: float | None = None  # its half-size [FLOPs of one group]
+    gemm_fp8: float | None = None        # curve maximum of the FP8 GEMMs against the fp8 peak
     memory_fractions: dict[str, float] = field(default_factory=dict)  # kernel family -> bandwidth fraction
     host_s_per_op: float = 0.0           # host seconds per dispatched op of an eager training step
     host_moe_s_per_op: float = 0.0       # the same in a mixture-of-experts model
@@ -861,6 +908,11 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
         per_group = [np.array([x.flops / x.groups for x in grouped]), np.array([x.bytes / x.groups for x in grouped]),
                      np.array([max(x.seconds - overhead, 1e-9) / x.groups for x in grouped])]
         g_max, g_half, _ = fit_gemm_curve(*per_group, peak, bw, mem_eff, 0.0)
+    fp8 = [s for s in meas.gemm if s.dtype == "fp8" and is_aligned(s)]
+    g8 = None
+    if fp8 and "fp8" in base.peak_flops:  # half size as compute.fp8_gemm_curve derives it
+        peak8 = base.peak("fp8")
+        g8 = fit_curve_max(*arrays(fp8), peak8, bw, mem_eff, overhead, half * peak8 / peak)
     per_dtype: dict[str, float] = {}
     for s in meas.gemm:
         try:
@@ -895,7 +947,7 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
                kernel_overhead_s=overhead, gemm_rms_log_error=rms, attention_fwd=att_fwd, attention_bwd=att_bwd,
                collective_efficiency=coll_eff, collective_latency_s=coll_lat,
                collective_span=meas.collective_span, per_dtype_gemm=per_dtype, gemm_unaligned=u_max,
-               gemm_grouped=g_max, gemm_grouped_half=g_half,
+               gemm_grouped=g_max, gemm_grouped_half=g_half, gemm_fp8=g8,
                attention_fwd_half=att_fwd_half, attention_bwd_half=att_bwd_half,
                memory_fractions=fractions, host_s_per_op=host, host_moe_s_per_op=host_moe)
 
@@ -934,6 +986,8 @@ def profile_extra(base: Any, meas: Measurements, f: Fit) -> dict[str, Any]:
         cal["attention_flops"] = "torch.utils.flop_counter convention: causal counted as full"
     if f.gemm_unaligned is not None:
         cal["gemm_unaligned_max"] = _r(f.gemm_unaligned, 3)
+    if f.gemm_fp8 is not None:
+        cal["gemm_fp8_max"] = _r(f.gemm_fp8, 3)
     if f.gemm_grouped is not None:
         cal["gemm_grouped_max"] = _r(f.gemm_grouped, 3)
         cal["gemm_grouped_half_flops"] = _r(f.gemm_grouped_half or 1.0, 3)

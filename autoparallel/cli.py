@@ -49,6 +49,12 @@ def _add_run_flags(p: argparse.ArgumentParser, cache: bool = True) -> None:
                             "default ~/.cache/autoparallel)")
 
 
+def _add_precision(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--precision", default=None, choices=["bf16", "fp8", "fp8-tensorwise", "fp8-rowwise"],
+                   help="linear layers of the blocks in bf16 (default) or FP8 (torchao float8 training; fp8 = "
+                        "tensorwise scaling): FP8 only when asked")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="autoparallel", description="Automatic parallel-strategy planner for PyTorch.")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -72,7 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--recompute", default=None, choices=list(RECOMPUTE_MODES))
     e.add_argument("--zero", type=int, default=None, choices=[0, 1, 2, 3])
     e.add_argument("--sequence-parallel", action="store_true")
-    e.add_argument("--grad-reduce-dtype", default=None, choices=["fp32", "bf16"])
+    e.add_argument("--grad-reduce-dtype", default=None, choices=["fp32", "bf16", "int8"],
+                   help="gradient reduction dtype (int8: block-scaled, fp32 accumulation; needs --zero >= 1)")
+    _add_precision(e)
     e.add_argument("--compile", action="store_true", help="price torch.compile per block (the plan's compile)")
     e.add_argument("--json", action="store_true")
     e.add_argument("--no-cache", action="store_true", help="trace again instead of reading the trace cache")
@@ -82,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_args(p)
     p.add_argument("--fix", default=None, help="pins, e.g. tp=8,pp=4,zero=1,recompute=full,compile=1")
     p.add_argument("--top", type=int, default=3, help="runner-up plans to show")
+    _add_precision(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--output", default=None, help="write the plan to this file (.yaml or .json)")
     p.add_argument("--explain", default=None, metavar="OP_PATH", help="show the placement choices for one op")
@@ -95,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--global-batch", type=int, required=True)
     c.add_argument("--max-memory-per-gpu", default=None)
     c.add_argument("--fix", default=None)
+    _add_precision(c)
     c.add_argument("--tokens", type=float, default=None, help="tokens to train, for time-to-train")
     c.add_argument("--plot", default=None, help="write a step-time breakdown bar chart (PNG)")
     c.add_argument("--json", action="store_true")
@@ -171,7 +181,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     result, ctx = plan_result(
         args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
         global_batch=args.global_batch, seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu,
-        fix=args.fix, top_k=args.top, progress=_progress(args), cache=not args.no_cache)
+        fix=args.fix, top_k=args.top, progress=_progress(args), cache=not args.no_cache,
+        precision=args.precision or "bf16")
     if result.plan is None:
         raise UserError(f"INFEASIBLE: {result.explanation}")
     if args.output is not None:
@@ -180,6 +191,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(plan_json(result), indent=2))
     else:
         print(format_plan_result(result, ctx))
+        if (args.precision or "bf16") != "bf16" and not any(r != "none" for r in result.plan.fp8):
+            print(f"note      --precision {args.precision}: no block runs faster in FP8 under this plan (the casts "
+                  f"cost more than the GEMMs save{'; eager casts are unfused: try --fix compile=1' if not result.plan.compile else ''}), "
+                  f"so it keeps bf16")
         if args.output is not None:
             print(f"plan written to {args.output}")
     if args.explain:
@@ -200,11 +215,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     rows = compare(args.model, hardware=hardware,
                    gpus=args.gpus, gpus_per_node=args.gpus_per_node, global_batch=args.global_batch,
                    seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu, fix=args.fix,
-                   cache=not args.no_cache, progress=_progress(args))
+                   cache=not args.no_cache, progress=_progress(args), precision=args.precision or "bf16")
     if args.json:
         print(json.dumps(compare_json(rows, args.tokens), indent=2))
     else:
-        print(format_compare(rows, args.tokens))
+        print(format_compare(rows, args.tokens, args.precision or "bf16"))
     if args.plot is not None:
         plot_compare(rows, args.plot)
         if not args.json:

@@ -46,6 +46,11 @@ SCHEDULES = ("none", "1F1B", "Interleaved1F1B")
 MESH_DIMS = ("pp", "dp", "cp", "ep", "tp")
 TP_SHARDED = ("colwise", "rowwise", "vocab")  # placements that split a module over the tp ranks
 DTYPES = ("bf16", "fp16", "fp32")
+# gradient reduction adds int8: block-wise scaled int8 on the wire, fp32 accumulation (ZeRO++'s qgZ;
+# autoparallel.trainer.low_precision, cost_models.comm.GRAD_WIRE_BYTES)
+GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16", "int8")
+# FP8 linears per block (torchao float8 training): none, tensorwise or rowwise scaling
+FP8_RECIPES = ("none", "tensorwise", "rowwise")
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class Plan:
     placements: dict[str, str] = field(default_factory=dict)
     model_fingerprint: str = ""           # hash of parameter names and shapes (see fingerprint())
     compile: bool = False                 # torch.compile per block (the trainer's compile=True)
+    fp8: tuple[str, ...] = ()             # FP8 recipe per block (FP8_RECIPES); () = none anywhere
 
     @property
     def num_micro_batches(self) -> int:
@@ -114,6 +120,8 @@ class Plan:
                  f"params {self.param_dtype}, grad reduction {self.grad_reduce_dtype}, "
                  f"{'torch.compile per block' if self.compile else 'eager'}",
                  f"  recompute   {rec}"]
+        if any(r != "none" for r in self.fp8):
+            lines.append("  fp8         " + ", ".join(f"{k} x{v}" for k, v in sorted(Counter(self.fp8).items())))
         if self.stage_layers:
             lines.append(f"  stages      blocks per virtual stage: {' '.join(map(str, self.stage_layers))}")
         if self.placements:
@@ -161,6 +169,9 @@ class Plan:
         bad = [r for r in self.recompute if r not in RECOMPUTE_MODES]
         if bad:
             raise UserError(f"plan: recompute mode {bad[0]!r} is not one of {', '.join(RECOMPUTE_MODES)}")
+        bad = [r for r in self.fp8 if r not in FP8_RECIPES]
+        if bad:
+            raise UserError(f"plan: fp8 recipe {bad[0]!r} is not one of {', '.join(FP8_RECIPES)}")
         bad = [p for p in self.placements.values() if p not in PLACEMENTS]
         if bad:
             raise UserError(f"plan: placement {bad[0]!r} is not one of {', '.join(PLACEMENTS)}")
@@ -174,6 +185,8 @@ class Plan:
             if self.recompute and len(self.recompute) != num_blocks:
                 raise UserError(f"plan: recompute has {len(self.recompute)} entries but the model has "
                                 f"{num_blocks} blocks")
+            if self.fp8 and len(self.fp8) != num_blocks:
+                raise UserError(f"plan: fp8 has {len(self.fp8)} entries but the model has {num_blocks} blocks")
 
     def check_runnable(self, num_blocks: int | None = None) -> None:
         """validate() plus what the trainer needs beyond a consistent plan (the planner checks every plan
@@ -190,6 +203,11 @@ class Plan:
         if self.cp > 1 and self.sequence_parallel and self.tp > 1 and (self.seq_len // self.cp) % self.tp:
             raise UserError(f"plan: each cp rank's {self.seq_len // self.cp} tokens must divide tp={self.tp} for "
                             f"sequence parallelism; drop sequence_parallel or pick cp/tp that divide seq_len")
+        if self.grad_reduce_dtype == "int8" and self.zero == 0 and self.dp * self.ep > 1:
+            # the int8 reduction runs through FSDP2's reduce-scatter hook (set_custom_reduce_scatter);
+            # replicate (ZeRO-0) all-reduces with a plain dist.all_reduce that has no such hook
+            raise UserError("plan: grad_reduce_dtype=int8 needs zero >= 1 (the trainer quantizes inside FSDP2's "
+                            "reduce-scatter; ZeRO-0's all-reduce has no hook); use zero=1 or another dtype")
 
     def _validate_types(self) -> None:
         """Every field has its type and range (a hand-edited file may hold anything YAML can say)."""
@@ -204,9 +222,9 @@ class Plan:
                 raise UserError(f"plan: {name}={v!r} must be an integer in 1..{hi:,}")
         if not isinstance(self.sequence_parallel, bool):
             raise UserError(f"plan: sequence_parallel={self.sequence_parallel!r} must be true or false")
-        for name in ("grad_reduce_dtype", "param_dtype"):
-            if getattr(self, name) not in DTYPES:
-                raise UserError(f"plan: {name}={getattr(self, name)!r} must be one of {', '.join(DTYPES)}")
+        for name, allowed in (("grad_reduce_dtype", GRAD_REDUCE_DTYPES), ("param_dtype", DTYPES)):
+            if getattr(self, name) not in allowed:
+                raise UserError(f"plan: {name}={getattr(self, name)!r} must be one of {', '.join(allowed)}")
         if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.stage_layers):
             raise UserError(f"plan: stage_layers={list(self.stage_layers)!r} must be positive integers (blocks "
                             f"per virtual stage)")
@@ -224,6 +242,9 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["recompute"] = list(self.recompute)
+        d["fp8"] = list(self.fp8)
+        if not self.fp8:
+            del d["fp8"]  # plans without FP8 keep the files they always had
         d["stage_layers"] = list(self.stage_layers)
         d["placements"] = dict(sorted(self.placements.items()))
         d["num_micro_batches"] = self.num_micro_batches
@@ -254,7 +275,7 @@ class Plan:
             raise UserError(f"{where}: missing field {missing[0]!r}; write plan files with `autoparallel plan "
                             f"--output FILE`")
         kw = {k: v for k, v in d.items() if k in names}
-        for key, kind in (("recompute", list), ("stage_layers", list), ("placements", dict)):
+        for key, kind in (("recompute", list), ("stage_layers", list), ("fp8", list), ("placements", dict)):
             value = kw.get(key, kind())
             if not isinstance(value, kind):
                 raise UserError(f"{where}: {key} must be a {'list' if kind is list else 'mapping'}, got "

@@ -34,6 +34,7 @@ from cost_models.comm import link_for
 from cost_models.estimate import (
     ALLOCATOR_RESERVE,
     DTYPE_BYTES,
+    GRAD_STATE_BYTES,
     CostModel,
     Estimate,
     dp_sync_time,
@@ -175,8 +176,8 @@ def _pin_value(k: str, key: str, v: object) -> object:
             raise UserError(f"pin recompute={v!r}: use one of {', '.join(RECOMPUTE_MODES)}")
         return v
     if key == "grad_reduce_dtype":
-        if v not in ("fp32", "bf16"):
-            raise UserError(f"pin grad_reduce_dtype={v!r}: use fp32 or bf16")
+        if v not in ("fp32", "bf16", "int8"):
+            raise UserError(f"pin grad_reduce_dtype={v!r}: use fp32, bf16 or int8 (block-scaled, fp32 accumulation)")
         return v
     if isinstance(v, bool):
         raise UserError(f"pin {k}={v!r}: must be a whole number")
@@ -189,6 +190,21 @@ def _pin_value(k: str, key: str, v: object) -> object:
     return check_int(iv, f"pin {k}", 1, MAX_GLOBAL_BATCH if key == "micro_batch" else MAX_GPUS)
 
 
+PRECISIONS = {"bf16": "none", "fp8": "tensorwise", "fp8-tensorwise": "tensorwise", "fp8-rowwise": "rowwise"}
+
+
+def fp8_recipe(precision: str, profile) -> str:
+    """The FP8 recipe of every block for a --precision option ("none" for bf16); UserError for an
+    unknown option or a device without an FP8 peak."""
+    if precision not in PRECISIONS:
+        raise UserError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)} (fp8 = tensorwise scaling)")
+    recipe = PRECISIONS[precision]
+    if recipe != "none" and "fp8" not in profile.peak_flops:
+        raise UserError(f"precision {precision}: hardware profile {profile.name} has no fp8 peak (it lists "
+                        f"{', '.join(sorted(profile.peak_flops))}); use --precision bf16 or an FP8 device (H100, H200, ...)")
+    return recipe
+
+
 def _divisors(n: int) -> list[int]:
     """Divisors of n in increasing order, in O(sqrt n) (n is at most MAX_GPUS or MAX_GLOBAL_BATCH)."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
@@ -199,7 +215,8 @@ class Planner:
     def __init__(self, graph: OpGraph, cluster: Cluster, global_batch: int, seq_len: int,
                  max_memory_bytes: float | None = None, fix: dict | str | None = None,
                  model_name: str = "", dtype: str = "bf16", progress: Callable[[str], None] | None = None,
-                 placements: dict[str, str] | None = None, cost_model: CostModel | None = None):
+                 placements: dict[str, str] | None = None, cost_model: CostModel | None = None,
+                 precision: str = "bf16"):
         check_int(global_batch, "global batch", 1, MAX_GLOBAL_BATCH)
         self.graph = graph
         self.cluster = cluster
@@ -213,6 +230,9 @@ class Planner:
         # faster for a 1.3B llama (264 vs 322 ms) and slower for a 350M GPT (150 vs 137) and a small MoE
         # (195 vs 163, graph breaks): the model cannot yet tell which, so eager stays the default
         self.compile = bool(self.fix.get("compile", False))
+        # FP8 linears in every block only when asked (--precision fp8): FP8 changes numerics, so it is the
+        # user's option, never the planner's silent choice
+        self.fp8 = fp8_recipe(precision, cluster.profile)
         self.model_name = model_name or graph.model_name
         self.progress = progress
         self.placements = placements
@@ -223,6 +243,7 @@ class Planner:
         # (the cost model's own cache keys on the whole placement tuple, slow to hash per lookup).
         self._segments: dict[tuple[int, bool], tuple[dict, tuple]] = {}
         self._costs: dict[tuple, object] = {}
+        self._fp8_choice: dict[tuple, str] = {}
         self._p2p: dict[tuple, float] = {}
         self._pipeline: dict[tuple, float] = {}   # _pipeline_bound per (group, vpp): shared by members
         self._check_pins()
@@ -312,6 +333,8 @@ class Planner:
                                     # fp32 gradient reduction unless pinned: bf16 is always cheaper under
                                     # the cost model but costs accuracy, a trade only the user can make
                                     gd = f.get("grad_reduce_dtype", "fp32")
+                                    if gd == "int8" and zero == 0 and dp * ep > 1:
+                                        continue  # the trainer quantizes in FSDP2's reduce-scatter (Plan.check_runnable)
                                     yield MeshConfig(tp, pp, dp, ep, vpp, mb, zero, sp, gd, cp)
 
     def _cp_degrees(self, n: int) -> list[int]:
@@ -407,8 +430,24 @@ class Planner:
         hit = self._costs.get((prefix, name, rc))
         if hit is None:
             tp, sp, ep, mb, tp_span, ep_span, cp, cp_span = prefix
-            hit = self._costs[prefix, name, rc] = self.cm.segment_cost(key, name, tp, ep, sp, mb, rc, tp_span, ep_span,
-                                                                       self.compile, cp, cp_span)
+            hit = self._costs[prefix, name, rc] = self.cm.segment_cost(
+                key, name, tp, ep, sp, mb, rc, tp_span, ep_span, self.compile, cp, cp_span,
+                self.fp8_choice(prefix, key, name))
+        return hit
+
+    def fp8_choice(self, prefix: tuple, key: tuple, name: str) -> str:
+        """The FP8 recipe of segment `name` under (tp, SP, ep, micro-batch, spans, cp, cp span) = prefix:
+        the asked-for recipe where the cost model finds the block faster with it (large GEMMs), else
+        "none" (small GEMMs, where the casts cost more than the GEMMs save); the embedding and head stay
+        high precision."""
+        if self.fp8 == "none" or name in ("pre", "post"):
+            return "none"
+        hit = self._fp8_choice.get((prefix, name))
+        if hit is None:
+            tp, sp, ep, mb, tp_span, ep_span, cp, cp_span = prefix
+            t = {r: self.cm.segment_cost(key, name, tp, ep, sp, mb, "none", tp_span, ep_span, self.compile, cp, cp_span,
+                                         r).total_s for r in ("none", self.fp8)}
+            hit = self._fp8_choice[prefix, name] = self.fp8 if t[self.fp8] < t["none"] else "none"
         return hit
 
     # ---- bounds -------------------------------------------------------------------------------------------
@@ -718,6 +757,9 @@ class StageModel:
         self.span = self.plan0.mesh_span()
         self._cost_prefix = (cfg.tp, self.sp, cfg.ep, cfg.micro_batch, self.span["tp"], self.span["ep"], cfg.cp,
                              self.span["cp"])
+        if planner.fp8 != "none":  # every plan of this configuration carries the per-block FP8 choice
+            fp8 = tuple(planner.fp8_choice(self._cost_prefix, self.key, graph.blocks[bc.index(c)]) for c in bc)
+            self.plan0 = replace(self.plan0, fp8=fp8 if any(r != "none" for r in fp8) else ())
         self.modes = [self.pl.fix["recompute"]] if "recompute" in self.pl.fix else list(RECOMPUTE_MODES)
         self.mem_unit = planner.budget / RESOLUTION   # bytes per integer unit
         self.p2p_per_virtual_stage = planner.p2p_time(self.plan0, self.span["pp"]) if cfg.pp > 1 else 0.0
@@ -751,7 +793,7 @@ class StageModel:
     def state_bytes_per_param(self) -> tuple[float, float]:
         """Bytes per local parameter of model states after ZeRO sharding: (dense, expert)."""
         c = self.cfg
-        pb, gb = DTYPE_BYTES.get(self.plan0.param_dtype, 2), DTYPE_BYTES[c.grad_reduce_dtype]
+        pb, gb = DTYPE_BYTES.get(self.plan0.param_dtype, 2), GRAD_STATE_BYTES[c.grad_reduce_dtype]
         gb = gb if self.cm.grads_resident(self.m) else 0  # CostModel._memory's accounting
         return (sum(model_state_bytes(1.0, c.zero, c.dense_dp, pb, gb)),
                 sum(model_state_bytes(1.0, c.zero, c.expert_dp, pb, gb)))
@@ -791,15 +833,16 @@ class StageModel:
 
     def _dp_time_linear(self) -> tuple[float, float, float, float]:
         c = self.cfg
-        gb = DTYPE_BYTES[c.grad_reduce_dtype]
+        gd = c.grad_reduce_dtype
         pb = DTYPE_BYTES.get(self.plan0.param_dtype, 2)
+        qbw = self.cm.quant_bandwidth()
         dense_span = "inter" if "inter" in (self.span["dp"], self.span["cp"], self.span["ep"]) else "intra"
         exp_span = "inter" if "inter" in (self.span["dp"], self.span["cp"]) else "intra"
 
         def lin(d: int, span: str) -> tuple[float, float]:
             link, n = link_for(self.cm.profile, span), 1e9
-            a = dp_sync_time(n, d, link, c.zero, self.m, gb, pb)
-            slope = (dp_sync_time(2 * n, d, link, c.zero, self.m, gb, pb) - a) / n
+            a = dp_sync_time(n, d, link, c.zero, self.m, gd, pb, qbw)
+            slope = (dp_sync_time(2 * n, d, link, c.zero, self.m, gd, pb, qbw) - a) / n
             return slope, a - slope * n
         ds, dc = lin(c.dense_dp, dense_span)
         es, ec = lin(c.expert_dp, exp_span)

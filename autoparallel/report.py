@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from autoparallel.errors import UserError
@@ -37,7 +38,9 @@ def format_estimate(plan: Plan, est: Estimate) -> str:
         f"{plan.num_micro_batches} per rank; schedule {plan.schedule}"
         + (f" (vpp={plan.vpp})" if plan.vpp > 1 else ""),
         f"options   ZeRO-{plan.zero}, sequence parallel {'on' if plan.sequence_parallel else 'off'}, grads "
-        f"{plan.grad_reduce_dtype}, recompute {_recompute_line(plan)}, {'compiled' if plan.compile else 'eager'}",
+        f"{plan.grad_reduce_dtype}, recompute {_recompute_line(plan)}, {'compiled' if plan.compile else 'eager'}"
+        + (f", fp8 {', '.join(f'{k} x{v}' for k, v in sorted(Counter(plan.fp8).items()))}"
+           if any(r != "none" for r in plan.fp8) else ""),
     ]
     if plan.stage_layers and plan.pp > 1:
         lines.append(f"stages    blocks per virtual stage: {' '.join(map(str, plan.stage_layers))}")
@@ -55,12 +58,33 @@ def format_estimate(plan: Plan, est: Estimate) -> str:
     return "\n".join(lines)
 
 
+def low_precision_gains(cost_model: Any, plan: Plan, est: Estimate) -> dict[str, float]:
+    """What each low-precision choice of the plan bought: the relative step-time change against the
+    same plan with that choice undone (fp8 -> bf16 linears, int8 -> fp32 gradient reduction), e.g.
+    {"fp8": -0.22}. Empty for a plan without them."""
+    out: dict[str, float] = {}
+    undo = {"fp8": {"fp8": ()}, "int8 grads": {"grad_reduce_dtype": "fp32"}}
+    active = {"fp8": any(r != "none" for r in plan.fp8), "int8 grads": plan.grad_reduce_dtype == "int8"}
+    for name, kw in undo.items():
+        if active[name]:
+            base = cost_model.estimate(replace(plan, **kw))
+            out[name] = est.step_time_s / base.step_time_s - 1.0
+    return out
+
+
+def _gains_line(gains: dict[str, float]) -> str:
+    return ", ".join(f"{k}: {v * 100:+.0f}% step time" for k, v in gains.items())
+
+
 def format_plan_result(result: Any, ctx: Any) -> str:
     s = result.solver
     head = [f"autoparallel plan: {ctx.model_name} on {ctx.cluster}, budget {ctx.budget_bytes / 2**30:.1f} GiB/device",
             f"solver    {s.status} in {s.wall_s:.2f} s ({s.configs_solved} of {s.configs_total} mesh configurations "
             f"solved, the rest pruned by bound); objective {s.objective:.4g} s, bound {s.bound:.4g} s", ""]
     body = format_estimate(result.plan, result.estimate)
+    gains = low_precision_gains(ctx.cost_model, result.plan, result.estimate)
+    if gains:
+        body += f"\nbought    {_gains_line(gains)} (against the same plan without it)"
     tail = []
     if result.runners_up:
         tail = ["", "runners-up (why each lost)"]
@@ -107,6 +131,10 @@ def _row(r: Any, tokens: float | None) -> dict[str, Any]:
                    f" mb{p.micro_batch} zero{p.zero}",
            "step_time_s": e.step_time_s, "tokens_per_s": e.tokens_per_s, "mfu": e.mfu,
            "peak_memory_gib": e.peak_memory_gib, "breakdown": e.breakdown}
+    gains = low_precision_gains(r.context.cost_model, p, e)
+    if gains:
+        out["low_precision_gains"] = gains
+    out["precision"] = getattr(r, "precision", "bf16")
     if tokens:
         out["time_to_train_days"] = tokens / e.tokens_per_s / 86400
     return out
@@ -116,7 +144,8 @@ def compare_json(rows: list[Any], tokens: float | None) -> list[dict[str, Any]]:
     return [_row(r, tokens) for r in rows]
 
 
-def format_compare(rows: list[Any], tokens: float | None) -> str:
+def format_compare(rows: list[Any], tokens: float | None, asked: str = "bf16") -> str:
+    """One row per profile; `asked`: the --precision given (rows of devices without FP8 say they ran bf16)."""
     hdr = f"{'hardware':22s} {'plan':30s} {'step s':>9s} {'tokens/s':>12s} {'MFU':>6s} {'peak GiB':>9s}"
     hdr += f" {'days':>8s}" if tokens else ""
     lines = [hdr, "-" * len(hdr)]
@@ -128,6 +157,10 @@ def format_compare(rows: list[Any], tokens: float | None) -> str:
                 f"{d['mfu'] * 100:5.1f}% {d['peak_memory_gib']:9.1f}")
         if tokens:
             line += f" {d['time_to_train_days']:8.2f}"
+        if d.get("low_precision_gains"):
+            line += f"  ({_gains_line(d['low_precision_gains'])})"
+        elif asked != "bf16" and d["precision"] == "bf16":
+            line += "  (no fp8 peak: bf16)"
         lines.append(line)
     return "\n".join(lines)
 

@@ -9,6 +9,11 @@ B (bytes/s per direction) reached at efficiency e, and per-hop latency a (s):
     all-to-all        t =  (n-1)/n * S / (B e) +  (n-1) a      (S = bytes each rank sends in all)
     send/recv         t =  S / (B e) + a
 
+Gradient reductions move `wire bytes` per element (GRAD_WIRE_BYTES): 4 (fp32), 2 (bf16/fp16), or for
+int8 one byte plus the per-block scale (ZeRO++'s qgZ: block-wise absmax-scaled int8, an fp32 scale per
+INT8_BLOCK elements, dequantized and summed in fp32). The int8 reduction also runs quantize and
+dequantize kernels: memory-bound passes whose bytes per element `quantized_pass_bytes` states.
+
 A group whose ranks share a node uses the node's link (NVLink, xGMI, HCCS, ...); a group that
 crosses nodes is limited by each device's NIC (hierarchical collectives are bound by the slowest hop).
 """
@@ -52,6 +57,47 @@ def collective_terms(op: str, n: int) -> tuple[float, float]:
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return (n - 1) / n, float(n - 1)
     raise ValueError(f"unknown collective {op!r}; one of {', '.join(COLLECTIVES)}")
+
+
+# int8 gradient reduction (autoparallel.trainer.low_precision): an fp32 absmax scale per block of
+# INT8_BLOCK elements, so each element costs 1 + 4/256 = 1.016 bytes on the wire
+INT8_BLOCK = 256
+INT8_SCALE_BYTES = 4
+GRAD_WIRE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.0 + INT8_SCALE_BYTES / INT8_BLOCK}
+
+
+def quantized_pass_bytes(op: str, n: int) -> float:
+    """Bytes the int8 quantize / dequantize kernels move per element of the reduced (unsharded) tensor.
+
+    reduce-scatter (all-to-all of int8 chunks, local fp32 sum), per element of the input S:
+        quantize   read 4 (fp32 input), write q = 1 + scale bytes
+        dequantize read q for each of the n received chunks (n * S/n = S elements), write 4/n (the fp32 shard)
+      = 4 + 2q + 4/n
+    all-reduce = that reduce-scatter, then the reduced shard re-quantized (read 4/n, write q/n), all-gathered
+        as int8 and dequantized (read q, write 4): + (4 + q)/n + q + 4
+    """
+    q = GRAD_WIRE_BYTES["int8"]
+    rs = 4 + 2 * q + 4 / n
+    if op == "reduce_scatter":
+        return rs
+    if op == "all_reduce":
+        return rs + (4 + q) / n + q + 4
+    raise ValueError(f"quantized reduction of {op!r}: one of reduce_scatter, all_reduce")
+
+
+def gradient_reduce_time(op: str, elements: float, n: int, link: Link, dtype: str,
+                         quant_bandwidth: float) -> float:
+    """Time of one gradient reduction ("reduce_scatter" or "all_reduce") of `elements` gradient
+    elements over n ranks in `dtype` [s]: the collective on GRAD_WIRE_BYTES per element, plus for int8
+    the quantize/dequantize passes at quant_bandwidth (bytes/s of a memory-bound cast kernel). An int8
+    all-reduce runs as a reduce-scatter and an all-gather of int8 payloads (the wire bytes of an
+    all-reduce: 2(n-1)/n S)."""
+    if elements <= 0 or n <= 1:
+        return 0.0
+    t = collective_time(op, elements * GRAD_WIRE_BYTES[dtype], n, link)
+    if dtype == "int8":
+        t += elements * quantized_pass_bytes(op, n) / quant_bandwidth
+    return t
 
 
 def collective_time(op: str, size_bytes: float, n: int, link: Link) -> float:

@@ -141,7 +141,8 @@ ALIAS_OPS = ("_unsafe_view",)
 # of these ops are saved, every other op of the block is recomputed in backward.
 OP_SAC_SAVED = ("mm", "addmm", "bmm", "_grouped_mm", "_scaled_dot_product_flash_attention",
                 "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-                "_scaled_dot_product_flash_attention_for_cpu", "reduce_scatter_tensor")
+                "_scaled_dot_product_flash_attention_for_cpu", "reduce_scatter_tensor",
+                "_scaled_mm")  # FP8 linears' GEMM: saved like the mm it replaces
 
 
 def saved_under_op_sac(op_name: str) -> bool:
@@ -254,7 +255,7 @@ def compiled_times(times: np.ndarray, matmul: np.ndarray, profile: HardwareProfi
 
 def with_host_floor(times: np.ndarray, profile: HardwareProfile, phase: str = "fwd", expert: np.ndarray | None = None,
                     dynamic_gemm: np.ndarray | None = None, per_op_extra_s: float = 0.0,
-                    extra_s: float = 0.0) -> np.ndarray:
+                    extra_s: float = 0.0, extra_ops: float = 0.0) -> np.ndarray:
     """Per-op times stretched so that they sum to at least the host time of the phase (module docstring):
     n_ops * (host_seconds_per_op + per_op_extra_s) + extra_s, with the MoE rate in phases with expert
     groups. per_op_extra_s and extra_s are the trainer's own host work (cost_models.host: DTensor and
@@ -262,10 +263,11 @@ def with_host_floor(times: np.ndarray, profile: HardwareProfile, phase: str = "f
     `dynamic_gemm` (an expert GEMM of a per-expert loop, whose token count is data-dependent) pays
     host_us_per_new_gemm_shape: the BLAS library picks a kernel for a new problem size on the host (the
     regime of a run whose heuristics cache has not yet seen the counts; an upper bound for long runs).
-    Grouped expert GEMMs (torch._grouped_mm) have static shapes and pay nothing extra."""
+    Grouped expert GEMMs (torch._grouped_mm) have static shapes and pay nothing extra. `extra_ops`: kernels
+    the traced graph does not hold (the eager FP8 casts, FP8_EAGER_KERNELS), issued like any op."""
     moe = expert is not None and len(expert) == len(times) and bool(expert.any())
     host = host_seconds_per_op(profile, phase, moe)
-    floor = (host + per_op_extra_s) * len(times) + extra_s
+    floor = (host + per_op_extra_s) * (len(times) + extra_ops) + extra_s
     if moe and dynamic_gemm is not None:
         extra = calibrated(profile, "host_us_per_new_gemm_shape", host * 1e6) * 1e-6 - host
         floor += max(extra, 0.0) * float(np.count_nonzero(dynamic_gemm))
@@ -273,6 +275,51 @@ def with_host_floor(times: np.ndarray, profile: HardwareProfile, phase: str = "f
     if floor <= total or total <= 0:
         return times
     return times * (floor / total)
+
+
+# FP8 linears (torchao float8 training; autoparallel.trainer.low_precision). Each FP8 GEMM casts its two
+# high-precision (bf16) operands: an amax pass, then a scaled cast to float8. Bytes per operand element,
+# counted from torchao 0.18's float8 code (float8_utils.tensor_to_amax, _ToFloat8ConstrFunc):
+#   eager     abs (r2 w2) + max (r2) + to fp32 (r2 w4) + mul by scale (r4 w4) + clamp (r4 w4) + to fp8 (r4 w1) = 33
+#   compiled  one fused amax (r2) + one fused scale-and-cast (r2 w1) = 5
+# tensorwise casts each of a linear's three tensors (input, weight, grad_output) once and feeds the
+# transposed float8 copies (r1 w1 = 2 each) to the other GEMMs: per linear 3 casts + 3 transposes over
+# three GEMMs of two operands each, i.e. (33 + 2) / 2 = 17.5 (eager) and (5 + 2) / 2 = 3.5 (compiled) per
+# operand element; rowwise scales along each GEMM's reduction axis, so every operand of every GEMM is cast
+# from high precision: 33 and 5.
+FP8_CAST_BYTES = {("tensorwise", False): 17.5, ("tensorwise", True): 3.5,
+                  ("rowwise", False): 33.0, ("rowwise", True): 5.0}
+# Extra eager kernels per FP8 GEMM, which the host issues (the host floor): ~10 per cast (abs, max, four
+# scale ops, to, mul, clamp, to) and 1 per transpose; tensorwise (3 casts + 3 transposes) / 3 GEMMs = 11,
+# rowwise 6 casts / 3 GEMMs = 20. Compiled blocks fuse them into their graph.
+FP8_EAGER_KERNELS = {"tensorwise": 11.0, "rowwise": 20.0}
+
+
+def fp8_gemm_curve(profile: HardwareProfile, recipe: str) -> tuple[float, float]:
+    """(curve maximum, half-size FLOPs) of FP8 GEMMs: calibration.gemm_fp8_max (rowwise:
+    gemm_fp8_rowwise_max), by default the bf16 curve's maximum (the same fraction of the doubled peak)
+    until `calibrate` or benchmarks/fp8_h200.py measure it; the half size scales with the peak
+    (e = F / (F + P t0): the fixed cost t0 of a GEMM amortizes over P t0 FLOPs, P the fp8 peak)."""
+    eff = profile.efficiency
+    fp8_max = calibrated(profile, "gemm_fp8_max", eff.gemm_max)
+    if recipe == "rowwise":
+        fp8_max = calibrated(profile, "gemm_fp8_rowwise_max", fp8_max)
+    half = calibrated(profile, "gemm_fp8_half_flops", eff.gemm_half_flops * profile.peak("fp8") / profile.peak("bf16"))
+    return fp8_max, half
+
+
+def fp8_gemm_times(flops: np.ndarray, cast_elements: np.ndarray, profile: HardwareProfile, recipe: str,
+                   compiled: bool) -> np.ndarray:
+    """Time of FP8 GEMMs [s]: F / (P_fp8 e_fp8(F)) on the FP8 curve (fp8_gemm_curve), plus the cast
+    passes over their operands, cast_elements * FP8_CAST_BYTES / (BW m_cast) and a launch per kernel."""
+    peak = profile.peak("fp8")
+    curve_max, half = fp8_gemm_curve(profile, recipe)
+    f = np.maximum(flops, 1.0)
+    t_gemm = np.where(flops > 0, flops / (peak * curve_max * f / (f + half)), 0.0)
+    bw = profile.memory_bandwidth * memory_fraction(profile, "cast")
+    t_cast = cast_elements * FP8_CAST_BYTES[recipe, compiled] / bw
+    launches = (1.0 + (0.0 if compiled else FP8_EAGER_KERNELS[recipe])) * profile.efficiency.kernel_overhead_s
+    return t_gemm + t_cast + launches
 
 
 # FSDP2 mixed precision, bytes per unsharded local parameter and per micro-batch (d = FSDP group size):

@@ -33,6 +33,7 @@ from cost_models.comm import (
     all_gather_time,
     all_reduce_time,
     all_to_all_time,
+    gradient_reduce_time,
     link_for,
     reduce_scatter_time,
     ring_attention_time,
@@ -40,8 +41,11 @@ from cost_models.comm import (
 )
 from cost_models.compute import (
     CLASS_CODE,
+    FP8_EAGER_KERNELS,
     compiled_times,
+    fp8_gemm_times,
     fsdp_update_time,
+    memory_fraction,
     op_times,
     update_time,
     with_host_floor,
@@ -61,6 +65,9 @@ GIB = 2**30
 RUNTIMES = ("trainer", "megatron")
 OPTIMIZER_BYTES_PER_PARAM = 12   # fp32 master copy + Adam m + v
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# bytes per gradient element held in memory by grad_reduce_dtype: an int8 reduction accumulates in fp32
+# (what goes on the wire is cost_models.comm.GRAD_WIRE_BYTES)
+GRAD_STATE_BYTES = {**DTYPE_BYTES, "int8": 4}
 ALLOCATOR_RESERVE = 0.03         # fraction of peak lost to caching-allocator fragmentation
 
 
@@ -191,7 +198,7 @@ class CostModel:
     # ---- one segment ---------------------------------------------------------------------------------
     def _segment_cost(self, placements_key: tuple, name: str, tp: int, ep: int, sp: bool, micro_batch: int,
                       recompute: str, tp_span: str, ep_span: str, compiled: bool = False, cp: int = 1,
-                      cp_span: str = "intra") -> SegmentCost:
+                      cp_span: str = "intra", fp8: str = "none") -> SegmentCost:
         """Per-op roofline on the shard each device runs, plus exposed TP and EP collectives.
 
         Sharded ops run 1/tp of their FLOPs and bytes; replicated ops run whole, or on 1/tp of the
@@ -209,6 +216,8 @@ class CostModel:
         attention kernels run as a ring (comm.ring_attention_time): forward, the rank's K/V chunk passes
         on at each of cp - 1 steps; backward, K/V and their gradients, which torch's ring accumulates and
         rotates in fp32 (its _cp_options.convert_to_f32), plus one last dK/dV return after the last step.
+        fp8: the block's FP8 recipe; its linear GEMMs run on the FP8 curve with their operand casts
+        (compute.fp8_gemm_times).
         """
         seg = self._segments[placements_key][name]
         b = float(micro_batch) / cp
@@ -225,8 +234,8 @@ class CostModel:
                             extra_s=h.tp_collective_s * tp_colls[0])
         bwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1), extra_s=h.tp_collective_s * tp_colls[1] + (
             h.checkpoint_s + h.recompute_op_s * self._recomputed_ops(seg, recompute) if checkpointed else 0.0))
-        fwd_t, fwd_flops, fwd_div = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host)
-        bwd_t, bwd_flops, _ = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host)
+        fwd_t, fwd_flops, fwd_div = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8)
+        bwd_t, bwd_flops, _ = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8)
 
         tp_link = link_for(self.profile, tp_span)
         tp_comm_fwd = tp_comm_bwd = 0.0
@@ -309,9 +318,11 @@ class CostModel:
         return 1 + (seg.name != "pre" and seg.expert_params > 0)
 
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,
-                     host: HostWork | None = None):
+                     host: HostWork | None = None, fp8: str = "none"):
         """Per-op times [s], per-op FLOPs and the per-op divisor (tp for sharded work); eager ops pay the
-        host floor with the trainer's host work `host`, compiled ones compute.compiled_times."""
+        host floor with the trainer's host work `host`, compiled ones compute.compiled_times; under an FP8
+        recipe the linear GEMMs take compute.fp8_gemm_times (their casts are memory passes of their own,
+        which compiled_times does not shrink further) and their extra eager kernels join the host floor."""
         expert = ops.expert
         # sharded ops run 1/tp; replicated ones 1/tp of the sequence under SP; experts run whole
         div = np.where(ops.tp_sharded, tp, np.where(expert, 1, tp if sp else 1)).astype(float)
@@ -325,11 +336,21 @@ class CostModel:
         # a grouped expert GEMM runs the E/ep local experts as its groups
         t = op_times(flops, moved, ops.matmul, self.profile, self.dtype, ops.op_class, ops.copy_bytes * b / div,
                      np.maximum(ops.groups / ep, 1.0))
+        n_fp8 = 0
+        if fp8 != "none" and len(ops.fp8_gemm) == len(t) and ops.fp8_gemm.any():
+            sel = ops.fp8_gemm
+            # operand elements: activations read (grow with the micro-batch) + weights read, in bf16
+            cast = (ops.in_act_bytes[sel] * b / div[sel] + ops.param_bytes[sel] / np.where(ops.tp_sharded[sel], tp, 1)) / 2
+            t = t.copy()
+            t[sel] = fp8_gemm_times(flops[sel], cast, self.profile, fp8, compiled)
+            n_fp8 = int(sel.sum())
         if compiled:
             return compiled_times(t, ops.matmul, self.profile), flops, div
         dynamic_gemm = expert & ops.matmul & (ops.op_class != CLASS_CODE["gemm_grouped"])
         host = host or HostWork()
-        return with_host_floor(t, self.profile, phase, expert, dynamic_gemm, host.per_op_s, host.extra_s), flops, div
+        extra = n_fp8 * FP8_EAGER_KERNELS[fp8] if n_fp8 else 0.0
+        return with_host_floor(t, self.profile, phase, expert, dynamic_gemm, host.per_op_s, host.extra_s,
+                               extra_ops=extra), flops, div
 
     # ---- whole plan ------------------------------------------------------------------------------------
     def check_plan(self, plan: Plan) -> None:
@@ -437,17 +458,19 @@ class CostModel:
                 out[path] = "replicate"
         return out
 
-    def virtual_stage_segments(self, plan: Plan) -> list[list[tuple[str, str]]]:
-        """(segment name, recompute) per virtual stage, in order."""
+    def virtual_stage_segments(self, plan: Plan) -> list[list[tuple[str, str, str]]]:
+        """(segment name, recompute, fp8 recipe) per virtual stage, in order (the embedding and LM head
+        stay in high precision, as torchtitan keeps them)."""
         stage_layers = plan.stage_layers or balanced_stages(self.num_blocks, plan.pp * plan.vpp)
         recompute = plan.recompute or ("none",) * self.num_blocks
+        fp8 = getattr(plan, "fp8", ()) or ("none",) * self.num_blocks
         out, i = [], 0
         for v, n in enumerate(stage_layers):
-            segs = [("pre", "none")] if v == 0 else []
-            segs += [(self.block_rep(j), recompute[j]) for j in range(i, i + n)]
+            segs = [("pre", "none", "none")] if v == 0 else []
+            segs += [(self.block_rep(j), recompute[j], fp8[j]) for j in range(i, i + n)]
             i += n
             if v == len(stage_layers) - 1:
-                segs.append(("post", "none"))
+                segs.append(("post", "none", "none"))
             out.append(segs)
         return out
 
@@ -467,9 +490,9 @@ class CostModel:
             for vs, seg_list in enumerate(self.virtual_stage_segments(plan)):
                 if vs % p != d:
                     continue
-                for name, rc in seg_list:
+                for name, rc, f8 in seg_list:
                     c = self.segment_cost(key, name, plan.tp, plan.ep, sp, plan.micro_batch, rc,
-                                          span["tp"], span["ep"], plan.compile, plan.cp, span["cp"])
+                                          span["tp"], span["ep"], plan.compile, plan.cp, span["cp"], f8)
                     acc["time"] += c.total_s
                     acc["bwd"] += c.bwd_s
                     acc["fwd_bwd"] += c.fwd_s + c.bwd_s
@@ -493,7 +516,7 @@ class CostModel:
             params = dense + tp_params / plan.tp + expert / plan.ep
             acc["params"] = params
             acc["units"] = sum(self.fsdp_units(segs[name]) for vs, seg_list in
-                               enumerate(self.virtual_stage_segments(plan)) if vs % p == d for name, _ in seg_list)
+                               enumerate(self.virtual_stage_segments(plan)) if vs % p == d for name, *_ in seg_list)
             acc["expert_params"] = expert / plan.ep
             in_flight = in_flight_micro_batches(d, p, v, m)
             acc["memory"] = self._memory(plan, params, acc["expert_params"], act * in_flight, working,
@@ -524,7 +547,7 @@ class CostModel:
                 is_last: bool) -> dict[str, float]:
         """Bytes per device: ZeRO-sharded model states, activations, buffers (see module docstring)."""
         pb = DTYPE_BYTES.get(plan.param_dtype, 2)
-        gb = DTYPE_BYTES.get(plan.grad_reduce_dtype, 4)
+        gb = GRAD_STATE_BYTES.get(plan.grad_reduce_dtype, 4)
         dense = params - expert_params
         gb = gb if self.grads_resident(plan.num_micro_batches) else 0
         pd, gd, od = model_state_bytes(dense, plan.zero, plan.dense_dp, pb, gb)
@@ -576,7 +599,7 @@ class CostModel:
         """Optimizer step + gradient accumulation per step, per parameter a rank holds [s]
         (compute.update_time; linear in the parameters, so the planner can use it per block)."""
         return self._update_seconds(plan.dense_dp, plan.zero, plan.num_micro_batches,
-                                    DTYPE_BYTES.get(plan.param_dtype, 2), DTYPE_BYTES.get(plan.grad_reduce_dtype, 4))
+                                    DTYPE_BYTES.get(plan.param_dtype, 2), GRAD_STATE_BYTES.get(plan.grad_reduce_dtype, 4))
 
     def _update_seconds(self, d: int, zero: int, micro_batches: int, pb: int, gb: int) -> float:
         """The runtime's update per local parameter: FSDP2's (compute.fsdp_update_time) for the trainer,
@@ -597,16 +620,17 @@ class CostModel:
         """
         span = plan.mesh_span()
         d_dense, d_exp = plan.dense_dp, plan.expert_dp
-        gb = DTYPE_BYTES.get(plan.grad_reduce_dtype, 4)
+        gd = plan.grad_reduce_dtype
         pb = DTYPE_BYTES.get(plan.param_dtype, 2)
+        qbw = self.quant_bandwidth()
         m = plan.num_micro_batches
         dense_span = "inter" if "inter" in (span["dp"], span["cp"], span["ep"]) else "intra"
         exp_span = "inter" if "inter" in (span["dp"], span["cp"]) else "intra"
         worst_exposed = worst_total = worst_opt = 0.0
         for s in stages:
             dense, exp = s["params"] - s["expert_params"], s["expert_params"]
-            total = dp_sync_time(dense, d_dense, link_for(self.profile, dense_span), plan.zero, m, gb, pb) + \
-                dp_sync_time(exp, d_exp, link_for(self.profile, exp_span), plan.zero, m, gb, pb)
+            total = dp_sync_time(dense, d_dense, link_for(self.profile, dense_span), plan.zero, m, gd, pb, qbw) + \
+                dp_sync_time(exp, d_exp, link_for(self.profile, exp_span), plan.zero, m, gd, pb, qbw)
             window = {0: s["bwd"], 1: s["bwd"], 2: s["bwd"] * m}.get(plan.zero, s["fwd_bwd"] * m)
             window = window if self.overlap_grad_sync else 0.0
             exposed = max(0.0, total - window)
@@ -616,25 +640,33 @@ class CostModel:
             worst_opt = max(worst_opt, opt)
         return worst_exposed, worst_total, worst_opt
 
+    def quant_bandwidth(self) -> float:
+        """Bytes/s of the int8 quantize / dequantize passes: memory-bound elementwise casts, at the
+        calibrated `cast` kernel fraction of the memory bandwidth."""
+        return self.profile.memory_bandwidth * memory_fraction(self.profile, "cast")
 
-def dp_sync_time(params: float, d: int, link, zero: int, m: int, grad_bytes: int, param_bytes: int) -> float:
+
+def dp_sync_time(params: float, d: int, link, zero: int, m: int, grad_dtype: str, param_bytes: int,
+                 quant_bandwidth: float = float("inf")) -> float:
     """Data-parallel communication per step for `params` local parameters over d ranks [s].
 
     ZeRO-0: all-reduce the gradients once.  ZeRO-1: reduce-scatter them once, all-gather the updated
     parameters.  ZeRO-2: reduce-scatter every micro-batch (gradients stay sharded while accumulating),
     all-gather once.  ZeRO-3: per micro-batch all-gather parameters for forward and for backward and
-    reduce-scatter gradients (FSDP).
+    reduce-scatter gradients (FSDP). Gradient reductions in `grad_dtype` (comm.gradient_reduce_time:
+    int8 moves a quarter of fp32's bytes and pays its quantize/dequantize passes at quant_bandwidth).
     """
     if d <= 1 or params <= 0:
         return 0.0
-    g, p = params * grad_bytes, params * param_bytes
+    p = params * param_bytes
     if zero == 0:
-        return all_reduce_time(g, d, link)
+        return gradient_reduce_time("all_reduce", params, d, link, grad_dtype, quant_bandwidth)
+    rs = gradient_reduce_time("reduce_scatter", params, d, link, grad_dtype, quant_bandwidth)
     if zero == 1:
-        return reduce_scatter_time(g, d, link) + all_gather_time(p, d, link)
+        return rs + all_gather_time(p, d, link)
     if zero == 2:
-        return m * reduce_scatter_time(g, d, link) + all_gather_time(p, d, link)
-    return m * (reduce_scatter_time(g, d, link) + 2 * all_gather_time(p, d, link))
+        return m * rs + all_gather_time(p, d, link)
+    return m * (rs + 2 * all_gather_time(p, d, link))
 
 
 def in_flight_micro_batches(d: int, p: int, v: int, m: int) -> float:

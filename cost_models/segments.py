@@ -62,6 +62,10 @@ class PhaseOps:
     # attention, the trainer's save list; fwd only)
     keep_op: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     out_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # bytes of each op's outputs, per sample
+    # bool: a GEMM of an nn.Linear whose dims are multiples of 16, which FP8 training runs in float8
+    # (compute.fp8_gemm_times; the trainer converts the same linears, autoparallel.trainer.low_precision)
+    fp8_gemm: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    in_act_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # activation bytes read, per sample
 
     @property
     def expert(self) -> np.ndarray:
@@ -223,6 +227,9 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
                                    for a in attrs], dtype=bool),
             keep_op=np.array([saved_under_op_sac(a.get("op", "")) for a in attrs], dtype=bool),
             out_bytes=np.array([_out_bytes(a) for a in attrs], dtype=float) * per_sample,
+            fp8_gemm=np.array([_fp8_linear_gemm(graph, a) for a in attrs], dtype=bool),
+            in_act_bytes=np.maximum(np.array([a.get("bytes_read", 0) for a in attrs], dtype=float) - pbytes, 0.0)
+            * per_sample,
         )
         setattr(seg, phase, ops)
         if phase == "fwd":
@@ -244,6 +251,18 @@ def _kv_bytes(attrs: dict) -> float:
         return 0.0
     q = math.prod(int(d) for d in shapes[0]) * _dtype_size((attrs.get("out_dtypes") or ["bfloat16"])[0])
     return max(float(attrs.get("bytes_read", 0)) - q, 0.0)
+FP8_DIM_MULTIPLE = 16  # float8 GEMMs (torch._scaled_mm) need both weight dims divisible by 16 (torchtitan)
+
+
+def _fp8_linear_gemm(graph: OpGraph, attrs: dict) -> bool:
+    """A forward or backward GEMM (mm/addmm/matmul class) of an nn.Linear with in and out features
+    multiples of FP8_DIM_MULTIPLE: the ops torchao's float8 training runs in FP8."""
+    op = graph.parametric_ops.get(attrs.get("module", ""))
+    if op is None or op.kind != "linear" or not is_matmul(attrs.get("op", "")):
+        return False
+    if "attention" in attrs.get("op", "") or "scaled_dot_product" in attrs.get("op", ""):
+        return False
+    return all(d is not None and d % FP8_DIM_MULTIPLE == 0 for d in (op.in_features, op.out_features))
 
 
 def _keep_under_selective(attrs: dict, seq_len: int, batch: int = 1) -> bool:

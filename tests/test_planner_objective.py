@@ -54,7 +54,7 @@ def _planner_memory(sm, d: int, plan) -> float:
     for v, seg_list in enumerate(cm.virtual_stage_segments(plan)):
         if v % cfg.pp != d:
             continue
-        for name, rc in seg_list:
+        for name, rc, *_ in seg_list:
             if name in ("pre", "post"):
                 continue
             cls = next(c for c in sm.classes if sm.rep[c] == name)

@@ -20,6 +20,8 @@ the last micro-batch backward), so zero 1 and 2 behave alike there.
 
 Mixed precision: MixedPrecisionPolicy(param_dtype=plan.param_dtype, reduce_dtype=plan.grad_reduce_dtype);
 fp32 for either means no cast. The sharded master parameters and optimizer state stay fp32.
+grad_reduce_dtype int8 reduces in fp32 (reduce_dtype fp32) through low_precision.Int8ReduceScatter,
+installed on every unit: block-scaled int8 on the wire, fp32 accumulation (ZeRO-1/2/3 only).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from autoparallel.errors import UserError
+from autoparallel.trainer.low_precision import install_int8_reduce_scatter
 from autoparallel.trainer.structure import ModelLayout, get_submodule
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -46,20 +49,27 @@ def to_dtype(name: str, what: str) -> torch.dtype:
 
 def mixed_precision_policy(param_dtype: str, reduce_dtype: str) -> MixedPrecisionPolicy:
     p = to_dtype(param_dtype, "param_dtype")
-    r = to_dtype(reduce_dtype, "grad_reduce_dtype")
+    # int8 quantizes FSDP2's fp32 reduce-scatter input and accumulates in fp32 (Int8ReduceScatter)
+    r = torch.float32 if reduce_dtype == "int8" else to_dtype(reduce_dtype, "grad_reduce_dtype")
     return MixedPrecisionPolicy(param_dtype=None if p == torch.float32 else p,
                                 reduce_dtype=None if r == torch.float32 and p == torch.float32 else r)
 
 
 def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_mesh: DeviceMesh,
                         expert_mesh: DeviceMesh | None, expert_paths: list[str],
-                        mp: MixedPrecisionPolicy) -> FSDPModule:
-    """Wrap expert groups, then every block, then the root of `part` (bottom-up, as FSDP2 wants)."""
+                        mp: MixedPrecisionPolicy, int8_grads: bool = False) -> FSDPModule:
+    """Wrap expert groups, then every block, then the root of `part` (bottom-up, as FSDP2 wants);
+    int8_grads: every unit reduce-scatters through low_precision.Int8ReduceScatter (zero >= 1)."""
+    if int8_grads and zero == 0 and dense_mesh.size() > 1:  # (one data rank reduces nothing: no hook needed)
+        raise UserError("plan: grad_reduce_dtype=int8 needs zero >= 1 (ZeRO-0's all-reduce has no FSDP2 hook)")
 
     def wrap(mod: nn.Module, mesh: DeviceMesh) -> FSDPModule:
         if zero == 0:
             return replicate(mod, mesh=mesh, mp_policy=mp)
-        return fully_shard(mod, mesh=mesh, reshard_after_forward=zero == 3, mp_policy=mp)
+        unit = fully_shard(mod, mesh=mesh, reshard_after_forward=zero == 3, mp_policy=mp)
+        if int8_grads:
+            install_int8_reduce_scatter([unit])
+        return unit
 
     for path in expert_paths:
         mod = get_submodule(part, path)

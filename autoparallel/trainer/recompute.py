@@ -29,7 +29,8 @@ def _save_ops() -> set:
     aten = torch.ops.aten
     names = ["mm", "addmm", "bmm", "_scaled_dot_product_flash_attention",
              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-             "_scaled_dot_product_flash_attention_for_cpu", "_grouped_mm"]
+             "_scaled_dot_product_flash_attention_for_cpu", "_grouped_mm",
+             "_scaled_mm"]  # FP8 linears' GEMM (torchao float8): saved like the mm it replaces
     ops = {getattr(aten, n).default for n in names if hasattr(aten, n)}
     functional = getattr(torch.ops, "_c10d_functional", None)
     if functional is not None and hasattr(functional, "reduce_scatter_tensor"):

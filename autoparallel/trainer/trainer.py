@@ -42,6 +42,7 @@ from autoparallel.trainer.context_parallel import check_cp_model, cp_context
 from autoparallel.trainer.data_parallel import apply_data_parallel, mixed_precision_policy, to_dtype
 from autoparallel.trainer.expert_parallel import apply_expert_parallel, scale_expert_grads
 from autoparallel.trainer.hardware import resolve_hardware
+from autoparallel.trainer.low_precision import apply_fp8
 from autoparallel.trainer.materialize import (
     broadcast_source,
     full_source,
@@ -180,6 +181,7 @@ class AutoParallelTrainer:
         # this step's cp-sharded positions, handed to every pipeline stage's forward (_inject_positions)
         self._cp_positions: torch.Tensor | None = None
         self._steps = 0
+        self._fp8_modules: list[str] = []  # module paths converted to torchao Float8Linear (plan.fp8)
         self._pending = (global_batch_size, seq_len)  # planner inputs when the plan waits for a batch
         if plan is not None:
             self._setup(plan if isinstance(plan, Plan) else Plan.load(plan))
@@ -202,6 +204,11 @@ class AutoParallelTrainer:
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return list(self._optimizers)
+
+    @property
+    def fp8_modules(self) -> list[str]:
+        """Paths of the linears this rank runs in FP8 (plan.fp8; low_precision.apply_fp8)."""
+        return list(self._fp8_modules)
 
     @property
     def steps(self) -> int:
@@ -425,6 +432,7 @@ class AutoParallelTrainer:
             parts = [(0, meta)]
         experts = self._expert_paths(plan)
         mp = mixed_precision_policy(plan.param_dtype, plan.grad_reduce_dtype)
+        self._fp8_modules = []
         # Vocab-sharded logits + parallel cross entropy when the default loss runs on a sharded head.
         # The sharding solver replicates everything when splitting cannot pay (tiny widths under a pinned
         # tp, sequence parallelism then included): such a plan runs without tensor parallelism, the tp
@@ -433,6 +441,9 @@ class AutoParallelTrainer:
         self._loss_parallel = (tensor_parallel and self._default_loss
                                and lm_head_path(plan.placements, layout) is not None)
         for v, part in parts:
+            # FP8 linears first, on the meta copy (torchtitan's converter order): FSDP2 then shards the
+            # Float8Linear weights like any other
+            self._fp8_modules += apply_fp8(part, layout, plan.fp8)
             if tensor_parallel:
                 self._relayout.update(apply_tensor_parallel(part, plan.placements, meshes.tp, plan.sequence_parallel,
                                                             layout, loss_parallel=self._loss_parallel))
@@ -450,7 +461,7 @@ class AutoParallelTrainer:
                 self._compile_blocks(part)
             if env.distributed:
                 apply_data_parallel(part, layout, plan.zero, meshes.dense_dp, meshes.expert_dp if plan.ep > 1 else None,
-                                    experts, mp)
+                                    experts, mp, int8_grads=plan.grad_reduce_dtype == "int8")
             # each virtual stage draws from its own stream (seed + v): stages must not repeat weights
             part_source = source if source is None or not self._relayout else {
                 k: self._relayout[k].to_trainer(t) if k in self._relayout else t for k, t in source.items()}
