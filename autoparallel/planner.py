@@ -51,6 +51,7 @@ PIN_ALIASES = {"mb": "micro_batch", "sp": "sequence_parallel", "micro-batch": "m
 MAX_MICRO_BATCH = 64
 PARTIAL_MODES = ("selective", "op")   # recompute modes between none and full (StageModel.all_device_options)
 CLOSEST_MISSES = 256  # infeasible configurations fully estimated for the INFEASIBLE explanation
+COMPILE_MARGIN = 0.05  # the predicted gain torch.compile must bring before the planner turns it on (_with_compile)
 # Fewest tokens per context-parallel rank the search considers (a bound on the space, not a cost: the
 # cost model prices every cp it sees). Below it a rank's load-balanced halves are < 2k-token chunks, whose
 # attention steps are short against a K/V exchange and whose per-op host floor grows with cp; Llama 3 ran
@@ -94,7 +95,7 @@ class MeshConfig:
 class SolverInfo:
     status: str            # OPTIMAL | FEASIBLE | INFEASIBLE
     wall_s: float
-    objective: float | None   # predicted step time of the chosen plan [s]
+    objective: float | None   # predicted step time of the searched winner [s] (before the compile post-pass)
     bound: float | None       # proven lower bound on the best step time in the space [s]
     configs_total: int = 0
     configs_solved: int = 0
@@ -225,10 +226,8 @@ class Planner:
         self.seq_len = seq_len
         self.budget = self.cm._budget(max_memory_bytes)
         self.fix = parse_fix(fix)
-        # torch.compile per block only when pinned: in the cost model compiled blocks are never slower than
-        # eager ones (fused pointwise bytes, no host floor), but on an H200 the trainer's compiled step was
-        # faster for a 1.3B llama (264 vs 322 ms) and slower for a 350M GPT (150 vs 137) and a small MoE
-        # (195 vs 163, graph breaks): the model cannot yet tell which, so eager stays the default
+        # The search runs eager (or as pinned); unless compile is pinned, the winner is then compiled where
+        # the cost model predicts at least COMPILE_MARGIN less step time (`_with_compile`)
         self.compile = bool(self.fix.get("compile", False))
         # FP8 linears in every block only when asked (--precision fp8): FP8 changes numerics, so it is the
         # user's option, never the planner's silent choice
@@ -574,15 +573,31 @@ class Planner:
         if not best:
             return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved, cpu),
                               explanation=self._explain_infeasible(self._closest_miss(misses)))
-        winner = best[0]
-        winner.plan.check_runnable(self.cm.num_blocks)  # the contract: every plan emitted, the trainer runs
+        searched = best[0]
         # the smallest bound not visited is the pending one (bounds come in increasing order)
-        bound = min(winner.estimate.step_time_s, pending[0]) if pending else winner.estimate.step_time_s
-        status = "OPTIMAL" if proven and bound >= winner.estimate.step_time_s - 1e-12 else "FEASIBLE"
+        bound = min(searched.estimate.step_time_s, pending[0]) if pending else searched.estimate.step_time_s
+        status = "OPTIMAL" if proven and bound >= searched.estimate.step_time_s - 1e-12 else "FEASIBLE"
+        winner = self._with_compile(searched)
+        winner.plan.check_runnable(self.cm.num_blocks)  # the contract: every plan emitted, the trainer runs
         self._say(f"  done: {solved}/{len(configs)} configurations solved in {wall:.2f} s")
         return PlanResult(winner.plan, winner.estimate,
-                          SolverInfo(status, wall, winner.estimate.step_time_s, bound, len(configs), solved, cpu),
+                          SolverInfo(status, wall, searched.estimate.step_time_s, bound, len(configs), solved, cpu),
                           runners_up=runners)
+
+    def _with_compile(self, winner: Candidate) -> Candidate:
+        """The winner with torch.compile per block when compile is not pinned and the cost model predicts
+        it at least COMPILE_MARGIN faster and still fitting. Measured on H200s (docs/trainer_sweep.md):
+        compiled dense blocks ran 14-18% faster than eager (1.3B and 7B llama); expert groups run eager
+        inside compiled blocks (graph breaks at the routing), which the cost model prices, so an MoE
+        gains little. The margin keeps compile off where the predicted gain is within the model's error
+        on compiled steps. The solver's objective and bound stay those of the eager search."""
+        if "compile" in self.fix:
+            return winner
+        plan = replace(winner.plan, compile=True)
+        est = self.cm.estimate(plan, self.budget)
+        if est.fits and est.step_time_s <= winner.estimate.step_time_s * (1 - COMPILE_MARGIN):
+            return Candidate(plan, est)
+        return winner
 
     def _find_runners_up(self, best: list[Candidate], rest: Iterable[tuple[float, int, MeshConfig]], k: int,
                          budget_s: float = 2.0) -> list[Candidate]:

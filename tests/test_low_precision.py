@@ -158,7 +158,7 @@ def test_plan_uses_fp8_only_when_asked_and_where_it_pays(capsys):
                           "--global-batch", "64", "--seq-len", "4096", "--quiet", "--fix", "compile=1",
                           "--precision", "fp8")
     rows = {line.split()[0]: line for line in out.splitlines()[2:]}
-    assert rc == 0 and "(fp8: -" in rows["h200"] and "(no fp8 peak: bf16)" in rows["a100-sxm-80gb"]
+    assert rc == 0 and "(fp8: -" in rows["h200"] and "no fp8 peak: bf16)" in rows["a100-sxm-80gb"]
     # a tiny model's GEMMs are launch-bound: asked for FP8, the planner keeps bf16 and says why
     rc, out, _ = _run_cli(capsys, "plan", "tiny-llama", "--hardware", "h200", "--gpus", "1", "--global-batch", "8",
                           "--seq-len", "128", "--quiet", "--precision", "fp8")
@@ -188,7 +188,7 @@ def test_planner_reduces_in_int8_only_when_pinned():
     # across 8 nodes the gradient reduce-scatter is wire-bound: int8 saves most of its ~3/4 of the bytes
     assert b["dp_comm_total_s"] < same_fp32.breakdown["dp_comm_total_s"]
     gains = low_precision_gains(ctx.cost_model, int8.plan, int8.estimate)
-    assert set(gains) == {"int8 grads"} and gains["int8 grads"] <= 0
+    assert set(gains) - {"compile"} == {"int8 grads"} and gains["int8 grads"] <= 0  # compile: the planner's post-pass
 
 
 # ---- trainer: FP8 conversion (one process) ---------------------------------------------------------------------
