@@ -17,6 +17,10 @@ reads its loss back with .item() each step, as trainer.step() does):
   trainer_dist
              the same trainer inside a one-rank NCCL process group (its torchrun path: FSDP2
              `replicate` with MixedPrecisionPolicy(bf16, fp32 reduce))
+  plain_compiled / trainer_compiled
+             the same two with torch.compile (the whole model; the trainer's per-block compile)
+  trainer_default
+             AutoParallelTrainer planning for itself (h200 profile): what a user gets by default
   megatron_layout
              the loop of benchmarks/h200_memory_time.py (bf16 parameters, fp32 gradient buffers and
              master weights): the layout the cost model accounts for
@@ -73,15 +77,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def plain_loop(spec, device: torch.device, batch: int, seq: int) -> Callable[[torch.Tensor], float]:
+def plain_loop(spec, device: torch.device, batch: int, seq: int, compiled: bool = False
+               ) -> Callable[[torch.Tensor], float]:
     model = build_model(spec)  # fp32
     model.init_weights(seed=0)
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=LR, fused=_fused())
+    forward = torch.compile(model) if compiled else model  # the plain compiled recipe: the whole model
 
     def step(tokens: torch.Tensor) -> float:
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            logits = model(tokens[:, :-1])
+            logits = forward(tokens[:, :-1])
         loss = F.cross_entropy(logits.flatten(0, -2).float(), tokens[:, 1:].flatten())
         del logits
         loss.backward()
@@ -92,19 +98,38 @@ def plain_loop(spec, device: torch.device, batch: int, seq: int) -> Callable[[to
     return step
 
 
-def trainer_loop(spec, device: torch.device, batch: int, seq: int) -> Callable[[torch.Tensor], float]:
+def trainer_loop(spec, device: torch.device, batch: int, seq: int, compiled: bool = False,
+                 planned: bool = False) -> Callable[[torch.Tensor], float]:
+    """The trainer with an explicit plan (micro-batch = batch, no recompute; blocks compiled when
+    `compiled`), or with `planned` the trainer planning for itself (its default execution: the planner
+    decides compile, recompute and micro-batching for the h200 profile)."""
     from autoparallel import AutoParallelTrainer
     from autoparallel.plan import Plan
 
     with torch.device("meta"):
         model = build_model(spec)
-    plan = Plan(model=spec.name, hardware="h200", gpus=1, gpus_per_node=1, global_batch=batch, seq_len=seq,
-                micro_batch=batch, recompute=("none",) * spec.num_layers, param_dtype="bf16",
-                grad_reduce_dtype="fp32")
-    trainer = AutoParallelTrainer(model, optimizer=lambda ps: torch.optim.AdamW(ps, lr=LR, fused=_fused()),
-                                  plan=plan, init_fn=lambda m: m.init_weights(seed=0))
+    opt = lambda ps: torch.optim.AdamW(ps, lr=LR, fused=_fused())  # noqa: E731
+    if planned:
+        trainer = AutoParallelTrainer(model, optimizer=opt, global_batch_size=batch, seq_len=seq, hardware="h200",
+                                      max_memory_per_gpu="140GB", init_fn=lambda m: m.init_weights(seed=0))
+        print(f"trainer_default plan:\n{trainer.plan}", flush=True)
+    else:
+        plan = Plan(model=spec.name, hardware="h200", gpus=1, gpus_per_node=1, global_batch=batch, seq_len=seq,
+                    micro_batch=batch, recompute=("none",) * spec.num_layers, param_dtype="bf16",
+                    grad_reduce_dtype="fp32", compile=compiled)
+        trainer = AutoParallelTrainer(model, optimizer=opt, plan=plan, init_fn=lambda m: m.init_weights(seed=0))
     assert trainer.device.type == device.type, (trainer.device, device)
     return trainer.step
+
+
+BUILDERS: dict[str, Callable[..., Callable[[torch.Tensor], float]]] = {
+    "plain": plain_loop,
+    "plain_compiled": lambda *a: plain_loop(*a, compiled=True),
+    "trainer": trainer_loop,
+    "trainer_compiled": lambda *a: trainer_loop(*a, compiled=True),
+    "trainer_default": lambda *a: trainer_loop(*a, planned=True),
+    "megatron_layout": lambda *a: megatron_layout_loop(*a),
+}
 
 
 def megatron_layout_loop(spec, device: torch.device, batch: int, seq: int) -> Callable[[torch.Tensor], float]:
@@ -165,7 +190,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     raw: dict[str, Any] = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                            "torch": str(torch.__version__), "model": spec.to_dict(), "batch": batch, "seq_len": seq,
                            "tokens_per_step": batch * seq, "variants": {}, "errors": {}}
-    builders = {"plain": plain_loop, "trainer": trainer_loop, "megatron_layout": megatron_layout_loop}
+    builders = {name: BUILDERS[name] for name in args.variants.split(",")}
     loops: dict[str, Callable] = {}
     for name, build in builders.items():
         try:
@@ -252,6 +277,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     plain = rows.get("plain")
     for r in rows.values():
         r["tokens_per_s_vs_plain"] = r["tokens_per_s"] / plain["tokens_per_s"] if plain else None
+    compiled = rows.get("plain_compiled")
+    for name in ("trainer_compiled", "trainer_default"):
+        if compiled and name in rows:
+            rows[name]["tokens_per_s_vs_plain_compiled"] = rows[name]["tokens_per_s"] / compiled["tokens_per_s"]
     out = {"model": raw["model"]["name"], "parameters": graph.parameters, "batch": raw["batch"],
            "seq_len": raw["seq_len"], "device": raw["device"], "torch": raw["torch"],
            "flops_per_step_flop_counter": raw.get("flop_counter_flops_per_step"), "flops_per_step_traced": traced,
@@ -271,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--warmup", type=int, default=3)
     m.add_argument("--smoke", action="store_true")
     m.add_argument("--no-dist", action="store_true")
+    m.add_argument("--variants", default="plain,trainer,megatron_layout",
+                   help=f"comma-separated, of {','.join(BUILDERS)} (all alive at once: mind the memory)")
     r = sub.add_parser("report")
     r.add_argument("--raw", required=True)
     args = ap.parse_args(argv)
