@@ -285,7 +285,7 @@ def cmd_report(args: argparse.Namespace) -> int:
            "seq_len": raw["seq_len"], "device": raw["device"], "torch": raw["torch"],
            "flops_per_step_flop_counter": raw.get("flop_counter_flops_per_step"), "flops_per_step_traced": traced,
            "rows": rows, "errors": {k: v.splitlines()[0] for k, v in raw.get("errors", {}).items()}}
-    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
+    Path(args.results).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps(out, indent=1))
     return 0
 
@@ -304,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"comma-separated, of {','.join(BUILDERS)} (all alive at once: mind the memory)")
     r = sub.add_parser("report")
     r.add_argument("--raw", required=True)
+    r.add_argument("--results", default=str(RESULTS))
     args = ap.parse_args(argv)
     return cmd_measure(args) if args.cmd == "measure" else cmd_report(args)
 
