@@ -135,7 +135,7 @@ def skip_reason(row: dict) -> str | None:
     if row.get("skip"):
         return row["skip"]
     plan_fields = {f.name for f in dataclasses.fields(Plan)}
-    if row["precision"] == "fp8":
+    if row["precision"] == "fp8" and "fp8" not in plan_fields:
         return "fp8 compute: the cost model has bf16 only"
     if row["cp"] > 1 and "cp" not in plan_fields:
         return "context parallelism: no cp in Plan"
@@ -172,7 +172,9 @@ def build_plan(row: dict, spec: ModelSpec, placements: dict[str, str] | None = N
                 sequence_parallel=rt.sequence_parallel and row["tp"] > 1,
                 recompute=recompute_per_block(row, spec.num_layers),
                 grad_reduce_dtype=rt.grad_reduce_dtype, param_dtype=rt.param_dtype,
-                placements=dict(placements or {}))
+                placements=dict(placements or {}), compile=bool(row["compile"]),
+                # FP8 runs: torchtitan's Float8 and Megatron's FP8-CS (current scaling) both scale per tensor
+                fp8=("tensorwise",) * spec.num_layers if row["precision"] == "fp8" else ())
     plan.validate(spec.num_layers)
     return plan
 

@@ -342,7 +342,8 @@ class CostModel:
             # operand elements: activations read (grow with the micro-batch) + weights read, in bf16
             cast = (ops.in_act_bytes[sel] * b / div[sel] + ops.param_bytes[sel] / np.where(ops.tp_sharded[sel], tp, 1)) / 2
             t = t.copy()
-            t[sel] = fp8_gemm_times(flops[sel], cast, self.profile, fp8, compiled)
+            # Transformer Engine (Megatron) fuses the casts into the neighbouring kernels, as Inductor does
+            t[sel] = fp8_gemm_times(flops[sel], cast, self.profile, fp8, compiled or self.runtime == "megatron")
             n_fp8 = int(sel.sum())
         dynamic_gemm = expert & ops.matmul & (ops.op_class != CLASS_CODE["gemm_grouped"])
         host = host or HostWork()

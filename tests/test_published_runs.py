@@ -45,8 +45,6 @@ def test_row_fields_and_source(row):
     assert row["source"]["url"].startswith("https://")
     for v in row["measured"].values():
         assert isinstance(v, (int, float)) and v > 0
-    if row["precision"] == "fp8":
-        assert H.skip_reason(row), "fp8 rows are skipped while the cost model has no fp8"
 
 
 @pytest.mark.parametrize("row", [r for r in RUNS if H.skip_reason(r) is None],
@@ -58,6 +56,9 @@ def test_plan_builds_for_every_usable_row(row):
     assert len(plan.recompute) == spec.num_layers
     assert plan.num_micro_batches * plan.dp * plan.ep * plan.micro_batch == row["global_batch"]
     assert H.measured_tokens_per_gpu(row, spec) > 0
+    # what the run executed is in its plan: torch.compile, FP8 linears (tensorwise, every block)
+    assert plan.compile == bool(row["compile"])
+    assert plan.fp8 == (("tensorwise",) * spec.num_layers if row["precision"] == "fp8" else ())
 
 
 def test_framework_runtime_is_per_framework_only():
