@@ -1158,6 +1158,15 @@ class StageModel:
         if any(not o for o in options):
             self.proven = True  # some rank has no fitting block count: infeasible in closed form
             return None
+        if p <= 2:  # one or two ranks: enumerate the assignments exactly (the MIP's optimum, no solver)
+            pairs = ([[L]] if L in options[0] else []) if p == 1 else \
+                [[k, L - k] for k in options[0] if L - k in options[1]]
+            if not pairs:
+                self.proven = True  # no split of the blocks fits
+                return None
+            best = min(pairs, key=lambda c: (self._uniform_objective(c, options), c))
+            self.proven = True
+            return self._uniform_plan(best, options)
         # OR-Tools' MIP backend (CBC): continuous times in seconds, binary x; single-threaded and
         # deterministic. The LP relaxation of this assignment model is tight, so it solves in ms.
         solver = pywraplp.Solver.CreateSolver("CBC")
@@ -1194,14 +1203,26 @@ class StageModel:
             self.proven = status == pywraplp.Solver.INFEASIBLE  # else stopped at the limit: unknown
             return None
         self.proven = status == pywraplp.Solver.OPTIMAL
-        counts = [next(k for k in options[d] if x[d, k].solution_value() > 0.5) for d in range(p)]
-        # the model's step time [s] at its integer solution, evaluated here rather than read from CBC,
-        # whose continuous variables satisfy their rows only within its primal tolerance (1e-7 absolute)
+        return self._uniform_plan([next(k for k in options[d] if x[d, k].solution_value() > 0.5) for d in range(p)],
+                                  options)
+
+    def _uniform_objective(self, counts: list[int], options: list[dict]) -> float:
+        """The uniform model's step time [s] at block counts per rank (solve_uniform's objective)."""
+        v, m = self.cfg.vpp, self.m
+        sync_k, opt_k, cover_k = self._dp_coefficients(self.rep[self.classes[0]])
+        overlap = self.cm.overlap_grad_sync
         t_d = [self._device_constants(d)[0] + options[d][k][0] for d, k in enumerate(counts)]
         e_d = [self._device_constants(d)[1] - (self._device_constants(d)[3] if overlap else 0.0)
                + (sync_k - (cover_k if overlap else 0.0)) * k for d, k in enumerate(counts)]
         o_d = [self._device_constants(d)[2] + opt_k * k for d, k in enumerate(counts)]
-        self.objective = m * max(t_d) + (sum(t_d) - max(t_d)) / v + max(0.0, *e_d) + max(0.0, *o_d)
+        return m * max(t_d) + (sum(t_d) - max(t_d)) / v + max(0.0, *e_d) + max(0.0, *o_d)
+
+    def _uniform_plan(self, counts: list[int], options: list[dict]) -> Plan:
+        """The plan of block counts per rank, and the model's step time at it (self.objective, evaluated
+        here rather than read from CBC, whose continuous variables satisfy their rows only within its
+        primal tolerance, 1e-7 absolute)."""
+        p, v = self.cfg.pp, self.cfg.vpp
+        self.objective = self._uniform_objective(counts, options)
         stage_layers = [0] * self.S
         mix_of_stage: list[list[str]] = [[] for _ in range(self.S)]
         for d, k in enumerate(counts):

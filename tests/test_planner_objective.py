@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from autoparallel.api import context
@@ -66,13 +66,17 @@ def _planner_memory(sm, d: int, plan) -> float:
 
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(["dense", "moe", "mixed"]), layers=st.integers(2, 4), heads=st.sampled_from([2, 4]),
-       inter=st.sampled_from([32, 64]), pp=st.sampled_from([1, 2]), batch=st.sampled_from([4, 8]),
+       inter=st.sampled_from([32, 64]), pp=st.sampled_from([1, 2, 4]), batch=st.sampled_from([4, 8]),
        squeeze=st.floats(0.3, 1.0))
+@example(kind="dense", layers=4, heads=2, inter=32, pp=4, batch=8, squeeze=1.0)   # the CBC path, for sure
+@example(kind="mixed", layers=4, heads=2, inter=32, pp=4, batch=8, squeeze=0.6)   # CP-SAT at pp = 4
 def test_planner_objective_and_memory_equal_estimate(kind, layers, heads, inter, pp, batch, squeeze):
+    # pp <= 2: the uniform model enumerates its assignments; pp = 4: it solves the MIP (CBC)
+    layers = max(layers, pp)
     spec = _spec(kind, layers, heads, inter)
-    gpus = 4
-    ctx = context(spec, _profile(), gpus, 512, gpus_per_node=4)
     ep = 2 if kind != "dense" else 1
+    gpus = 4 if pp * ep <= 4 else 8
+    ctx = context(spec, _profile(), gpus, 512, gpus_per_node=gpus)
     dp = gpus // (pp * ep)
     cfg = MeshConfig(1, pp, dp, ep, 1, batch // (dp * ep), 2, False, "fp32")
     probe = Planner(ctx.graph, ctx.cluster, batch, 512, None, cost_model=ctx.cost_model)
