@@ -5,6 +5,8 @@ same plan (issue 16, acceptance "cp2 at seq 32k-128k measured against prediction
     torchrun --nproc-per-node 2 benchmarks/cp_h200.py --out cp_h200.json [--seqs 32768,65536] [--steps 12]
     # CPU smoke test of the same path (gloo, a tiny llama, fp32, short sequences): seconds
     torchrun --nproc-per-node 2 benchmarks/cp_h200.py --smoke --out /tmp/cp_smoke.json
+    # CPU, any machine: the measured rows against this checkout's predictions of the same plans
+    python benchmarks/cp_h200.py --report benchmarks/results/cp_h200.json
 
 Per sequence length: the planner, pinned to cp=2 (tp=1, pp=1, so dp=1) on the h200 profile, picks the rest
 (ZeRO stage, recompute per block) for the ~1.3B llama of benchmarks/h200_trainer_throughput.py
@@ -38,7 +40,7 @@ from h200_trainer_throughput import LLAMA_1_3B  # noqa: E402
 
 from autoparallel import api  # noqa: E402
 from autoparallel.models import build_model  # noqa: E402
-from autoparallel.plan import fingerprint  # noqa: E402
+from autoparallel.plan import Plan, fingerprint  # noqa: E402
 from autoparallel.specs import load_model_spec  # noqa: E402
 
 SMOKE = {"name": "llama-smoke", "model_type": "llama", "vocab_size": 256, "hidden_size": 64,
@@ -86,8 +88,32 @@ def measure(spec, plan, steps: int, warmup: int, smoke: bool) -> dict[str, Any]:
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
 
 
+def report(raw: str) -> None:
+    """Each measured row against this checkout's prediction of the same plan, recomputed here: the device's
+    torch may trace attention differently (torch 2.11 on the lent H200s predicted 0.28 s for a 0.65 s
+    step whose plan this checkout, torch 2.13, predicts at 0.62 s), so predictions are made on the CPU,
+    as benchmarks/trainer_sweep.py does. Prints a markdown table."""
+    from autoparallel.api import context
+    spec = load_model_spec(LLAMA_1_3B)
+    print("| seq | plan | predicted s | measured s | error | predicted GiB | measured GiB | error |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    for r in json.loads(Path(raw).read_text())["rows"]:
+        plan = Plan.from_dict(r["plan"])
+        with torch.device("meta"):
+            model = build_model(spec)
+        est = context(model, "h200", plan.gpus, plan.seq_len, gpus_per_node=plan.gpus).cost_model.estimate(plan)
+        alloc = sum(v for k, v in est.memory_breakdown_gib[0].items() if k != "allocator")  # what torch counts
+        t, m = r["median_step_s"], r["peak_gib"]
+        print(f"| {plan.seq_len} | cp{plan.cp} zero{plan.zero} mb{plan.micro_batch}"
+              f"{' compiled' if plan.compile else ''} | {est.step_time_s:.3f} | {t:.3f} | {est.step_time_s / t - 1:+.1%} "
+              f"| {alloc:.1f} | {m:.1f} | {alloc / m - 1:+.1%} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    if len(sys.argv) == 3 and sys.argv[1] == "--report":
+        report(sys.argv[2])
+        return
     ap.add_argument("--out", required=True, help="JSON results (written by rank 0)")
     ap.add_argument("--smoke", action="store_true", help="tiny llama, short sequences, CPU/gloo")
     ap.add_argument("--seqs", default=None, help="comma-separated sequence lengths (default 32768,65536)")
