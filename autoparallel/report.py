@@ -58,17 +58,23 @@ def format_estimate(plan: Plan, est: Estimate) -> str:
     return "\n".join(lines)
 
 
-def low_precision_gains(cost_model: Any, plan: Plan, est: Estimate) -> dict[str, float]:
+def choice_gains(cost_model: Any, plan: Plan, est: Estimate) -> dict[str, float]:
     """What each execution choice of the plan bought: the relative step-time change against the same
     plan with that choice undone (fp8 -> bf16 linears, int8 -> fp32 gradient reduction, torch.compile ->
-    eager), e.g. {"fp8": -0.22}. Empty for a plan without them."""
+    eager, context parallelism -> its ranks as data parallelism, each holding whole sequences), e.g.
+    {"fp8": -0.22}. Empty for a plan without them; a choice whose undoing is no valid plan (the batch does
+    not split over the wider dp) is left out."""
     out: dict[str, float] = {}
-    undo = {"fp8": {"fp8": ()}, "int8 grads": {"grad_reduce_dtype": "fp32"}, "compile": {"compile": False}}
+    undo = {"fp8": {"fp8": ()}, "int8 grads": {"grad_reduce_dtype": "fp32"}, "compile": {"compile": False},
+            "cp": {"cp": 1, "dp": plan.dp * plan.cp}}
     active = {"fp8": any(r != "none" for r in plan.fp8), "int8 grads": plan.grad_reduce_dtype == "int8",
-              "compile": plan.compile}
+              "compile": plan.compile, "cp": plan.cp > 1}
     for name, kw in undo.items():
         if active[name]:
-            base = cost_model.estimate(replace(plan, **kw))
+            try:
+                base = cost_model.estimate(replace(plan, **kw))
+            except UserError:
+                continue
             gain = est.step_time_s / base.step_time_s - 1.0
             if abs(gain) >= 0.005:  # a choice the profile cannot price (no compiled fraction) bought nothing to show
                 out[name] = gain
@@ -85,7 +91,7 @@ def format_plan_result(result: Any, ctx: Any) -> str:
             f"solver    {s.status} in {s.wall_s:.2f} s ({s.configs_solved} of {s.configs_total} mesh configurations "
             f"solved, the rest pruned by bound); objective {s.objective:.4g} s, bound {s.bound:.4g} s", ""]
     body = format_estimate(result.plan, result.estimate)
-    gains = low_precision_gains(ctx.cost_model, result.plan, result.estimate)
+    gains = choice_gains(ctx.cost_model, result.plan, result.estimate)
     if gains:
         body += f"\nbought    {_gains_line(gains)} (against the same plan without it)"
     tail = []
@@ -134,9 +140,9 @@ def _row(r: Any, tokens: float | None) -> dict[str, Any]:
                    f" mb{p.micro_batch} zero{p.zero}",
            "step_time_s": e.step_time_s, "tokens_per_s": e.tokens_per_s, "mfu": e.mfu,
            "peak_memory_gib": e.peak_memory_gib, "breakdown": e.breakdown}
-    gains = low_precision_gains(r.context.cost_model, p, e)
+    gains = choice_gains(r.context.cost_model, p, e)
     if gains:
-        out["low_precision_gains"] = gains
+        out["choice_gains"] = gains
     out["precision"] = getattr(r, "precision", "bf16")
     if tokens:
         out["time_to_train_days"] = tokens / e.tokens_per_s / 86400
@@ -160,7 +166,7 @@ def format_compare(rows: list[Any], tokens: float | None, asked: str = "bf16") -
                 f"{d['mfu'] * 100:5.1f}% {d['peak_memory_gib']:9.1f}")
         if tokens:
             line += f" {d['time_to_train_days']:8.2f}"
-        notes = [_gains_line(d["low_precision_gains"])] if d.get("low_precision_gains") else []
+        notes = [_gains_line(d["choice_gains"])] if d.get("choice_gains") else []
         if asked != "bf16" and d["precision"] == "bf16":
             notes.append("no fp8 peak: bf16")
         if notes:

@@ -134,6 +134,22 @@ def test_cost_model_splits_tokens_over_cp(llama_ctx):
     assert w.breakdown["cp_comm_s"] > 0
 
 
+def test_plan_reports_what_cp_bought(llama_ctx):
+    """`plan`/`compare` say what cp bought against the same plan with its ranks as data parallelism
+    (each holding whole sequences); a batch that cannot split over the wider dp reports nothing."""
+    from autoparallel.report import choice_gains
+
+    cm = llama_ctx.cost_model
+    base = dict(model="llama3-8b", hardware="h100-sxm", gpus=16, gpus_per_node=8, seq_len=32768, micro_batch=1,
+                zero=3, recompute=("none",) * 32)
+    plan = Plan(dp=8, cp=2, global_batch=16, **base)
+    est = cm.estimate(plan)
+    as_dp = cm.estimate(Plan(dp=16, global_batch=16, **base))
+    assert choice_gains(cm, plan, est)["cp"] == pytest.approx(est.step_time_s / as_dp.step_time_s - 1)
+    odd = Plan(dp=8, cp=2, global_batch=8, **base)   # 8 sequences do not split over 16 dp ranks
+    assert "cp" not in choice_gains(cm, odd, cm.estimate(odd))
+
+
 def test_planner_searches_and_pins_cp(llama_ctx):
     from autoparallel.planner import Planner
 

@@ -176,7 +176,7 @@ def test_precision_errors_are_one_line(capsys):
 
 def test_planner_reduces_in_int8_only_when_pinned():
     from autoparallel.api import plan_result
-    from autoparallel.report import low_precision_gains
+    from autoparallel.report import choice_gains
     kw = dict(hardware="h100-sxm", gpus=64, global_batch=256, seq_len=4096, top_k=0)
     fp32, _ = plan_result("llama3-8b", fix="tp=1,pp=1", **kw)
     assert fp32.plan.grad_reduce_dtype == "fp32"      # never chosen silently: int8 changes numerics
@@ -187,7 +187,7 @@ def test_planner_reduces_in_int8_only_when_pinned():
     b = int8.estimate.breakdown
     # across 8 nodes the gradient reduce-scatter is wire-bound: int8 saves most of its ~3/4 of the bytes
     assert b["dp_comm_total_s"] < same_fp32.breakdown["dp_comm_total_s"]
-    gains = low_precision_gains(ctx.cost_model, int8.plan, int8.estimate)
+    gains = choice_gains(ctx.cost_model, int8.plan, int8.estimate)
     assert set(gains) - {"compile"} == {"int8 grads"} and gains["int8 grads"] <= 0  # compile: the planner's post-pass
 
 
