@@ -48,6 +48,7 @@ SEQ = 128
 # the per-op rate keys the fit scales by one factor (their ratios stay the base profile's)
 RATE_KEYS = ("host_us_per_op", "host_us_per_op_fwd_bwd", "host_us_per_op_moe", "host_us_per_op_moe_fwd_bwd")
 UNKNOWNS = ("host_op_scale",) + HOST_TERMS
+NOMINAL_HOST_US_PER_OP = 10.0  # what the scale multiplies for a base profile without per-op rates
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,8 @@ def load_records(paths: Sequence[str]) -> list[ProbeRecord]:
 def calibration_for(base: Any, x: np.ndarray) -> dict[str, Any]:
     """Calibration entries of the unknowns x = (op-rate scale, HOST_TERMS in us) over `base`."""
     cal = dict(base.calibration or {})
+    if not any(k in cal for k in RATE_KEYS):  # an uncalibrated base: the scale multiplies a nominal rate
+        cal["host_us_per_op"] = NOMINAL_HOST_US_PER_OP
     entries: dict[str, Any] = {}
     for key in RATE_KEYS:
         v = cal.get(key)

@@ -88,3 +88,13 @@ def test_a_file_that_is_not_probe_records_is_refused(tmp_path, capsys):
     bad.write_text('{"probe": "no-such-probe"}\n')
     assert main(["calibrate", "--trainer", "--fit", str(bad), "--output", str(tmp_path / "o.yaml")]) == 2
     assert "is not a probe record" in capsys.readouterr().err
+
+
+def test_an_uncalibrated_base_profile_gets_a_per_op_rate_to_scale():
+    """A base without per-op host rates (every uncalibrated profile) still lets the fit set one: the
+    scale multiplies NOMINAL_HOST_US_PER_OP, so the probes' per-op work is not forced into other terms."""
+    from autoparallel.calibrate_trainer import NOMINAL_HOST_US_PER_OP
+    base = load_profile("mi300x")
+    assert "host_us_per_op" not in (base.calibration or {})
+    x = np.array([2.5] + [0.0] * len(HOST_TERMS))
+    assert calibration_for(base, x)["host_us_per_op"] == pytest.approx(2.5 * NOMINAL_HOST_US_PER_OP)
