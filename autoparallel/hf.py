@@ -26,6 +26,7 @@ an optional extra (`pip install autoparallel[hf]`).
 from __future__ import annotations
 
 import copy
+import inspect
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,7 @@ class HFParts:
     attn_implementation: str   # config._attn_implementation ("sdpa", "eager", ...)
     sliding_window: int | None = None  # attention window of the sliding layers (Mistral: all of them)
     mixed_windows: bool = False        # some layers slide, others attend to everything (Gemma 2)
+    none_args: tuple[str, ...] = ()    # required block arguments passed as None (Falcon's `alibi` under rotary)
 
 
 def is_hf_causal_lm(model: nn.Module) -> bool:
@@ -93,9 +95,32 @@ def hf_parts(model: nn.Module) -> HFParts:
     rotary = next((full(n) for n, c in children if hasattr(c, "inv_freq")), None)
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     window, mixed = _windows(model.config)
+    blocks = children[layers_idx][1]
+    none_args = _required_block_args(model, blocks[0]) if len(blocks) else ()
     return HFParts(embed=embed, positions=positions, dropout=dropout, layers=full(children[layers_idx][0]),
                    norm=norm, rotary=rotary, head="lm_head", attn_implementation=impl, sliding_window=window,
-                   mixed_windows=mixed)
+                   mixed_windows=mixed, none_args=none_args)
+
+
+BLOCK_ARGS = ("attention_mask", "position_ids", "position_embeddings")  # what causal_lm_forward passes a block
+
+
+def _required_block_args(model: nn.Module, block: nn.Module) -> tuple[str, ...]:
+    """Required arguments of a block's forward beyond the hidden states and BLOCK_ARGS, each of which
+    causal_lm_forward passes as None. Only ALiBi's `alibi` qualifies, and only when the model does not
+    use ALiBi (Falcon's blocks require the argument and take None under rotary embeddings); any other is
+    one clear error rather than a wrong forward."""
+    from autoparallel.errors import UserError
+
+    params = [p for p in inspect.signature(block.forward).parameters.values()
+              if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)][1:]
+    missing = tuple(p.name for p in params if p.default is inspect.Parameter.empty and p.name not in BLOCK_ARGS)
+    for name in missing:
+        if name != "alibi" or getattr(model.config, "alibi", False):
+            raise UserError(f"{type(model).__name__}: its blocks require the argument {name!r}, which autoparallel's "
+                            f"Hugging Face path does not compute (ALiBi attention is not supported); use a model "
+                            f"with rotary or learned positions")
+    return missing
 
 
 def _windows(config: object) -> tuple[int | None, bool]:
@@ -169,6 +194,9 @@ def fused_split(parent: nn.Module | None, child: str) -> FusedSplit | None:
     if feats is None:
         return None
     out = feats[1]
+    falcon = _falcon_split(parent, child, out)
+    if falcon is not None:
+        return falcon
     split = getattr(parent, "split_size", None)
     head_dim = getattr(parent, "head_dim", None)
     if isinstance(split, int) and 0 < split < out and out % split == 0:
@@ -182,6 +210,24 @@ def fused_split(parent: nn.Module | None, child: str) -> FusedSplit | None:
     if isinstance(inter, int) and out == 2 * inter and "gate" in child:
         return FusedSplit((inter, inter))
     return None
+
+
+def _falcon_split(parent: nn.Module, child: str, out: int) -> FusedSplit | None:
+    """Falcon's fused query_key_value, recognized by the attributes its _split_heads cuts with
+    (multi_query, new_decoder_architecture, num_heads, num_kv_heads, head_dim). Multi-query
+    [q heads | k | v] has one k and one v head, which no tp > 1 can split; the grouped layouts (per kv
+    head [q..q, k, v], or per head [q, k, v]) are one piece of their whole width for now. Either way no
+    tp > 1 divides the pieces, so the projection (and its attention) stays replicated: the contiguous
+    column split a plain Linear gets would cut across q, k and v."""
+    if child != "query_key_value" or not all(hasattr(parent, a) for a in
+                                             ("multi_query", "new_decoder_architecture", "num_kv_heads")):
+        return None
+    h, d = parent.num_heads, parent.head_dim
+    if parent.multi_query and not parent.new_decoder_architecture:
+        return FusedSplit((h * d, d, d), d)
+    # the grouped layouts would split by whole groups, but Falcon's forward then modifies views of the
+    # sharded output in place, which autograd refuses on the local tensor: kept whole until that runs
+    return FusedSplit((out,), out)
 
 
 def localize_fused(parent: nn.Module, child: str, tp: int) -> None:
@@ -296,6 +342,7 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     rotary = _get(model, parts.rotary)
     if rotary is not None:
         kwargs["position_embeddings"] = rotary(h, positions[None])
+    kwargs.update(dict.fromkeys(parts.none_args))
     layers = _get(model, parts.layers)
     for layer in layers if layers is not None else ():
         out = layer(h, **kwargs)

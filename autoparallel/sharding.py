@@ -280,12 +280,13 @@ def legal_modes(node: _Node, t: int, sp: bool) -> tuple[list[Mode], dict[str, st
             return modes, {"colwise": why, "rowwise": why}
         out_f, in_f = op.out_features or 0, op.in_features or 0
         pieces, unit = op.fused_pieces, op.fused_unit
-        if node.fused and not pieces:
+        fused = node.fused or bool(pieces)  # recognized pieces cut by view and indexing count as fused too
+        if fused and not pieces:
             illegal["colwise"] = f"its {out_f} outputs are split into several tensors (fused projection)"
-        elif node.fused and any(p % (unit * t) for p in pieces):
+        elif fused and any(p % (unit * t) for p in pieces):
             illegal["colwise"] = (f"it is a fused projection of pieces {list(pieces)}"
                                   f"{f' (heads of {unit})' if unit > 1 else ''}, not each divisible by tp={t}")
-        elif node.fused:  # each rank takes its slice of every piece (q, k, v / gate, up)
+        elif fused:  # each rank takes its slice of every piece (q, k, v / gate, up)
             modes.append(Mode("colwise", "colwise", "Rc", "S", True, True, shard_dim=0))
         elif out_f % t and not node.vocab_like:
             illegal["colwise"] = f"out_features={out_f} is not divisible by tp={t}"

@@ -454,12 +454,23 @@ class CostModel:
 
     def _runnable(self, placements: dict[str, str], tp: int) -> dict[str, str]:
         """The trainer shards evenly: a vocabulary the solver would split unevenly (GPT-2's 50257 rows
-        at tp > 1) stays replicated, so every plan the planner emits is one the trainer runs."""
+        at tp > 1) stays replicated, and so does a fused projection whose pieces (q, k, v) do not each split
+        into whole heads over tp, with the Linears beside it in its module (the attention's output
+        projection: a head split of one would hand the other mismatched heads). So every plan the planner
+        emits is one the trainer runs."""
         out = dict(placements)
+        whole: set[str] = set()
         for path, pl in placements.items():
             op = self.graph.parametric_ops.get(path)
             rows = op.in_features if op is not None and op.kind == "embedding" else (op.out_features if op else None)
             if pl in ("vocab", "colwise") and rows and rows % tp:
+                out[path] = "replicate"
+            if pl == "colwise" and op is not None and op.fused_pieces and \
+                    any(p % (op.fused_unit * tp) for p in op.fused_pieces):
+                whole.add(path.rpartition(".")[0])
+        for path in placements:
+            op = self.graph.parametric_ops.get(path)
+            if path.rpartition(".")[0] in whole and op is not None and op.kind == "linear":
                 out[path] = "replicate"
         return out
 

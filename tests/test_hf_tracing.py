@@ -164,3 +164,32 @@ def test_fused_projection_is_sharded_only_in_whole_heads_of_every_piece():
     assert legal4["colwise"] == ""
     legal8 = {c.placement: c.illegal for c in solver.choices(path, 8, False)}
     assert "pieces [32, 16, 16] (heads of 4), not each divisible by tp=8" in legal8["colwise"], legal8
+
+
+def _falcon(**kw):
+    from transformers import AutoConfig, AutoModelForCausalLM
+    cfg = AutoConfig.for_model("falcon", hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
+                               attn_implementation="sdpa", **kw)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(cfg)
+
+
+def test_falcon_traces_and_keeps_its_fused_attention_whole_under_tp():
+    """Falcon's blocks require an `alibi` argument (None under rotary), and its query_key_value is a fused
+    projection whose multi-query layout [q heads | k | v] no tp > 1 can split by heads: the plan keeps the
+    attention whole (the contiguous split a plain Linear would get cuts across q, k and v) and splits the MLP."""
+    from autoparallel.api import plan_result
+    graph = trace(_falcon(), batch=1, seq_len=16)
+    qkv = graph.parametric_ops["transformer.h.0.self_attention.query_key_value"]
+    assert qkv.fused_pieces == (64, 16, 16) and qkv.fused_unit == 16
+    result, _ = plan_result(_falcon(), hardware="h100-sxm", gpus=2, global_batch=2, seq_len=16, fix="tp=2")
+    pl = result.plan.placements
+    assert pl["transformer.h.0.self_attention.query_key_value"] == "replicate"
+    assert pl["transformer.h.0.self_attention.dense"] == "replicate"
+    assert (pl["transformer.h.0.mlp.dense_h_to_4h"], pl["transformer.h.0.mlp.dense_4h_to_h"]) == ("colwise", "rowwise")
+
+
+def test_alibi_attention_is_one_clear_error():
+    from autoparallel.errors import UserError
+    with pytest.raises(UserError, match="ALiBi attention is not supported"):
+        trace(_falcon(alibi=True), batch=1, seq_len=16)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import torch
 from torch import nn
@@ -149,12 +150,15 @@ def lm_head_path(placements: dict[str, str], layout: ModelLayout) -> str | None:
 
 
 def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_mesh: DeviceMesh,
-                          sequence_parallel: bool, layout: ModelLayout, loss_parallel: bool = False
-                          ) -> dict[str, Relayout]:
+                          sequence_parallel: bool, layout: ModelLayout, loss_parallel: bool = False,
+                          owned_outputs: bool = False) -> dict[str, Relayout]:
     """Parallelize `part` (the model or one pipeline stage of it) over `tp_mesh` per the plan.
 
     loss_parallel: the LM head keeps its logits vocab-sharded (a DTensor Shard(-1)) for
     torch.distributed.tensor.parallel.loss_parallel(); otherwise they are gathered (Replicate).
+    owned_outputs: a rowwise module hands its caller a copy of its local output, not the view DTensor's
+    to_local returns, which autograd forbids modifying in place (Falcon's blocks add the attention
+    output into the MLP's in place); set for models whose code the trainer does not own (Hugging Face).
     Returns the parameters whose rows the trainer holds in another order (fused projections, see
     Relayout), by FQN."""
     relayout: dict[str, Relayout] = {}
@@ -230,7 +234,15 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         if parent not in styles:
             get_submodule(part, parent).register_forward_pre_hook(_gather_sequence_pre_hook(tp_mesh), with_kwargs=True)
     parallelize_module(part, tp_mesh, styles)
+    if owned_outputs:
+        for path, v in placements.items():
+            if v == "rowwise":
+                get_submodule(part, path).register_forward_hook(_owned_output)
     return relayout
+
+
+def _owned_output(_mod: nn.Module, _args: tuple, out: Any) -> Any:
+    return out.clone() if isinstance(out, torch.Tensor) and not isinstance(out, DTensor) else out
 
 
 @dataclass(frozen=True)

@@ -446,7 +446,8 @@ class AutoParallelTrainer:
             self._fp8_modules += apply_fp8(part, layout, plan.fp8)
             if tensor_parallel:
                 self._relayout.update(apply_tensor_parallel(part, plan.placements, meshes.tp, plan.sequence_parallel,
-                                                            layout, loss_parallel=self._loss_parallel))
+                                                            layout, loss_parallel=self._loss_parallel,
+                                                            owned_outputs=self._hf is not None))
                 self._retie(part)
             if plan.ep > 1:
                 for path in experts:
