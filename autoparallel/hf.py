@@ -53,6 +53,8 @@ class HFParts:
     sliding_window: int | None = None  # attention window of the sliding layers (Mistral: all of them)
     mixed_windows: bool = False        # some layers slide, others attend to everything (Gemma 2)
     none_args: tuple[str, ...] = ()    # required block arguments passed as None (Falcon's `alibi` under rotary)
+    embed_scale: float = 1.0           # the base model's multiplier of the token embeddings (Granite)
+    logit_ops: tuple[tuple[str, float], ...] = ()  # what the LM's forward does to the logits, in order
 
 
 def is_hf_causal_lm(model: nn.Module) -> bool:
@@ -91,7 +93,9 @@ def hf_parts(model: nn.Module) -> HFParts:
     before, after = children[:layers_idx], children[layers_idx + 1:]
     positions = next((full(n) for n, c in before if isinstance(c, nn.Embedding) and full(n) != embed), None)
     dropout = next((full(n) for n, c in before if isinstance(c, nn.Dropout)), None)
-    norm = next((full(n) for n, c in after if any(True for _ in c.parameters())), None)
+    # the final norm: the first module after the blocks that is not the rotary table or a dropout (OLMo's
+    # LayerNorm has no parameters at all)
+    norm = next((full(n) for n, c in after if not hasattr(c, "inv_freq") and not isinstance(c, nn.Dropout)), None)
     rotary = next((full(n) for n, c in children if hasattr(c, "inv_freq")), None)
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     window, mixed = _windows(model.config)
@@ -99,7 +103,47 @@ def hf_parts(model: nn.Module) -> HFParts:
     none_args = _required_block_args(model, blocks[0]) if len(blocks) else ()
     return HFParts(embed=embed, positions=positions, dropout=dropout, layers=full(children[layers_idx][0]),
                    norm=norm, rotary=rotary, head="lm_head", attn_implementation=impl, sliding_window=window,
-                   mixed_windows=mixed, none_args=none_args)
+                   mixed_windows=mixed, none_args=none_args, embed_scale=_embed_scale(base),
+                   logit_ops=_logit_ops(model))
+
+
+def _number(x: object) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _embed_scale(base: nn.Module) -> float:
+    """The multiplier a base model's forward applies to the token embeddings (Granite's
+    embedding_multiplier, HRM's embedding_scale); 1 for the rest (Gemma scales inside its embedding)."""
+    for attr in ("embedding_multiplier", "embedding_scale"):
+        value = _number(getattr(base, attr, None))
+        if value is not None:
+            return value
+    return 1.0
+
+
+def _logit_ops(model: nn.Module) -> tuple[tuple[str, float], ...]:
+    """What the causal LM's own forward does to the head's logits, read from the attributes it uses:
+    Cohere's logit_scale (x), Granite's logits_scaling (/), Gemma 2/3's final_logit_softcapping and
+    RecurrentGemma's logits_soft_cap (cap * tanh(logits / cap))."""
+    config = model.config
+    ops: list[tuple[str, float]] = []
+    scale = _number(getattr(model, "logit_scale", None))
+    if scale is not None:
+        ops.append(("mul", scale))
+    scaling = _number(getattr(config, "logits_scaling", None))
+    if scaling is not None:
+        ops.append(("div", scaling))
+    for attr in ("final_logit_softcapping", "logits_soft_cap"):
+        cap = _number(getattr(config, attr, None))
+        if cap:
+            ops.append(("softcap", cap))
+    return tuple(ops)
+
+
+def apply_logit_ops(logits: torch.Tensor, ops: tuple[tuple[str, float], ...]) -> torch.Tensor:
+    for op, value in ops:
+        logits = logits * value if op == "mul" else logits / value if op == "div" else torch.tanh(logits / value) * value
+    return logits
 
 
 BLOCK_ARGS = ("attention_mask", "position_ids", "position_embeddings")  # what causal_lm_forward passes a block
@@ -322,6 +366,8 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     embed = _get(model, parts.embed)
     seq = x.shape[1]  # whole sequence: the stage root always sees it (pipeline/SP hooks gather)
     h = embed(x) if embed is not None else x
+    if embed is not None and parts.embed_scale != 1.0:
+        h = h * parts.embed_scale
     positions = torch.arange(seq, device=x.device)
     table = _get(model, parts.positions)
     if embed is not None and table is not None:
@@ -351,7 +397,7 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     if norm is not None:
         h = norm(h)
     head = _get(model, parts.head)
-    return head(h) if head is not None else h
+    return apply_logit_ops(head(h), parts.logit_ops) if head is not None else h
 
 
 def install_forward(model: nn.Module, parts: HFParts) -> None:

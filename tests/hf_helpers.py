@@ -60,6 +60,21 @@ def config(name: str):
         return T.MistralConfig(**_KW, sliding_window=6)
     if name == "gemma":
         return T.GemmaConfig(**_KW, head_dim=4)
+    # beyond the seven of issue 13: what their forwards do differently from Llama's
+    if name == "olmo":  # a final LayerNorm without parameters
+        return T.OlmoConfig(**_KW)
+    if name == "cohere":  # logits times logit_scale
+        return T.CohereConfig(**_KW, logit_scale=0.5)
+    if name == "granite":  # embeddings times embedding_multiplier, logits divided by logits_scaling
+        return T.GraniteConfig(**_KW, embedding_multiplier=3.0, logits_scaling=4.0, residual_multiplier=0.5,
+                               attention_multiplier=0.25)
+    if name == "gemma2":  # logits soft-capped
+        return T.Gemma2Config(**_KW, head_dim=4, final_logit_softcapping=2.0, sliding_window=64)
+    if name == "falcon":  # blocks that require an `alibi` argument, a fused multi-query query_key_value
+        return T.FalconConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    if name == "gpt_neox":  # a per-head interleaved fused query_key_value
+        return T.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                               intermediate_size=64)
     raise KeyError(name)
 
 

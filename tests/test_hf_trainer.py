@@ -89,6 +89,11 @@ WORLD4: list[Config] = [
     Config("qwen3moe-resume-ep2xdp2-dp2xtp2", "qwen3moe", EP2DP2, resume={"stop": 2, "plan": DP2TP2SP}),
     # fused q/k/v re-laid for tp 4, saved in the model's order, loaded and re-laid for tp 2
     Config("phi3-resume-tp4-dp2xtp2", "phi3", TP4, resume={"stop": 1, "plan": DP2TP2}),
+    # beyond the seven: a parameter-free final norm a pipeline stage must not apply (OLMo), scaled
+    # logits under tp (Cohere), scaled embeddings and logits across stages (Granite)
+    Config("olmo-pp2xdp2", "olmo", PP2DP2),
+    Config("cohere-dp2xtp2", "cohere", DP2TP2),
+    Config("granite-pp2xdp2", "granite", PP2DP2),
 ]
 
 
@@ -278,7 +283,8 @@ def test_train_hf_example_trains_and_exports(tmp_path):
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "out").config.model_type == "llama"
 
 
-@pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe", "olmo2"))
+@pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe", "olmo2", "olmo", "cohere", "granite", "gemma2",
+                                  "falcon", "gpt_neox"))
 def test_training_forward_equals_the_models_own(name):
     """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
     model's own forward bit for bit, with and without a padding mask, and leaves the user's module alone."""
