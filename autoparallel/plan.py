@@ -203,7 +203,7 @@ class Plan:
         if self.cp > 1 and self.sequence_parallel and self.tp > 1 and (self.seq_len // self.cp) % self.tp:
             raise UserError(f"plan: each cp rank's {self.seq_len // self.cp} tokens must divide tp={self.tp} for "
                             f"sequence parallelism; drop sequence_parallel or pick cp/tp that divide seq_len")
-        if self.grad_reduce_dtype == "int8" and self.zero == 0 and self.dp * self.ep > 1:
+        if self.grad_reduce_dtype == "int8" and self.zero == 0 and self.dense_dp > 1:
             # the int8 reduction runs through FSDP2's reduce-scatter hook (set_custom_reduce_scatter);
             # replicate (ZeRO-0) all-reduces with a plain dist.all_reduce that has no such hook
             raise UserError("plan: grad_reduce_dtype=int8 needs zero >= 1 (the trainer quantizes inside FSDP2's "

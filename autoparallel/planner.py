@@ -332,7 +332,7 @@ class Planner:
                                     # fp32 gradient reduction unless pinned: bf16 is always cheaper under
                                     # the cost model but costs accuracy, a trade only the user can make
                                     gd = f.get("grad_reduce_dtype", "fp32")
-                                    if gd == "int8" and zero == 0 and dp * ep > 1:
+                                    if gd == "int8" and zero == 0 and dp * cp * ep > 1:
                                         continue  # the trainer quantizes in FSDP2's reduce-scatter (Plan.check_runnable)
                                     yield MeshConfig(tp, pp, dp, ep, vpp, mb, zero, sp, gd, cp)
 

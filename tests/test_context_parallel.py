@@ -187,3 +187,13 @@ def test_trainer_refuses_batches_cp_cannot_split():
         check(Batch(tokens[:, :18], tokens[:, :18]), plan)
     with pytest.raises(UserError, match="must divide tp=4"):  # 12 tokens: 6 per cp rank, not a multiple of 4
         check(Batch(tokens[:, :12], tokens[:, :12]), _plan(dp=1, cp=2, tp=4, sequence_parallel=True, seq_len=24))
+
+
+def test_int8_reduction_over_cp_ranks_needs_zero():
+    """cp ranks reduce dense gradients like dp ranks (dense_dp = dp * cp * ep): ZeRO-0's all-reduce has no
+    int8 hook there either, so the plan is refused rather than silently reduced in fp32."""
+    plan = Plan(model="m", hardware="h200", gpus=2, gpus_per_node=2, global_batch=1, seq_len=64, cp=2,
+                grad_reduce_dtype="int8", zero=0)
+    with pytest.raises(UserError, match="int8 needs zero >= 1"):
+        plan.check_runnable()
+    replace(plan, zero=1).check_runnable()
