@@ -93,9 +93,7 @@ def hf_parts(model: nn.Module) -> HFParts:
     before, after = children[:layers_idx], children[layers_idx + 1:]
     positions = next((full(n) for n, c in before if isinstance(c, nn.Embedding) and full(n) != embed), None)
     dropout = next((full(n) for n, c in before if isinstance(c, nn.Dropout)), None)
-    # the final norm: the first module after the blocks that is not the rotary table or a dropout (OLMo's
-    # LayerNorm has no parameters at all)
-    norm = next((full(n) for n, c in after if not hasattr(c, "inv_freq") and not isinstance(c, nn.Dropout)), None)
+    norm = next((full(n) for n, c in after if computes(c)), None)  # OLMo's final LayerNorm has no parameters
     rotary = next((full(n) for n, c in children if hasattr(c, "inv_freq")), None)
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     window, mixed = _windows(model.config)
@@ -165,6 +163,16 @@ def _required_block_args(model: nn.Module, block: nn.Module) -> tuple[str, ...]:
                             f"Hugging Face path does not compute (ALiBi attention is not supported); use a model "
                             f"with rotary or learned positions")
     return missing
+
+
+def computes(module: nn.Module) -> bool:
+    """Whether a module around the blocks computes something: it holds parameters, or it is a
+    parameter-free leaf that is neither a dropout nor a rotary table (OLMo's final LayerNorm). The final
+    norm is the first such module after the blocks, and a pipeline stage drops the ones it does not own."""
+    if any(True for _ in module.parameters()):
+        return True
+    return (not any(True for _ in module.children()) and not isinstance(module, nn.Dropout)
+            and not hasattr(module, "inv_freq"))
 
 
 def _windows(config: object) -> tuple[int | None, bool]:

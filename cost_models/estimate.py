@@ -228,11 +228,11 @@ class CostModel:
         # TP collectives per phase: Megatron's g and f (an all-reduce each), or under SP a reduce-scatter
         # and an all-gather each way; gathers into replicated modules run forward only
         g, f = len(seg.tp_collective_bytes), len(seg.tp_col_input_bytes)
-        tp_colls = (0, 0) if tp == 1 else ((g + f, g + f) if sp else (g, f))
-        tp_colls = (tp_colls[0] + (len(seg.tp_gather_bytes) if tp > 1 else 0), tp_colls[1])
+        fwd_colls, bwd_colls = ((g + f, g + f) if sp else (g, f)) if tp > 1 else (0, 0)
+        fwd_colls += len(seg.tp_gather_bytes) if tp > 1 else 0
         fwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1) + h.sac_op_s * (recompute == "op"),
-                            extra_s=h.tp_collective_s * tp_colls[0])
-        bwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1), extra_s=h.tp_collective_s * tp_colls[1] + (
+                            extra_s=h.tp_collective_s * fwd_colls)
+        bwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1), extra_s=h.tp_collective_s * bwd_colls + (
             h.checkpoint_s + h.recompute_op_s * self._recomputed_ops(seg, recompute) if checkpointed else 0.0))
         fwd_t, fwd_flops, fwd_div = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8)
         bwd_t, bwd_flops, _ = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8)
@@ -497,13 +497,14 @@ class CostModel:
         span = plan.mesh_span()
         p, v, m = plan.pp, plan.vpp, plan.num_micro_batches
         segs = self.segments(placements, sp)
+        stage_segments = self.virtual_stage_segments(plan)
         stages = []
         for d in range(p):
             acc = dict(time=0.0, compute=0.0, tp_comm=0.0, ep_comm=0.0, cp_comm=0.0, recompute=0.0, p2p=0.0,
-                       flops_model=0.0, flops_hw=0.0, bwd=0.0, fwd_bwd=0.0)
+                       flops_model=0.0, flops_hw=0.0, bwd=0.0, fwd_bwd=0.0, units=0)
             act = working = 0.0
             dense = tp_params = expert = 0.0
-            for vs, seg_list in enumerate(self.virtual_stage_segments(plan)):
+            for vs, seg_list in enumerate(stage_segments):
                 if vs % p != d:
                     continue
                 for name, rc, f8 in seg_list:
@@ -525,14 +526,13 @@ class CostModel:
                     dense += s.dense_params
                     tp_params += s.tp_params
                     expert += s.expert_params
+                    acc["units"] += self.fsdp_units(s)
                 if p > 1:
                     t = self.boundary_time(plan, span["pp"])
                     acc["time"] += t
                     acc["p2p"] += t
             params = dense + tp_params / plan.tp + expert / plan.ep
             acc["params"] = params
-            acc["units"] = sum(self.fsdp_units(segs[name]) for vs, seg_list in
-                               enumerate(self.virtual_stage_segments(plan)) if vs % p == d for name, *_ in seg_list)
             acc["expert_params"] = expert / plan.ep
             in_flight = in_flight_micro_batches(d, p, v, m)
             acc["memory"] = self._memory(plan, params, acc["expert_params"], act * in_flight, working,

@@ -71,26 +71,20 @@ def find_layout(model: nn.Module) -> ModelLayout:
 def _around(model: nn.Module, path: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Modules that compute, registered before / after the container at each level of its path (an HF
     model's `model.embed_tokens` before `model.layers`, `model.norm` and `lm_head` after), outermost
-    first for `pre`, innermost first for `post` (execution order). A module computes when it holds
-    parameters or is a parameter-free leaf that is neither a dropout nor a rotary table (OLMo's final
-    LayerNorm has no parameters, and a pipeline stage that does not own it must not apply it)."""
+    first for `pre`, innermost first for `post` (execution order); `hf.computes` says which modules
+    compute (OLMo's parameter-free final LayerNorm does: a stage that does not own it must not apply it)."""
     pre: list[str] = []
     post: list[str] = []
+    from autoparallel.hf import computes
+
     parent, prefix = model, ""
     for piece in path.split("."):
-        names = [n for n, c in parent.named_children() if n == piece or _computes(c)]
+        names = [n for n, c in parent.named_children() if n == piece or computes(c)]
         idx = names.index(piece) if piece in names else len(names)
         pre += [prefix + n for n in names[:idx]]
         post[:0] = [prefix + n for n in names[idx + 1:]]
         parent, prefix = getattr(parent, piece), f"{prefix}{piece}."
     return tuple(pre), tuple(post)
-
-
-def _computes(module: nn.Module) -> bool:
-    if any(True for _ in module.parameters()):
-        return True
-    return (not any(True for _ in module.children()) and not isinstance(module, nn.Dropout)
-            and not hasattr(module, "inv_freq"))
 
 
 def pipelineable(model: nn.Module, layout: ModelLayout) -> bool:
