@@ -67,13 +67,14 @@ def _p(name: str, model: str, gpus: int, rows: int, **fix: Any) -> Probe:
 
 
 # each term has probes that move it apart from the others: micro-batch counts (per-step vs per-micro-
-# batch work), recompute modes (checkpoint regions, per-op checkpointing), tp, pp and ep
+# batch work), recompute modes (checkpoint regions, per-op checkpointing), compiled blocks, tp, pp and ep
 PROBES = (
     _p("llama-m1", "tiny-llama", 1, 1),
     _p("llama-m4", "tiny-llama", 1, 4),
     _p("llama-m4-full", "tiny-llama", 1, 4, recompute="full"),
     _p("llama-m4-selective", "tiny-llama", 1, 4, recompute="selective"),
     _p("llama-m4-op", "tiny-llama", 1, 4, recompute="op"),
+    _p("llama-m4-compiled", "tiny-llama", 1, 4, compile=1),
     _p("moe-m2", "tiny-moe", 1, 2),
     _p("llama-dp2-m2", "tiny-llama", 2, 4, dp=2, zero=2),
     _p("llama-dp2-zero3-m2", "tiny-llama", 2, 4, dp=2, zero=3),
@@ -157,7 +158,9 @@ def measure_probes(raw: Path, profile: str, warmup: int = 5, steps: int = 20,
         gc.collect()
         torch.cuda.empty_cache()
         try:
-            trainer = AutoParallelTrainer(meta_model(MODELS[probe.model]), optimizer=None, plan=plan, compile=False)
+            torch._dynamo.reset()  # a compiled probe compiles afresh, within the recompile limit
+            trainer = AutoParallelTrainer(meta_model(MODELS[probe.model]), optimizer=None, plan=plan,
+                                          compile=bool(plan.compile))
             gen = torch.Generator().manual_seed(0)
             vocab = MODELS[probe.model]["vocab_size"]
             batches = [torch.randint(0, vocab, (probe.rows, SEQ + 1), generator=gen) for _ in range(2)]

@@ -253,8 +253,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
 # In this order, each fit using the ones before it: (calibration key, configuration, search range).
 # The host terms come first, from the small probes of `autoparallel calibrate --trainer` measured on the
 # same machine (none of them is a configuration of the sweep).
-FIT = {"fsdp_copy_fraction": "1g-llama-eager", "compiled_memory_fraction": "1g-llama-auto"}
-FIT_RANGE = {"fsdp_copy_fraction": (0.02, 1.0), "compiled_memory_fraction": (0.05, 1.0)}
+# host_us_per_op_compiled: from 1g-gpt-auto only for probe files without a compiled probe (s2, s3)
+FIT = {"fsdp_copy_fraction": "1g-llama-eager", "compiled_memory_fraction": "1g-llama-auto",
+       "host_us_per_op_compiled": "1g-gpt-auto"}
+FIT_RANGE = {"fsdp_copy_fraction": (0.02, 1.0), "compiled_memory_fraction": (0.05, 1.0),
+             "host_us_per_op_compiled": (0.0, 40.0)}
 FITTED_PROFILE = ROOT / "benchmarks" / "results" / "h200_trainer_fit.yaml"
 
 
@@ -316,6 +319,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     measured = _measured(args.raw)
     fitted: dict[str, float] = {}
     for key, name in FIT.items():
+        if host.terms.get(key):  # the probes identified it (a run with a compiled probe)
+            continue
         cfg = next(c for c in CONFIGS if c.name == name)
         target = measured[name]["measured"]["step_time_s"]
         lo, hi = FIT_RANGE[key]

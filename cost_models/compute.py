@@ -247,34 +247,55 @@ def compiled_times(times: np.ndarray, matmul: np.ndarray, profile: HardwareProfi
     """Per-op times under torch.compile: Inductor fuses chains of pointwise and reduction ops into few
     kernels, so the traced non-matrix ops move only a fraction of their bytes,
     calibration.compiled_memory_fraction (fitted from the trainer's compiled steps); GEMMs and
-    attention run the same library kernels. Compiled blocks launch few kernels from one graph call, so
-    no host floor applies."""
+    attention run the same library kernels. Their host floor is `compiled_host_floor`."""
     frac = calibrated(profile, "compiled_memory_fraction", 1.0)
     return np.where(matmul, times, times * frac)
+
+
+def compiled_host_floor(n_ops: int, per_op_s: float) -> float:
+    """Host time of a compiled phase of `n_ops` traced ops [s]: the graph call's guards and wrappers and
+    the launches of its fused kernels, n_ops * per_op_s (cost_models.host host_us_per_op_compiled; per
+    traced op, not per kernel: Inductor's kernel count follows the op count). A 350M GPT's compiled step
+    left its GPU idle 17-27 ms (docs/trainer_sweep_notes.md): compiled steps of small models are
+    host-bound too."""
+    return n_ops * per_op_s
+
+
+def host_floor(n_ops: float, profile: HardwareProfile, phase: str = "fwd", expert: np.ndarray | None = None,
+               dynamic_gemm: np.ndarray | None = None, per_op_extra_s: float = 0.0, extra_s: float = 0.0,
+               extra_ops: float = 0.0) -> float:
+    """Host time of an eager phase of `n_ops` ops [s] (module docstring): n_ops * (host_seconds_per_op +
+    per_op_extra_s) + extra_s, with the MoE rate in phases with expert groups. per_op_extra_s and
+    extra_s are the trainer's own host work (cost_models.host: DTensor and per-op checkpointing dispatch
+    per op; FSDP hooks and checkpoint regions per phase). Each `dynamic_gemm` (an expert GEMM of a
+    per-expert loop, whose token count is data-dependent) pays host_us_per_new_gemm_shape: the BLAS
+    library picks a kernel for a new problem size on the host (the regime of a run whose heuristics cache
+    has not yet seen the counts; an upper bound for long runs). Grouped expert GEMMs (torch._grouped_mm)
+    have static shapes and pay nothing extra. `extra_ops`: kernels the traced graph does not hold (the
+    eager FP8 casts, FP8_EAGER_KERNELS), issued like any op."""
+    moe = expert is not None and len(expert) == n_ops and bool(expert.any())
+    host = host_seconds_per_op(profile, phase, moe)
+    floor = (host + per_op_extra_s) * (n_ops + extra_ops) + extra_s
+    if moe and dynamic_gemm is not None:
+        extra = calibrated(profile, "host_us_per_new_gemm_shape", host * 1e6) * 1e-6 - host
+        floor += max(extra, 0.0) * float(np.count_nonzero(dynamic_gemm))
+    return floor
+
+
+def stretch_to(times: np.ndarray, floor: float) -> np.ndarray:
+    """Per-op times stretched so that they sum to at least `floor` (the host sets the pace)."""
+    total = float(times.sum())
+    if floor <= total or total <= 0:
+        return times
+    return times * (floor / total)
 
 
 def with_host_floor(times: np.ndarray, profile: HardwareProfile, phase: str = "fwd", expert: np.ndarray | None = None,
                     dynamic_gemm: np.ndarray | None = None, per_op_extra_s: float = 0.0,
                     extra_s: float = 0.0, extra_ops: float = 0.0) -> np.ndarray:
-    """Per-op times stretched so that they sum to at least the host time of the phase (module docstring):
-    n_ops * (host_seconds_per_op + per_op_extra_s) + extra_s, with the MoE rate in phases with expert
-    groups. per_op_extra_s and extra_s are the trainer's own host work (cost_models.host: DTensor and
-    per-op checkpointing dispatch per op; FSDP hooks and checkpoint regions per phase). Each
-    `dynamic_gemm` (an expert GEMM of a per-expert loop, whose token count is data-dependent) pays
-    host_us_per_new_gemm_shape: the BLAS library picks a kernel for a new problem size on the host (the
-    regime of a run whose heuristics cache has not yet seen the counts; an upper bound for long runs).
-    Grouped expert GEMMs (torch._grouped_mm) have static shapes and pay nothing extra. `extra_ops`: kernels
-    the traced graph does not hold (the eager FP8 casts, FP8_EAGER_KERNELS), issued like any op."""
-    moe = expert is not None and len(expert) == len(times) and bool(expert.any())
-    host = host_seconds_per_op(profile, phase, moe)
-    floor = (host + per_op_extra_s) * (len(times) + extra_ops) + extra_s
-    if moe and dynamic_gemm is not None:
-        extra = calibrated(profile, "host_us_per_new_gemm_shape", host * 1e6) * 1e-6 - host
-        floor += max(extra, 0.0) * float(np.count_nonzero(dynamic_gemm))
-    total = float(times.sum())
-    if floor <= total or total <= 0:
-        return times
-    return times * (floor / total)
+    """Per-op times stretched so that they sum to at least the host time of the phase (`host_floor`)."""
+    return stretch_to(times, host_floor(len(times), profile, phase, expert, dynamic_gemm, per_op_extra_s, extra_s,
+                                        extra_ops))
 
 
 # FP8 linears (torchao float8 training; autoparallel.trainer.low_precision). Each FP8 GEMM casts its two

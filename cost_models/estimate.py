@@ -42,11 +42,13 @@ from cost_models.comm import (
 from cost_models.compute import (
     CLASS_CODE,
     FP8_EAGER_KERNELS,
+    compiled_host_floor,
     compiled_times,
     fp8_gemm_times,
     fsdp_update_time,
     memory_fraction,
     op_times,
+    stretch_to,
     update_time,
     with_host_floor,
 )
@@ -320,9 +322,10 @@ class CostModel:
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,
                      host: HostWork | None = None, fp8: str = "none"):
         """Per-op times [s], per-op FLOPs and the per-op divisor (tp for sharded work); eager ops pay the
-        host floor with the trainer's host work `host`, compiled ones compute.compiled_times; under an FP8
-        recipe the linear GEMMs take compute.fp8_gemm_times (their casts are memory passes of their own,
-        which compiled_times does not shrink further) and their extra eager kernels join the host floor."""
+        host floor with the trainer's host work `host`, compiled ones compute.compiled_times with the floor
+        compute.compiled_host_floor; under an FP8 recipe the linear GEMMs take compute.fp8_gemm_times (their
+        casts are memory passes of their own, which compiled_times does not shrink further) and their extra
+        eager kernels join the host floor."""
         expert = ops.expert
         # sharded ops run 1/tp; replicated ones 1/tp of the sequence under SP; experts run whole
         div = np.where(ops.tp_sharded, tp, np.where(expert, 1, tp if sp else 1)).astype(float)
@@ -352,7 +355,8 @@ class CostModel:
         # ones (134.7 / 148.5 / 153 ms compiled against 146.8 / 140.0 / 145 ms eager on three H200 VMs,
         # docs/trainer_sweep_notes.md)
         if compiled and not expert.any():
-            return compiled_times(t, ops.matmul, self.profile), flops, div
+            floor = compiled_host_floor(len(t), self.host.compiled_op_s)
+            return stretch_to(compiled_times(t, ops.matmul, self.profile), floor), flops, div
         extra = n_fp8 * FP8_EAGER_KERNELS[fp8] if n_fp8 else 0.0
         return with_host_floor(t, self.profile, phase, expert, dynamic_gemm, host.per_op_s, host.extra_s,
                                extra_ops=extra), flops, div

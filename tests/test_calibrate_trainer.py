@@ -43,7 +43,7 @@ def test_every_probe_pins_a_plan_the_planner_emits(records):
         for key in ("tp", "pp", "ep", "micro_batch"):
             assert getattr(r.plan, key) == r.probe.fix[key], (r.probe.name, key)
         assert set(r.plan.recompute) == {r.probe.fix["recompute"]}
-        assert r.plan.global_batch == r.probe.rows and not r.plan.compile
+        assert r.plan.global_batch == r.probe.rows and r.plan.compile == bool(r.probe.fix["compile"])
 
 
 def test_fit_recovers_known_host_terms(h200, records):
