@@ -43,7 +43,12 @@ TINY_MOE = {"name": "tiny-moe", "model_type": "qwen2_moe", "vocab_size": 512, "h
             "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
             "max_position_embeddings": 256, "intermediate_size": 512, "num_experts": 4, "num_experts_per_tok": 2,
             "moe_intermediate_size": 256, "shared_expert_intermediate_size": 0, "norm_topk_prob": True}
-MODELS = {m["name"]: m for m in (TINY_LLAMA, TINY_MOE)}
+# hidden size and vocabulary of the 1.3B llama on two layers: still host-bound at micro-batch 1 x 128 tokens,
+# it shows whether the per-op host rate of the tiny probes holds at real widths
+WIDE_LLAMA = {"name": "wide-llama", "model_type": "llama", "vocab_size": 32000, "hidden_size": 2048,
+              "intermediate_size": 5632, "num_hidden_layers": 2, "num_attention_heads": 16,
+              "num_key_value_heads": 4, "max_position_embeddings": 256}
+MODELS = {m["name"]: m for m in (TINY_LLAMA, TINY_MOE, WIDE_LLAMA)}
 SEQ = 128
 # the per-op rate keys the fit scales by one factor (their ratios stay the base profile's)
 RATE_KEYS = ("host_us_per_op", "host_us_per_op_fwd_bwd", "host_us_per_op_moe", "host_us_per_op_moe_fwd_bwd")
@@ -75,6 +80,7 @@ PROBES = (
     _p("llama-m4-selective", "tiny-llama", 1, 4, recompute="selective"),
     _p("llama-m4-op", "tiny-llama", 1, 4, recompute="op"),
     _p("llama-m4-compiled", "tiny-llama", 1, 4, compile=1),
+    _p("wide-m4", "wide-llama", 1, 4),
     _p("moe-m2", "tiny-moe", 1, 2),
     _p("llama-dp2-m2", "tiny-llama", 2, 4, dp=2, zero=2),
     _p("llama-dp2-zero3-m2", "tiny-llama", 2, 4, dp=2, zero=3),

@@ -296,6 +296,17 @@ class CostModel:
             working = float(saved[redo].sum())
         else:
             recompute_s, rec_flops, act, working = 0.0, 0.0, act_all, 0.0
+        if sp and tp > 1 and self.runtime == "trainer":
+            # DTensor's sequence parallelism all-gathers each colwise input once (one per attention / MLP)
+            # and the colwise matmuls save that gathered tensor whole, where Megatron saves its 1/tp
+            # shard and gathers again in backward; the trace attributes the saved input to its producer
+            # (a norm, counted 1/tp under SP). Kept with the activations unless the mode recomputes it
+            # (full, and op: per-op checkpointing saves matmul outputs, not the gather's).
+            gathered = sum(seg.tp_col_input_bytes) * b * (1 - 1 / tp)
+            if recompute in ("full", "op"):
+                working += gathered
+            else:
+                act += gathered
         return SegmentCost(
             fwd_s=float(fwd_s), bwd_s=float(bwd_s), recompute_s=float(recompute_s),
             tp_comm_s=tp_comm_fwd + tp_comm_bwd + (tp_comm_fwd if recompute == "full" else 0.0),
