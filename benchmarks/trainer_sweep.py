@@ -258,6 +258,7 @@ FIT = {"fsdp_copy_fraction": "1g-llama-eager", "compiled_memory_fraction": "1g-l
        "host_us_per_op_compiled": "1g-gpt-auto"}
 FIT_RANGE = {"fsdp_copy_fraction": (0.02, 1.0), "compiled_memory_fraction": (0.05, 1.0),
              "host_us_per_op_compiled": (0.0, 40.0)}
+SWEEP_FIT_KEY = "sweep_fit_configs"  # in fit's profile: the configurations it fitted from
 FITTED_PROFILE = ROOT / "benchmarks" / "results" / "h200_trainer_fit.yaml"
 
 
@@ -318,6 +319,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     base = dataclasses.replace(base, calibration={**base.calibration, **host.terms})
     measured = _measured(args.raw)
     fitted: dict[str, float] = {}
+    fit_configs: list[str] = []
     for key, name in FIT.items():
         if host.terms.get(key):  # the probes identified it (a run with a compiled probe)
             continue
@@ -334,8 +336,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if (step_time(mid) < target) == rising else (lo, mid)
         fitted[key] = round((lo + hi) / 2, 3)
+        fit_configs.append(name)
         print(f"{key}: {fitted[key]}  (from {name}: measured {target * 1e3:.1f} ms)", flush=True)
-    Path(args.output).write_text(profile_to_yaml(base, extra={"calibration": fitted}))
+    # which configurations the fit used, for `report` to leave out of the held-out ones
+    Path(args.output).write_text(profile_to_yaml(base, extra={"calibration": {**fitted,
+                                                                               SWEEP_FIT_KEY: fit_configs}}))
     print(f"wrote {args.output}")
     return 0
 
@@ -378,6 +383,7 @@ def _rel(path: str) -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     from hardware_profiles import load_profile
     profile = load_profile(args.profile)
+    fit_configs = set(profile.calibration.get(SWEEP_FIT_KEY, FIT.values()))
     measured = _measured(args.raw)
     records = []
     for cfg in CONFIGS:
@@ -387,7 +393,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         pred, est = predict(cfg, profile, raw=m)
         from autoparallel.plan import Plan
         rec = {"name": cfg.name, "gpus": cfg.gpus, "model": cfg.model, "compile": est.plan.compile,
-               "fitted": cfg.name in FIT.values(),
+               "fitted": cfg.name in fit_configs,
                "plan": _describe(Plan.load(cfg.plan_file)), "predicted": pred,
                "measured": {k: m["measured"][k] for k in ("step_time_s", "peak_memory_gib")},
                "breakdown": est.breakdown}
