@@ -121,6 +121,9 @@ CONFIGS = [
        fix={"dp": 2, "zero": 3, "micro_batch": 2, "recompute": "full", "compile": 0}),
     _c("2g-moe-ep2-mb4x2", "moe-1.2b-8e", 2, 16, fix={"ep": 2, "micro_batch": 4, "compile": 0}),
     _c("2g-gpt-dp2-eager", "gpt-350m", 2, 16, fix={"dp": 2, "zero": 2, "micro_batch": 8, "compile": 0}),
+    # one-GPU references at the two-GPU global batch of 16 rows, eager (docs/loss_matching.md)
+    _c("1g-gpt-b16", "gpt-350m", 1, 16, fix={"micro_batch": 16, "compile": 0}),
+    _c("1g-moe-b16", "moe-1.2b-8e", 1, 16, fix={"micro_batch": 16, "compile": 0}),
     # a ~7B llama at seq 4096, 8 rows per step: a scale none of the fits saw
     _c("2g-llama7b-eager", "llama-7b", 2, 8, seq=4096, fix={"compile": 0}),
     _c("2g-llama7b-compiled", "llama-7b", 2, 8, seq=4096, fix={"compile": 1}),
@@ -205,26 +208,66 @@ def _profiled_step(trainer: Any, batch: Any) -> dict[str, Any]:
     return {"classes_s": classes, "kernel_s": sum(kernels.values()), "top_kernels_s": dict(top), "ops": ops}
 
 
+# Every plan of a model starts from the same weights, so that their losses compare (docs/loss_matching.md):
+# the catalog init (init_weights) with each parameter drawn from its own generator seeded by (seed, its
+# name), built once per model and process, then handed to the trainer as a materialized model, which
+# copies each rank's slice out of it (rank 0's values broadcast). The weights live on the host during the
+# timed steps: no device memory. Not for the 7B: it has no one-GPU reference to compare with (a 7B with
+# fp32 master weights and Adam state needs 112 GB before activations), and its host copy (28 GB per rank,
+# plus the trainer's broadcast copy) would cost more setup than its two configurations are worth; it keeps
+# the trainer's own meta-device init under a seed drawn per run.
+SHARED_INIT_SEED = 0
+PER_RUN_INIT = {"llama-7b"}
+
+
+def init_label(model: str) -> str:
+    """What a record's "init" says: "seed0" for the shared init, "per-run" for a seed drawn per run."""
+    return "per-run" if model in PER_RUN_INIT else f"seed{SHARED_INIT_SEED}"
+
+
+def _shared_init_model(model: str, cache: dict[str, Any]) -> Any:
+    """`model` with the shared initial weights, on the host. Drawn on the GPU when there is one (the
+    1.3B's init_weights took 18 s on two host cores, 2026-11-30; every measurement draws on the GPU, so
+    all plans see the same numbers), then moved to the host before the configuration's memory baseline
+    is taken (the device copy is freed by the empty_cache before it)."""
+    import torch
+
+    from autoparallel.models import build_model, load_model_spec
+    if model not in cache:
+        with torch.device("meta"):
+            m = build_model(load_model_spec(MODELS[model]))
+        m.to_empty(device="cuda" if torch.cuda.is_available() else "cpu")
+        with torch.no_grad():
+            m.init_weights(seed=SHARED_INIT_SEED)
+        cache[model] = m.to("cpu")
+        del m
+    return cache[model]
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
     import torch
 
     from autoparallel import AutoParallelTrainer
     rank = int(os.environ.get("RANK", "0"))
     out = Path(args.out)
+    shared: dict[str, Any] = {}
     for cfg in _selected(args.only, args.skip):
         if cfg.gpus != args.gpus:
             continue
-        rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus}
+        rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus, "init": init_label(cfg.model)}
         try:
+            source = None if cfg.model in PER_RUN_INIT else _shared_init_model(cfg.model, shared)
             gc.collect()  # the previous configuration's trainer (and compiled graphs holding its tensors)
             torch._dynamo.reset()  # each compiled configuration compiles afresh, within the recompile limit
             gc.collect()
             torch.cuda.empty_cache()
             # what an earlier configuration left allocated is not this one's: peaks are taken above it
             base = torch.cuda.memory_allocated()
-            model = _meta_model(cfg)
+            model = _meta_model(cfg) if source is None else source
             vocab = MODELS[cfg.model]["vocab_size"]
             trainer = AutoParallelTrainer(model, optimizer=None, plan=cfg.plan_file)  # compile as planned
+            # the source's broadcast buckets (2 x 256 MiB on the device) are freed: not kept reserved
+            torch.cuda.empty_cache()
             gen = torch.Generator().manual_seed(0)
             batches = [torch.randint(0, vocab, (cfg.rows, cfg.seq + 1), generator=gen) for _ in range(4)]
             t0 = time.perf_counter()
