@@ -9,17 +9,23 @@ Three steps, so that the GPUs only measure and every prediction is recomputed on
     torchrun --nproc-per-node 2 $(which autoparallel) calibrate --trainer --raw $OUT/probes.jsonl
     python benchmarks/trainer_sweep.py fit --raw RAW.jsonl ... --probes probes.jsonl   # CPU: -> fitted profile
     python benchmarks/trainer_sweep.py report --raw RAW.jsonl [RAW.jsonl ...]    # CPU: predict, compare
+    python benchmarks/trainer_sweep.py losses --raw RAW.jsonl [RAW.jsonl ...]    # CPU: losses vs one GPU
+    python benchmarks/trainer_sweep.py noise                    # CPU: rounding noise behind the loss tolerance
 
 `plans` writes benchmarks/results/trainer_sweep_plans/NAME.yaml with the planner of this checkout and
 the `h200` profile (the planner's own pick where a configuration pins nothing, else its best plan
-under the pins). `measure` builds each model on the meta device, hands it and the plan file to
-AutoParallelTrainer (which materializes it and runs its default runtime: FSDP2 mixed precision,
+under the pins). `measure` builds each model once per process with the shared initial weights
+(init_weights(seed=0), kept on the host; the 7B on the meta device instead, see SHARED_INIT_SEED), hands
+it and the plan file to AutoParallelTrainer (which copies out each rank's shards and runs its default
+runtime: FSDP2 mixed precision,
 fused AdamW on CUDA) and times `trainer.step(batch)` on random tokens: warm-up steps, then timed steps
 between device synchronizations; peak memory is torch.cuda.max_memory_allocated over the timed steps
 (rank 0) above what was allocated before the configuration was built (earlier configurations of the
 same process can leave tensors behind: a compiled trainer's graphs held 5 GiB). `report` predicts each plan with CostModel.estimate and writes
 benchmarks/results/trainer_sweep_h200.json (one record per configuration: gpus, predicted{step_time_s,
-peak_memory_gib}, measured{...}) and docs/trainer_sweep.md.
+peak_memory_gib}, measured{...}) and docs/trainer_sweep.md. `losses` compares every two-GPU
+configuration's losses per step with the one-GPU run of the same model and global batch and writes
+docs/loss_matching.md (tolerance and its derivation there).
 """
 
 from __future__ import annotations
@@ -239,7 +245,10 @@ def _shared_init_model(model: str, cache: dict[str, Any]) -> Any:
     if model not in cache:
         with torch.device("meta"):
             m = build_model(load_model_spec(MODELS[model]))
-        m.to_empty(device="cuda" if torch.cuda.is_available() else "cpu")
+        # this process's own GPU (LOCAL_RANK: before the trainer sets the device, "cuda" is GPU 0, where
+        # every rank would then create a context)
+        m.to_empty(device=torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+                   if torch.cuda.is_available() else "cpu")
         with torch.no_grad():
             m.init_weights(seed=SHARED_INIT_SEED)
         cache[model] = m.to("cpu")
