@@ -227,6 +227,12 @@ class Plan:
         if self.compile:
             raise UserError("plan: pipeline_schedule=zero_bubble runs eager stages only (torch's zero-bubble "
                             "schedules refuse torch.compile'd modules); set compile to false or drop the schedule")
+        if self.zero == 3:
+            # torch 2.13's input-gradient action lists the stage's parameters while FSDP2 holds them
+            # resharded, so the weight-gradient action finds none of the unsharded ones the graph used and
+            # the gradients never arrive (measured: the tied head got no gradient under pp2 x dp2)
+            raise UserError("plan: pipeline_schedule=zero_bubble does not run with zero=3 (torch's weight-gradient "
+                            "step misses parameters FSDP2 resharded after forward); use zero 0-2 or drop the schedule")
         rounds = max(1, self.num_micro_batches // self.pp)
         if self.num_micro_batches % rounds:
             raise UserError(f"plan: pipeline_schedule=zero_bubble needs the micro-batch count "
