@@ -157,10 +157,11 @@ def torch_action_order(zero_bubble: bool, p: int, v: int, m: int) -> dict[int, l
     return {r: [a for a in ops if a is not None] for r, ops in s.pipeline_order.items()}
 
 
-def simulate(order: dict[int, list], F: list[float], I: list[float], W: list[float]) -> float:
+def simulate(order: dict[int, list], F: list[float], B: list[float], W: list[float]) -> float:
     """Makespan of the ranks running their actions in order, each as soon as its inputs exist: F(s, i)
     after F(s-1, i); the input gradient of (s, i) after that of (s+1, i) (the last stage: after its F);
-    W(s, i) after I(s, i); a full backward is I then W in one action. Durations per virtual stage."""
+    W(s, i) after I(s, i); a full backward is I then W in one action. Durations per virtual stage: F, B (the
+    input gradient, the paper's B) and W."""
     from torch.distributed.pipelining.schedules import _ComputationType as C
 
     n = len(F)
@@ -178,7 +179,7 @@ def simulate(order: dict[int, list], F: list[float], I: list[float], W: list[flo
                     deps, key, dur = ([(s - 1, "F", i)] if s else []), "F", F[s]
                 elif kind in (C.BACKWARD_INPUT, C.FULL_BACKWARD):
                     deps = [(s + 1, "I", i)] if s < n - 1 else [(s, "F", i)]
-                    key, dur = "I", I[s] + (W[s] if kind == C.FULL_BACKWARD else 0.0)
+                    key, dur = "I", B[s] + (W[s] if kind == C.FULL_BACKWARD else 0.0)
                 else:
                     assert kind == C.BACKWARD_WEIGHT, a
                     deps, key, dur = [(s, "I", i)], "W", W[s]
@@ -191,16 +192,16 @@ def simulate(order: dict[int, list], F: list[float], I: list[float], W: list[flo
     return max(clock.values())
 
 
-def _formula(zero_bubble: bool, p: int, v: int, m: int, F: list[float], I: list[float], W: list[float]) -> float:
+def _formula(zero_bubble: bool, p: int, v: int, m: int, F: list[float], B: list[float], W: list[float]) -> float:
     from cost_models.pipeline_schedule import RankTimes, pipeline_time
 
-    ranks = [RankTimes(*(sum(x[s] for s in range(d, p * v, p)) for x in (F, I, W))) for d in range(p)]
+    ranks = [RankTimes(*(sum(x[s] for s in range(d, p * v, p)) for x in (F, B, W))) for d in range(p)]
     return pipeline_time("zero_bubble" if zero_bubble else "", ranks, m, v)
 
 
 SHAPES = [(2, 1, 2), (2, 1, 4), (2, 1, 8), (3, 1, 6), (4, 1, 4), (4, 1, 8), (4, 1, 16), (8, 1, 16), (2, 2, 4),
           (4, 2, 8), (4, 2, 16), (3, 2, 9)]
-# F, I, W of one virtual stage: W below F and I (the paper's case), W between, W above both, recompute-heavy I
+# F, B, W of one virtual stage: W below F and I (the paper's case), W between, W above both, recompute-heavy I
 RATIOS = [(1.0, 1.0, 1.0), (1.0, 1.2, 0.8), (1.0, 2.0, 0.5), (0.5, 1.0, 0.8), (1.0, 1.0, 1.5), (1.0, 0.5, 2.0)]
 
 
@@ -210,18 +211,18 @@ def test_pipeline_time_is_torchs_schedule_for_identical_stages(zero_bubble, p, v
     """Exact (to float rounding of ~10 additions: 1e-12 relative) for identical stages, any F/I/W."""
     order = torch_action_order(zero_bubble, p, v, m)
     for f, i, w in RATIOS:
-        F, I, W = [f] * (p * v), [i] * (p * v), [w] * (p * v)
-        sim = simulate(order, F, I, W)
-        assert _formula(zero_bubble, p, v, m, F, I, W) == pytest.approx(sim, rel=1e-12), (f, i, w)
+        F, B, W = [f] * (p * v), [i] * (p * v), [w] * (p * v)
+        sim = simulate(order, F, B, W)
+        assert _formula(zero_bubble, p, v, m, F, B, W) == pytest.approx(sim, rel=1e-12), (f, i, w)
 
 
 def test_zero_bubble_bubble_is_the_papers_zb_h1():
     """Identical stages, W <= F, I: the bubble is (p-1)(F+I-W) where 1F1B's is (p-1)(F+I+W) (Qi et al.)."""
     p, m, (f, i, w) = 4, 8, (1.0, 1.2, 0.8)
     ideal = m * (f + i + w)
-    F, I, W = [f] * p, [i] * p, [w] * p
-    assert simulate(torch_action_order(True, p, 1, m), F, I, W) - ideal == pytest.approx((p - 1) * (f + i - w))
-    assert simulate(torch_action_order(False, p, 1, m), F, I, W) - ideal == pytest.approx((p - 1) * (f + i + w))
+    F, B, W = [f] * p, [i] * p, [w] * p
+    assert simulate(torch_action_order(True, p, 1, m), F, B, W) - ideal == pytest.approx((p - 1) * (f + i - w))
+    assert simulate(torch_action_order(False, p, 1, m), F, B, W) - ideal == pytest.approx((p - 1) * (f + i + w))
 
 
 @pytest.mark.parametrize("zero_bubble", [False, True], ids=["1f1b", "zero_bubble"])
@@ -237,9 +238,9 @@ def test_pipeline_time_for_uneven_stages_lies_between_the_even_pipelines(zero_bu
         p, v, m = rng.choice(SHAPES)
         f, i, w = rng.choice(RATIOS)
         c = [rng.uniform(0.8, 1.25) for _ in range(p * v)]
-        F, I, W = ([x * cs for cs in c] for x in (f, i, w))
-        sim = simulate(torch_action_order(zero_bubble, p, v, m), F, I, W)
-        est = _formula(zero_bubble, p, v, m, F, I, W)
+        F, B, W = ([x * cs for cs in c] for x in (f, i, w))
+        sim = simulate(torch_action_order(zero_bubble, p, v, m), F, B, W)
+        est = _formula(zero_bubble, p, v, m, F, B, W)
         lo, hi = (_formula(zero_bubble, p, v, m, *([x * k] * (p * v) for x in (f, i, w))) for k in (min(c), max(c)))
         assert lo - 1e-9 <= sim <= hi + 1e-9 and lo - 1e-9 <= est <= hi + 1e-9
         assert abs(est - sim) <= hi - lo + 1e-9
