@@ -505,10 +505,12 @@ class CostModel:
         p, v, m = plan.pp, plan.vpp, plan.num_micro_batches
         segs = self.segments(placements, sp)
         stage_segments = self.virtual_stage_segments(plan)
+        zero_bubble = getattr(plan, "pipeline_schedule", "") == "zero_bubble"
         stages = []
         for d in range(p):
             acc = dict(time=0.0, compute=0.0, tp_comm=0.0, ep_comm=0.0, cp_comm=0.0, recompute=0.0, p2p=0.0,
-                       flops_model=0.0, flops_hw=0.0, bwd=0.0, fwd_bwd=0.0, units=0, fwd=0.0, wgrad=0.0)
+                       flops_model=0.0, flops_hw=0.0, bwd=0.0, fwd_bwd=0.0, units=0, fwd=0.0, wgrad=0.0,
+                       w_action=0.0)
             act = working = 0.0
             dense = tp_params = expert = 0.0
             for vs, seg_list in enumerate(stage_segments):
@@ -540,12 +542,16 @@ class CostModel:
                     t = self.boundary_time(plan, span["pp"])
                     acc["time"] += t
                     acc["p2p"] += t
+                    if zero_bubble:  # the schedule's third action per micro-batch and stage, W's host work
+                        acc["time"] += self.host.pipeline_action_s
+                        acc["p2p"] += self.host.pipeline_action_s
+                        acc["w_action"] += self.host.pipeline_action_s
             params = dense + tp_params / plan.tp + expert / plan.ep
             acc["params"] = params
             # the boundary term is a send each way: the activation's rides on F, its gradient's on I
-            f = acc["fwd"] + acc["p2p"] / 2
-            acc["rank_times"] = RankTimes(fwd_s=f, input_grad_s=acc["time"] - f - acc["wgrad"],
-                                          weight_grad_s=acc["wgrad"])
+            f = acc["fwd"] + (acc["p2p"] - acc["w_action"]) / 2
+            w = acc["wgrad"] + acc["w_action"]
+            acc["rank_times"] = RankTimes(fwd_s=f, input_grad_s=acc["time"] - f - w, weight_grad_s=w)
             acc["expert_params"] = expert / plan.ep
             in_flight = in_flight_micro_batches(d, p, v, m)
             acc["memory"] = self._memory(plan, params, acc["expert_params"], act * in_flight, working,
