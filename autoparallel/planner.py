@@ -197,7 +197,7 @@ def _pin_value(k: str, key: str, v: object) -> object:
         if v not in SCHEDULE_PINS:
             raise UserError(f"pin schedule={v!r}: use {' or '.join(SCHEDULE_PINS)} (zero_bubble: torch's "
                             f"ScheduleInterleavedZeroBubble, eager)")
-        return SCHEDULE_PINS[str(v)]
+        return v  # kept as given: parse_fix runs again on parsed pins (api, then Planner)
     if key == "grad_reduce_dtype":
         if v not in ("fp32", "bf16", "int8"):
             raise UserError(f"pin grad_reduce_dtype={v!r}: use fp32, bf16 or int8 (block-scaled, fp32 accumulation)")
@@ -628,8 +628,8 @@ class Planner:
         only shortens the warm-up and cool-down (cost_models.pipeline_schedule), so the post-pass weighs it
         on the searched partition, as _with_compile does compile, and the solver's objective stays the
         search's. ZeRO-3 winners move to ZeRO-2 for it (what torch's schedule runs), at their memory."""
-        pin = self.fix.get("schedule")
-        if pin == "" or (self.fix.get("compile") and not pin):
+        pin = self.fix.get("schedule") == "zero_bubble"
+        if self.fix.get("schedule") == "1f1b" or (self.fix.get("compile") and not pin):
             return current  # 1F1B pinned, or compile pinned on (which zero bubble would undo)
         if searched.plan.pp == 1:
             if pin:

@@ -244,3 +244,97 @@ def test_pipeline_time_for_uneven_stages_lies_between_the_even_pipelines(zero_bu
         lo, hi = (_formula(zero_bubble, p, v, m, *([x * k] * (p * v) for x in (f, i, w))) for k in (min(c), max(c)))
         assert lo - 1e-9 <= sim <= hi + 1e-9 and lo - 1e-9 <= est <= hi + 1e-9
         assert abs(est - sim) <= hi - lo + 1e-9
+
+
+# ---- cost model, planner, CLI ---------------------------------------------------------------------
+# The two-H200 case of issue 14: a 1.3B llama, 16 x 2048 per step, pp2 with 4 micro-batches of 4
+LLAMA_1_3B = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 5632,
+              "num_hidden_layers": 26, "num_attention_heads": 16, "num_key_value_heads": 4,
+              "max_position_embeddings": 4096}
+TWO_H200 = dict(hardware="h200", gpus=2, global_batch=16, seq_len=2048, max_memory_per_gpu="139GB")
+PP2_MB4 = "pp=2,vpp=1,micro_batch=4"
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory) -> str:
+    import json
+
+    path = tmp_path_factory.mktemp("zbmodel") / "llama-1.3b.json"
+    path.write_text(json.dumps(LLAMA_1_3B))
+    return str(path)
+
+
+def test_estimate_prices_zero_bubble_in_the_pipeline_term(llama):
+    from autoparallel.api import context, estimate_plan
+    from cost_models.pipeline_schedule import pipeline_time
+
+    one, plan1 = estimate_plan(llama, **TWO_H200, pp=2, micro_batch=4)
+    zb, plan = estimate_plan(llama, **TWO_H200, pp=2, micro_batch=4, schedule="zero_bubble")
+    assert plan.schedule == "InterleavedZeroBubble" and plan1.schedule == "1F1B"
+    b = zb.breakdown
+    parts = sum(v for k, v in b.items() if k != "dp_comm_total_s")
+    assert parts == pytest.approx(zb.step_time_s, rel=1e-9)  # the breakdown still adds up to the step
+    stages = context(llama, "h200", 2, 2048).cost_model.stage_costs(plan)
+    ranks = [s["rank_times"] for s in stages]
+    for s, r in zip(stages, ranks, strict=True):
+        assert r.total_s == pytest.approx(s["time"], rel=1e-12)
+        # W: the weight-gradient GEMMs, a part of the backward (their FLOPs equal the forward GEMMs')
+        assert 0.1 * r.total_s < r.weight_grad_s < min(r.fwd_s, r.input_grad_s)
+    t_pipe = zb.step_time_s - b["dp_comm_exposed_s"] - b["optimizer_s"]
+    assert t_pipe == pytest.approx(pipeline_time("zero_bubble", ranks, 4, 1), rel=1e-12)
+    # the bubble shrinks by (p-1) x 2W of the slower hop less the W actions' host work, nothing else moves
+    assert b["pipeline_bubble_s"] < one.breakdown["pipeline_bubble_s"] - ranks[0].weight_grad_s
+    assert zb.step_time_s < one.step_time_s
+    assert zb.peak_memory_gib == pytest.approx(one.peak_memory_gib)  # ZB-H1 keeps 1F1B's activation memory
+
+
+def test_planner_buys_zero_bubble_where_it_pays(llama):
+    from autoparallel.api import plan_result
+    from autoparallel.report import choice_gains, format_plan_result
+
+    r, ctx = plan_result(llama, **TWO_H200, fix=PP2_MB4 + ",compile=0")
+    assert r.plan.pipeline_schedule == "zero_bubble" and not r.plan.compile
+    r.plan.check_runnable(26)
+    searched = ctx.cost_model.estimate(replace(r.plan, pipeline_schedule=""), ctx.budget_bytes)
+    # the solver's objective stays the search's (1F1B); the post-pass bought ZERO_BUBBLE_MARGIN at least
+    assert r.solver.objective == pytest.approx(searched.step_time_s, rel=1e-9)
+    gains = choice_gains(ctx.cost_model, r.plan, r.estimate)
+    assert gains["zero-bubble"] <= -0.03
+    assert "bought    zero-bubble: -" in format_plan_result(r, ctx)
+    pinned, _ = plan_result(llama, **TWO_H200, fix=PP2_MB4 + ",compile=0,schedule=1f1b")
+    assert pinned.plan.pipeline_schedule == "" and pinned.estimate.step_time_s == pytest.approx(searched.step_time_s)
+    # unpinned compile predicts more (compiled dense blocks) than eager zero bubble: compile wins
+    free, _ = plan_result(llama, **TWO_H200, fix=PP2_MB4)
+    assert free.plan.compile and free.plan.pipeline_schedule == ""
+    forced, _ = plan_result(llama, **TWO_H200, fix=PP2_MB4 + ",schedule=zero_bubble")
+    assert forced.plan.pipeline_schedule == "zero_bubble" and not forced.plan.compile
+
+
+@pytest.mark.parametrize("fix,message", [
+    ("schedule=zbv", r"pin schedule='zbv': use 1f1b or zero_bubble"),
+    ("schedule=zero_bubble,compile=1", r"conflict: torch's zero-bubble schedules run eager"),
+    ("schedule=zero_bubble,zero=3", r"pins schedule=zero_bubble and zero=3 conflict"),
+    ("schedule=zero_bubble,pp=1", r"pins schedule=zero_bubble and pp=1 conflict"),
+])
+def test_schedule_pins_refuse_in_one_line(fix, message):
+    from autoparallel.planner import parse_fix
+
+    with pytest.raises(UserError, match=message) as e:
+        parse_fix(fix)
+    assert "\n" not in str(e.value)
+
+
+def test_cli_estimate_schedule_flag(llama, capsys):
+    import json
+
+    from autoparallel.cli import main
+
+    args = ["estimate", llama, "--hardware", "h200", "--gpus", "2", "--global-batch", "16", "--seq-len", "2048",
+            "--pp", "2", "--micro-batch", "4", "--json"]
+    assert main(args + ["--schedule", "zero_bubble"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["plan"]["pipeline_schedule"] == "zero_bubble" and d["plan"]["schedule"] == "InterleavedZeroBubble"
+    assert main(args + ["--schedule", "1f1b"]) == 0
+    d1 = json.loads(capsys.readouterr().out)
+    assert "pipeline_schedule" not in d1["plan"]
+    assert d["predicted"]["step_time_s"] < d1["predicted"]["step_time_s"]
