@@ -51,6 +51,7 @@ WORLD2: list[Config] = [
 WORLD4: list[Config] = [
     Config("llama-pp2xdp2-zb-zero1", "tiny-llama", {"pp": 2, "dp": 2, "zero": 1, "micro_batch": 1, **ZB}),
     Config("gpt-pp2xdp2-zb-zero2", "tiny-gpt", {"pp": 2, "dp": 2, "zero": 2, "micro_batch": 1, **ZB}),
+    Config("llama-pp2xtp2-sp-zb", "tiny-llama", {"pp": 2, "tp": 2, "sp": True, "micro_batch": 2, **ZB}),
 ]
 
 
