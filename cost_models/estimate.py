@@ -554,6 +554,12 @@ class CostModel:
             acc["rank_times"] = RankTimes(fwd_s=f, input_grad_s=acc["time"] - f - w, weight_grad_s=w)
             acc["expert_params"] = expert / plan.ep
             in_flight = in_flight_micro_batches(d, p, v, m)
+            if zero_bubble:
+                # rank d defers the W of d micro-batches past their I (torch's num_1f1b_microbatches = rank),
+                # and a deferred W keeps its micro-batch's graph alive (stage_backward_input runs with
+                # retain_graph; counted whole, an upper bound): so every rank holds what rank 0 does, ZB-H1's
+                # peak (1F1B's) now on every rank. Not measured on a GPU yet (benchmarks/zero_bubble_h200.py)
+                in_flight = max(in_flight, in_flight_micro_batches(0, p, v, m))
             acc["memory"] = self._memory(plan, params, acc["expert_params"], act * in_flight, working,
                                          is_last=(d == (plan.pp * plan.vpp - 1) % p))
             stages.append(acc)
