@@ -556,9 +556,10 @@ class CostModel:
             in_flight = in_flight_micro_batches(d, p, v, m)
             if zero_bubble:
                 # rank d defers the W of d micro-batches past their I (torch's num_1f1b_microbatches = rank),
-                # and a deferred W keeps its micro-batch's graph alive (stage_backward_input runs with
-                # retain_graph; counted whole, an upper bound): so every rank holds what rank 0 does, ZB-H1's
-                # peak (1F1B's) now on every rank. Not measured on a GPU yet (benchmarks/zero_bubble_h200.py)
+                # and a deferred W keeps its micro-batch's whole graph alive (stage_backward_input runs with
+                # retain_graph: on CPU every saved tensor of a linear -> tanh -> linear stage, the tanh output
+                # that only I needs included, stayed alive from I to W). So every rank holds what rank 0 does,
+                # ZB-H1's peak (1F1B's) now on every rank; on a GPU: benchmarks/zero_bubble_h200.py
                 in_flight = max(in_flight, in_flight_micro_batches(0, p, v, m))
             acc["memory"] = self._memory(plan, params, acc["expert_params"], act * in_flight, working,
                                          is_last=(d == (plan.pp * plan.vpp - 1) % p))
