@@ -557,8 +557,8 @@ class CostModel:
             if zero_bubble:
                 # rank d defers the W of d micro-batches past their I (torch's num_1f1b_microbatches = rank),
                 # and a deferred W keeps its micro-batch's whole graph alive (stage_backward_input runs with
-                # retain_graph: on CPU every saved tensor of a linear -> tanh -> linear stage, the tanh output
-                # that only I needs included, stayed alive from I to W). So every rank holds what rank 0 does,
+                # retain_graph: even a saved tensor only I needs lives until W, tests/test_zero_bubble.py
+                # test_a_deferred_weight_gradient_keeps_its_graph_alive). So every rank holds what rank 0 does,
                 # ZB-H1's peak (1F1B's) now on every rank; on a GPU: benchmarks/zero_bubble_h200.py
                 in_flight = max(in_flight, in_flight_micro_batches(0, p, v, m))
             acc["memory"] = self._memory(plan, params, acc["expert_params"], act * in_flight, working,

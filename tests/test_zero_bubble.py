@@ -343,3 +343,38 @@ def test_cli_estimate_schedule_flag(llama, capsys):
     d1 = json.loads(capsys.readouterr().out)
     assert "pipeline_schedule" not in d1["plan"]
     assert d["predicted"]["step_time_s"] < d1["predicted"]["step_time_s"]
+
+
+def test_a_deferred_weight_gradient_keeps_its_graph_alive():
+    """The premise of the zero-bubble memory rule (CostModel.stage_costs): between torch's input-gradient
+    and weight-gradient actions the micro-batch's whole graph stays alive, even a saved tensor only the
+    input gradient needs (tanh's output), so a deferred W holds a whole micro-batch's activations."""
+    import gc
+    import weakref
+
+    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+
+    torch.manual_seed(0)
+    lin1, lin2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+    params = list(lin1.parameters()) + list(lin2.parameters())
+    x = torch.randn(4, 8, requires_grad=True)
+    leaves = {t.data_ptr() for t in [x, *params]}
+    acts: list[weakref.ref] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        t = t.detach()  # held by the graph alone (the output itself would hold its grad_fn: a cycle)
+        if t.data_ptr() not in leaves:  # made in the forward: tanh's output (saved by tanh and by lin2)
+            acts.append(weakref.ref(t))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = lin2(torch.tanh(lin1(x))).sum()
+    assert acts
+    _, groups = stage_backward_input([out], None, [x], iter(params))
+    del out
+    gc.collect()
+    assert all(r() is not None for r in acts)  # after I: every forward-made saved tensor still alive
+    stage_backward_weight(iter(params), groups)
+    del groups
+    gc.collect()
+    assert all(r() is None for r in acts) and all(p.grad is not None for p in params)
