@@ -201,7 +201,7 @@ def _formula(zero_bubble: bool, p: int, v: int, m: int, F: list[float], B: list[
 
 
 SHAPES = [(2, 1, 2), (2, 1, 4), (2, 1, 8), (3, 1, 6), (4, 1, 4), (4, 1, 8), (4, 1, 16), (8, 1, 16), (2, 2, 4),
-          (4, 2, 8), (4, 2, 16), (3, 2, 9)]
+          (4, 2, 8), (4, 2, 16), (3, 2, 9), (2, 8, 2), (4, 4, 4), (2, 4, 6), (3, 3, 3)]
 # F, B, W of one virtual stage: W below F and I (the paper's case), W between, W above both, recompute-heavy I
 RATIOS = [(1.0, 1.0, 1.0), (1.0, 1.2, 0.8), (1.0, 2.0, 0.5), (0.5, 1.0, 0.8), (1.0, 1.0, 1.5), (1.0, 0.5, 2.0)]
 
