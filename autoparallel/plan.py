@@ -172,6 +172,10 @@ class Plan:
         if self.pipeline_schedule == "zero_bubble" and self.pp == 1:
             raise UserError("plan: pipeline_schedule=zero_bubble needs pp > 1 (it schedules pipeline stages); "
                             "drop it or raise pp")
+        if self.pipeline_schedule == "zero_bubble" and self.compile is True:
+            # a plan no runtime has: not estimated either (the cost model would price compiled stages)
+            raise UserError("plan: pipeline_schedule=zero_bubble runs eager stages only (torch's zero-bubble "
+                            "schedules refuse torch.compile'd modules); set compile to false or drop the schedule")
         if self.vpp > 1 and self.num_micro_batches % self.pp:
             raise UserError(f"plan: interleaved 1F1B needs the micro-batch count ({self.num_micro_batches}) "
                             f"to be a multiple of pp={self.pp}")
@@ -221,12 +225,9 @@ class Plan:
                             "reduce-scatter; ZeRO-0's all-reduce has no hook); use zero=1 or another dtype")
 
     def _check_zero_bubble_runnable(self) -> None:
-        """What torch's ScheduleInterleavedZeroBubble needs beyond 1F1B, refused before torch raises: eager
-        stages (it splits each backward into input- and weight-gradient halves, which it does not support
-        on compiled modules) and a micro-batch count that is a multiple of its rounds, max(1, m // pp)."""
-        if self.compile:
-            raise UserError("plan: pipeline_schedule=zero_bubble runs eager stages only (torch's zero-bubble "
-                            "schedules refuse torch.compile'd modules); set compile to false or drop the schedule")
+        """What torch's ScheduleInterleavedZeroBubble needs beyond 1F1B, refused before torch raises (eager
+        stages, which validate() checks: the cost model would not price a compiled one either): no ZeRO-3
+        and a micro-batch count that is a multiple of its rounds, max(1, m // pp)."""
         if self.zero == 3:
             # torch 2.13's input-gradient action lists the stage's parameters while FSDP2 holds them
             # resharded, so the weight-gradient action finds none of the unsharded ones the graph used and

@@ -121,6 +121,7 @@ def test_plan_round_trips_the_schedule_and_old_files_load():
 @pytest.mark.parametrize("kw,message", [
     ({"pipeline_schedule": "zbx"}, r"pipeline_schedule='zbx' must be"),
     ({"pp": 1, "dp": 2, "stage_layers": [], **ZB}, r"zero_bubble needs pp > 1"),
+    ({"compile": True, **ZB}, r"eager stages only"),
 ])
 def test_plan_validation_refuses_bad_schedules(kw, message):
     with pytest.raises(UserError, match=message) as e:
@@ -129,7 +130,6 @@ def test_plan_validation_refuses_bad_schedules(kw, message):
 
 
 @pytest.mark.parametrize("kw,message", [
-    ({"compile": True}, r"eager stages only"),
     ({"global_batch": 5, "micro_batch": 1}, r"micro-batch count \(5\) to be a multiple of its rounds"),
     ({"zero": 3}, r"does not run with zero=3"),
 ])
