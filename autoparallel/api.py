@@ -17,7 +17,7 @@ from autoparallel.errors import UserError
 from autoparallel.graph import OpGraph
 from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, MAX_TOP, MAX_TRACE_BATCH, check_int
 from autoparallel.plan import Plan
-from autoparallel.planner import PRECISIONS, Planner, PlanResult, fp8_recipe, parse_fix
+from autoparallel.planner import PRECISIONS, SCHEDULE_PINS, Planner, PlanResult, fp8_recipe, parse_fix
 from autoparallel.sharding import cost_model as sharding_cost_model
 from autoparallel.trace_cache import TraceCache, TraceKey, module_identity, spec_identity
 from autoparallel.units import parse_bytes
@@ -170,7 +170,7 @@ def plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_l
 # Explicit-plan options of `estimate` and their values when not given.
 ESTIMATE_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "vpp": 1, "micro_batch": 1, "recompute": "none",
                                      "zero": 0, "sequence_parallel": False, "grad_reduce_dtype": "fp32",
-                                     "compile": False, "precision": "bf16"}
+                                     "compile": False, "precision": "bf16", "schedule": "1f1b"}
 
 
 def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int | None = None,
@@ -205,7 +205,7 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
              dp=gpus // (tp * pp * ep * cp), tp=tp, pp=pp, ep=ep, cp=cp, vpp=o["vpp"], micro_batch=o["micro_batch"],
              zero=o["zero"], sequence_parallel=o["sequence_parallel"] and tp > 1,
              recompute=(o["recompute"],) * len(ctx.graph.blocks), grad_reduce_dtype=o["grad_reduce_dtype"],
-             compile=bool(o["compile"]))
+             compile=bool(o["compile"]), pipeline_schedule=SCHEDULE_PINS[parse_fix({"schedule": o["schedule"]})["schedule"]])
     recipe = fp8_recipe(o["precision"], ctx.cluster.profile)
     p = replace(p, placements=ctx.cost_model.placements_for(p),
                 fp8=(recipe,) * len(ctx.graph.blocks) if recipe != "none" else ())

@@ -82,13 +82,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gradient reduction dtype (int8: block-scaled, fp32 accumulation; needs --zero >= 1)")
     _add_precision(e)
     e.add_argument("--compile", action="store_true", help="price torch.compile per block (the plan's compile)")
+    e.add_argument("--schedule", default=None, choices=["1f1b", "zero_bubble"],
+                   help="pipeline schedule (1f1b: 1F1B, interleaved with --vpp; zero_bubble: torch's "
+                        "ScheduleInterleavedZeroBubble, eager)")
     e.add_argument("--json", action="store_true")
     e.add_argument("--no-cache", action="store_true", help="trace again instead of reading the trace cache")
 
     p = sub.add_parser("plan", help="find the fastest plan that fits (dry run)")
     _add_model_args(p)
     _add_cluster_args(p)
-    p.add_argument("--fix", default=None, help="pins, e.g. tp=8,pp=4,zero=1,recompute=full,compile=1")
+    p.add_argument("--fix", default=None, help="pins, e.g. tp=8,pp=4,zero=1,recompute=full,compile=1,"
+                                                         "schedule=zero_bubble")
     p.add_argument("--top", type=int, default=3, help="runner-up plans to show")
     _add_precision(p)
     p.add_argument("--json", action="store_true")

@@ -42,7 +42,10 @@ from autoparallel.limits import (
 
 RECOMPUTE_MODES = ("none", "selective", "op", "full")  # the order of increasing recompute
 PLACEMENTS = ("colwise", "rowwise", "replicate", "vocab", "sequence", "expert")
-SCHEDULES = ("none", "1F1B", "Interleaved1F1B")
+SCHEDULES = ("none", "1F1B", "Interleaved1F1B", "InterleavedZeroBubble")
+# Plan.pipeline_schedule: "" = the default by vpp (Schedule1F1B, or ScheduleInterleaved1F1B at vpp > 1);
+# "zero_bubble" = torch's ScheduleInterleavedZeroBubble (ZB-H1 of Qi et al. 2024, any vpp; eager only)
+PIPELINE_SCHEDULES = ("", "zero_bubble")
 MESH_DIMS = ("pp", "dp", "cp", "ep", "tp")
 TP_SHARDED = ("colwise", "rowwise", "vocab")  # placements that split a module over the tp ranks
 DTYPES = ("bf16", "fp16", "fp32")
@@ -78,6 +81,7 @@ class Plan:
     model_fingerprint: str = ""           # hash of parameter names and shapes (see fingerprint())
     compile: bool = False                 # torch.compile per block (the trainer's compile=True)
     fp8: tuple[str, ...] = ()             # FP8 recipe per block (FP8_RECIPES); () = none anywhere
+    pipeline_schedule: str = ""           # PIPELINE_SCHEDULES; "" = 1F1B / interleaved 1F1B by vpp
 
     @property
     def num_micro_batches(self) -> int:
@@ -98,6 +102,8 @@ class Plan:
     def schedule(self) -> str:
         if self.pp == 1:
             return "none"
+        if self.pipeline_schedule == "zero_bubble":
+            return "InterleavedZeroBubble"
         return "Interleaved1F1B" if self.vpp > 1 else "1F1B"
 
     @property
@@ -163,6 +169,13 @@ class Plan:
             raise UserError(f"plan: zero={self.zero!r} must be 0, 1, 2 or 3")
         if self.vpp > 1 and self.pp == 1:
             raise UserError("plan: vpp > 1 needs pp > 1 (interleaving splits pipeline stages)")
+        if self.pipeline_schedule == "zero_bubble" and self.pp == 1:
+            raise UserError("plan: pipeline_schedule=zero_bubble needs pp > 1 (it schedules pipeline stages); "
+                            "drop it or raise pp")
+        if self.pipeline_schedule == "zero_bubble" and self.compile is True:
+            # a plan no runtime has: not estimated either (the cost model would price compiled stages)
+            raise UserError("plan: pipeline_schedule=zero_bubble runs eager stages only (torch's zero-bubble "
+                            "schedules refuse torch.compile'd modules); set compile to false or drop the schedule")
         if self.vpp > 1 and self.num_micro_batches % self.pp:
             raise UserError(f"plan: interleaved 1F1B needs the micro-batch count ({self.num_micro_batches}) "
                             f"to be a multiple of pp={self.pp}")
@@ -197,6 +210,8 @@ class Plan:
         if self.pp > 1 and self.num_micro_batches < self.pp:
             raise UserError(f"plan: {self.num_micro_batches} micro-batches cannot fill a {self.pp}-stage pipeline; "
                             f"1F1B needs at least pp micro-batches (lower micro_batch or raise global_batch)")
+        if self.pipeline_schedule == "zero_bubble":
+            self._check_zero_bubble_runnable()
         if self.tp > 1 and not self.placements:
             raise UserError(f"plan: tp={self.tp} but no module is placed colwise, rowwise or vocab, so nothing "
                             f"would be split over the tp ranks; add placements or use tp=1")
@@ -208,6 +223,22 @@ class Plan:
             # replicate (ZeRO-0) all-reduces with a plain dist.all_reduce that has no such hook
             raise UserError("plan: grad_reduce_dtype=int8 needs zero >= 1 (the trainer quantizes inside FSDP2's "
                             "reduce-scatter; ZeRO-0's all-reduce has no hook); use zero=1 or another dtype")
+
+    def _check_zero_bubble_runnable(self) -> None:
+        """What torch's ScheduleInterleavedZeroBubble needs beyond 1F1B, refused before torch raises (eager
+        stages, which validate() checks: the cost model would not price a compiled one either): no ZeRO-3
+        and a micro-batch count that is a multiple of its rounds, max(1, m // pp)."""
+        if self.zero == 3:
+            # torch 2.13's input-gradient action lists the stage's parameters while FSDP2 holds them
+            # resharded, so the weight-gradient action finds none of the unsharded ones the graph used and
+            # the gradients never arrive (measured: the tied head got no gradient under pp2 x dp2)
+            raise UserError("plan: pipeline_schedule=zero_bubble does not run with zero=3 (torch's weight-gradient "
+                            "step misses parameters FSDP2 resharded after forward); use zero 0-2 or drop the schedule")
+        rounds = max(1, self.num_micro_batches // self.pp)
+        if self.num_micro_batches % rounds:
+            raise UserError(f"plan: pipeline_schedule=zero_bubble needs the micro-batch count "
+                            f"({self.num_micro_batches}) to be a multiple of its rounds max(1, m // pp) = {rounds}; "
+                            f"pick a micro-batch count that is a multiple of pp={self.pp}")
 
     def _validate_types(self) -> None:
         """Every field has its type and range (a hand-edited file may hold anything YAML can say)."""
@@ -222,6 +253,9 @@ class Plan:
                 raise UserError(f"plan: {name}={v!r} must be an integer in 1..{hi:,}")
         if not isinstance(self.sequence_parallel, bool):
             raise UserError(f"plan: sequence_parallel={self.sequence_parallel!r} must be true or false")
+        if self.pipeline_schedule not in PIPELINE_SCHEDULES:
+            raise UserError(f"plan: pipeline_schedule={self.pipeline_schedule!r} must be \"\" (1F1B, interleaved "
+                            f"by vpp) or one of {', '.join(s for s in PIPELINE_SCHEDULES if s)}")
         for name, allowed in (("grad_reduce_dtype", GRAD_REDUCE_DTYPES), ("param_dtype", DTYPES)):
             if getattr(self, name) not in allowed:
                 raise UserError(f"plan: {name}={getattr(self, name)!r} must be one of {', '.join(allowed)}")
@@ -245,6 +279,8 @@ class Plan:
         d["fp8"] = list(self.fp8)
         if not self.fp8:
             del d["fp8"]  # plans without FP8 keep the files they always had
+        if not self.pipeline_schedule:
+            del d["pipeline_schedule"]  # so do plans on the default schedule
         d["stage_layers"] = list(self.stage_layers)
         d["placements"] = dict(sorted(self.placements.items()))
         d["num_micro_batches"] = self.num_micro_batches

@@ -45,13 +45,20 @@ from hardware_profiles import Cluster
 
 RESOLUTION = 1e7  # CP-SAT works in integers: times and bytes in units of 1e-7 of their scale
 PIN_KEYS = ("tp", "pp", "dp", "ep", "cp", "vpp", "micro_batch", "zero", "sequence_parallel", "recompute",
-            "grad_reduce_dtype", "compile")
+            "grad_reduce_dtype", "compile", "schedule")
 PIN_ALIASES = {"mb": "micro_batch", "sp": "sequence_parallel", "micro-batch": "micro_batch",
                "sequence-parallel": "sequence_parallel", "grad-reduce-dtype": "grad_reduce_dtype"}
 MAX_MICRO_BATCH = 64
 PARTIAL_MODES = ("selective", "op")   # recompute modes between none and full (StageModel.all_device_options)
 CLOSEST_MISSES = 256  # infeasible configurations fully estimated for the INFEASIBLE explanation
 COMPILE_MARGIN = 0.05  # the predicted gain torch.compile must bring before the planner turns it on (_with_compile)
+# The predicted gain the zero-bubble schedule must bring over the better of the searched and compiled
+# winner (_with_schedule): its W actions are a third of the pipeline actions, whose host work the cost
+# model prices, but the schedule is unmeasured on the target GPUs, so a gain within the cost model's
+# error on pipelines (docs/trainer_sweep.md) keeps the measured 1F1B
+ZERO_BUBBLE_MARGIN = 0.03
+# pin schedule=...: the plan's pipeline_schedule ("" = 1F1B, interleaved by vpp)
+SCHEDULE_PINS = {"1f1b": "", "zero_bubble": "zero_bubble"}
 # Fewest tokens per context-parallel rank the search considers (a bound on the space, not a cost: the
 # cost model prices every cp it sees). Below it a rank's load-balanced halves are < 2k-token chunks, whose
 # attention steps are short against a K/V exchange and whose per-op host floor grows with cp; Llama 3 ran
@@ -144,6 +151,16 @@ def parse_fix(fix: str | dict | None) -> dict:
         if key in out:
             raise UserError(f"pin {key} given twice (as {k!r}); give each pin once")
         out[key] = _pin_value(k, key, v)
+    if out.get("schedule") == "zero_bubble":
+        if out.get("compile"):
+            raise UserError("pins schedule=zero_bubble and compile=1 conflict: torch's zero-bubble schedules run "
+                            "eager stages only; drop one")
+        if out.get("zero") == 3:
+            raise UserError("pins schedule=zero_bubble and zero=3 conflict: torch's weight-gradient step misses "
+                            "parameters FSDP2 resharded after forward; pin zero 0-2")
+        if out.get("pp") == 1:
+            raise UserError("pins schedule=zero_bubble and pp=1 conflict: the schedule runs pipeline stages; pin "
+                            "pp >= 2")
     return out
 
 
@@ -176,6 +193,11 @@ def _pin_value(k: str, key: str, v: object) -> object:
         if v not in RECOMPUTE_MODES:
             raise UserError(f"pin recompute={v!r}: use one of {', '.join(RECOMPUTE_MODES)}")
         return v
+    if key == "schedule":
+        if v not in SCHEDULE_PINS:
+            raise UserError(f"pin schedule={v!r}: use {' or '.join(SCHEDULE_PINS)} (zero_bubble: torch's "
+                            f"ScheduleInterleavedZeroBubble, eager)")
+        return v  # kept as given: parse_fix runs again on parsed pins (api, then Planner)
     if key == "grad_reduce_dtype":
         if v not in ("fp32", "bf16", "int8"):
             raise UserError(f"pin grad_reduce_dtype={v!r}: use fp32, bf16 or int8 (block-scaled, fp32 accumulation)")
@@ -577,7 +599,7 @@ class Planner:
         # the smallest bound not visited is the pending one (bounds come in increasing order)
         bound = min(searched.estimate.step_time_s, pending[0]) if pending else searched.estimate.step_time_s
         status = "OPTIMAL" if proven and bound >= searched.estimate.step_time_s - 1e-12 else "FEASIBLE"
-        winner = self._with_compile(searched)
+        winner = self._with_schedule(searched, self._with_compile(searched))
         winner.plan.check_runnable(self.cm.num_blocks)  # the contract: every plan emitted, the trainer runs
         self._say(f"  done: {solved}/{len(configs)} configurations solved in {wall:.2f} s")
         return PlanResult(winner.plan, winner.estimate,
@@ -598,6 +620,37 @@ class Planner:
         if est.fits and est.step_time_s <= winner.estimate.step_time_s * (1 - COMPILE_MARGIN):
             return Candidate(plan, est)
         return winner
+
+    def _with_schedule(self, searched: Candidate, current: Candidate) -> Candidate:
+        """The pipelined winner on torch's zero-bubble schedule (eager, plan.check_runnable's rules) where
+        the cost model predicts it ZERO_BUBBLE_MARGIN faster than `current` (the searched winner, compiled
+        or not) and it fits, or where schedule=zero_bubble is pinned. The search prices 1F1B; zero bubble
+        only shortens the warm-up and cool-down (cost_models.pipeline_schedule), so the post-pass weighs it
+        on the searched partition, as _with_compile does compile, and the solver's objective stays the
+        search's. ZeRO-3 winners move to ZeRO-2 for it (what torch's schedule runs), at their memory."""
+        pin = self.fix.get("schedule") == "zero_bubble"
+        if self.fix.get("schedule") == "1f1b" or (self.fix.get("compile") and not pin):
+            return current  # 1F1B pinned, or compile pinned on (which zero bubble would undo)
+        if searched.plan.pp == 1:
+            if pin:
+                raise UserError("pin schedule=zero_bubble: the best plan has no pipeline (pp=1); pin pp >= 2 too")
+            return current
+        plan = replace(searched.plan, pipeline_schedule="zero_bubble", compile=False,
+                       zero=min(searched.plan.zero, 2))
+        try:
+            plan.check_runnable(self.cm.num_blocks)
+        except UserError as e:
+            if pin:
+                raise UserError(f"pin schedule=zero_bubble: the winner cannot run it ({str(e).removeprefix('plan: ')})"
+                                ) from None
+            return current
+        est = self.cm.estimate(plan, self.budget)
+        if pin and not est.fits:
+            raise UserError(f"pin schedule=zero_bubble: the winner on it needs {est.peak_memory_gib:.1f} GiB of "
+                            f"{est.budget_gib:.1f} (eager, ZeRO-{plan.zero}); pin zero, recompute or pp as well")
+        if pin or (est.fits and est.step_time_s <= current.estimate.step_time_s * (1 - ZERO_BUBBLE_MARGIN)):
+            return Candidate(plan, est)
+        return current
 
     def _find_runners_up(self, best: list[Candidate], rest: Iterable[tuple[float, int, MeshConfig]], k: int,
                          budget_s: float = 2.0) -> list[Candidate]:

@@ -61,14 +61,16 @@ def format_estimate(plan: Plan, est: Estimate) -> str:
 def choice_gains(cost_model: Any, plan: Plan, est: Estimate) -> dict[str, float]:
     """What each execution choice of the plan bought: the relative step-time change against the same
     plan with that choice undone (fp8 -> bf16 linears, int8 -> fp32 gradient reduction, torch.compile ->
-    eager, context parallelism -> its ranks as data parallelism, each holding whole sequences), e.g.
+    eager, context parallelism -> its ranks as data parallelism, each holding whole sequences, the
+    zero-bubble pipeline schedule -> 1F1B / interleaved 1F1B), e.g.
     {"fp8": -0.22}. Empty for a plan without them; a choice whose undoing is no valid plan (the batch does
     not split over the wider dp) is left out."""
     out: dict[str, float] = {}
     undo = {"fp8": {"fp8": ()}, "int8 grads": {"grad_reduce_dtype": "fp32"}, "compile": {"compile": False},
-            "cp": {"cp": 1, "dp": plan.dp * plan.cp}}
+            "cp": {"cp": 1, "dp": plan.dp * plan.cp}, "zero-bubble": {"pipeline_schedule": ""}}
     active = {"fp8": any(r != "none" for r in plan.fp8), "int8 grads": plan.grad_reduce_dtype == "int8",
-              "compile": plan.compile, "cp": plan.cp > 1}
+              "compile": plan.compile, "cp": plan.cp > 1,
+              "zero-bubble": getattr(plan, "pipeline_schedule", "") == "zero_bubble"}
     for name, kw in undo.items():
         if active[name]:
             try:

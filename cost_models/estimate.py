@@ -6,6 +6,8 @@ The composition (every term per device, seconds or bytes):
   per device d:  T_d = sum over its segments (F_k + B_k + R_k) + P2P sends at stage boundaries
   pipeline:      t_pipe = m * T_max + (sum_d T_d - T_max) / v          (1F1B: v = 1;  Narayanan 2021:
                                                                          bubble (p-1)/(v m) when balanced)
+                 zero bubble: T_d in the bubble term becomes F_d + I_d - min(F_d, I_d, W_d), W_d the
+                 weight-gradient GEMMs (cost_models.pipeline_schedule, the one definition of both)
   data parallel: t_dp   = exposed part of the gradient all-reduce / reduce-scatter after the last
                           backward (overlapped with it) + ZeRO-3 parameter all-gathers not hidden
   step:          t      = t_pipe + t_dp + t_optimizer
@@ -55,6 +57,7 @@ from cost_models.compute import (
 from cost_models.facts import attention_heads, num_experts, vocab_size
 from cost_models.graph import OpGraph
 from cost_models.host import HostTerms
+from cost_models.pipeline_schedule import RankTimes, pipeline_time
 from cost_models.segments import Segment, block_classes, split_segments
 from hardware_profiles import Cluster
 from hardware_profiles.errors import UserError
@@ -94,6 +97,7 @@ class SegmentCost:
     flops_bwd: float
     flops_recompute: float
     cp_comm_s: float = 0.0  # included in fwd_s + bwd_s (+ recompute_s): exposed ring-attention exchanges
+    wgrad_s: float = 0.0    # included in bwd_s: the weight-gradient GEMMs (a zero-bubble schedule's W)
 
     @property
     def total_s(self) -> float:
@@ -273,6 +277,10 @@ class CostModel:
             dkv = kv * 4 / DTYPE_BYTES.get(self.dtype, 2)  # gradients of K/V, fp32 in torch's ring
             cp_comm_fwd = ring_exposed(seg.fwd, fwd_t, "fwd", kv)
             cp_comm_bwd = ring_exposed(seg.bwd, bwd_t, "bwd", kv + dkv, dkv)
+        # W of a zero-bubble schedule: each linear's backward is an input-gradient GEMM (it reads the weight)
+        # and a weight-gradient GEMM of the same FLOPs (it reads none); the latter is priced as its twin,
+        # whose time the op table has with the weight read it does (the weight-gradient GEMM writes as much)
+        wgrad_s = float(bwd_t[seg.bwd.matmul & (seg.bwd.param_bytes > 0)].sum())
         fwd_s = fwd_t.sum() + tp_comm_fwd + ep_comm_fwd + cp_comm_fwd
         bwd_s = bwd_t.sum() + tp_comm_bwd + ep_comm_fwd + cp_comm_bwd
 
@@ -313,7 +321,7 @@ class CostModel:
             ep_comm_s=2 * ep_comm_fwd + (ep_comm_fwd if recompute == "full" else 0.0),
             act_bytes=act, working_bytes=working,
             flops_fwd=float(fwd_flops.sum()), flops_bwd=float(bwd_flops.sum()), flops_recompute=rec_flops,
-            cp_comm_s=cp_comm_fwd + cp_comm_bwd + (cp_comm_fwd if recompute == "full" else 0.0))
+            cp_comm_s=cp_comm_fwd + cp_comm_bwd + (cp_comm_fwd if recompute == "full" else 0.0), wgrad_s=wgrad_s)
 
     @staticmethod
     def _recomputed_ops(seg: Segment, recompute: str) -> int:
@@ -407,8 +415,7 @@ class CostModel:
         stages = self.stage_costs(plan)
         m, v, p = plan.num_micro_batches, plan.vpp, plan.pp
         T = [s["time"] for s in stages]
-        t_max = max(T)
-        t_pipe = m * t_max + (sum(T) - t_max) / v
+        t_pipe = pipeline_time(getattr(plan, "pipeline_schedule", ""), [s["rank_times"] for s in stages], m, v)
         bubble = t_pipe - m * sum(T) / p
         dp_exposed, dp_total, opt = self._data_parallel_time(plan, stages)
         step = t_pipe + dp_exposed + opt
@@ -513,10 +520,12 @@ class CostModel:
         p, v, m = plan.pp, plan.vpp, plan.num_micro_batches
         segs = self.segments(placements, sp)
         stage_segments = self.virtual_stage_segments(plan)
+        zero_bubble = getattr(plan, "pipeline_schedule", "") == "zero_bubble"
         stages = []
         for d in range(p):
             acc = dict(time=0.0, compute=0.0, tp_comm=0.0, ep_comm=0.0, cp_comm=0.0, recompute=0.0, p2p=0.0,
-                       flops_model=0.0, flops_hw=0.0, bwd=0.0, fwd_bwd=0.0, units=0)
+                       flops_model=0.0, flops_hw=0.0, bwd=0.0, fwd_bwd=0.0, units=0, fwd=0.0, wgrad=0.0,
+                       w_action=0.0)
             act = working = 0.0
             dense = tp_params = expert = 0.0
             for vs, seg_list in enumerate(stage_segments):
@@ -528,6 +537,8 @@ class CostModel:
                     acc["time"] += c.total_s
                     acc["bwd"] += c.bwd_s
                     acc["fwd_bwd"] += c.fwd_s + c.bwd_s
+                    acc["fwd"] += c.fwd_s
+                    acc["wgrad"] += c.wgrad_s
                     acc["tp_comm"] += c.tp_comm_s
                     acc["ep_comm"] += c.ep_comm_s
                     acc["cp_comm"] += c.cp_comm_s
@@ -546,10 +557,25 @@ class CostModel:
                     t = self.boundary_time(plan, span["pp"])
                     acc["time"] += t
                     acc["p2p"] += t
+                    if zero_bubble:  # the schedule's third action per micro-batch and stage, W's host work
+                        acc["time"] += self.host.pipeline_action_s
+                        acc["p2p"] += self.host.pipeline_action_s
+                        acc["w_action"] += self.host.pipeline_action_s
             params = dense + tp_params / plan.tp + expert / plan.ep
             acc["params"] = params
+            # the boundary term is a send each way: the activation's rides on F, its gradient's on I
+            f = acc["fwd"] + (acc["p2p"] - acc["w_action"]) / 2
+            w = acc["wgrad"] + acc["w_action"]
+            acc["rank_times"] = RankTimes(fwd_s=f, input_grad_s=acc["time"] - f - w, weight_grad_s=w)
             acc["expert_params"] = expert / plan.ep
             in_flight = in_flight_micro_batches(d, p, v, m)
+            if zero_bubble:
+                # rank d defers the W of d micro-batches past their I (torch's num_1f1b_microbatches = rank),
+                # and a deferred W keeps its micro-batch's whole graph alive (stage_backward_input runs with
+                # retain_graph: even a saved tensor only I needs lives until W, tests/test_zero_bubble.py
+                # test_a_deferred_weight_gradient_keeps_its_graph_alive). So every rank holds what rank 0 does,
+                # ZB-H1's peak (1F1B's) now on every rank; on a GPU: benchmarks/zero_bubble_h200.py
+                in_flight = max(in_flight, in_flight_micro_batches(0, p, v, m))
             acc["memory"] = self._memory(plan, params, acc["expert_params"], act * in_flight, working,
                                          is_last=(d == (plan.pp * plan.vpp - 1) % p))
             stages.append(acc)

@@ -2,7 +2,11 @@
 
 Virtual stage v holds blocks [sum(stage_layers[:v]), sum(stage_layers[:v+1])) and lives on pp rank
 v % pp (plan.stage_of_block); the first virtual stage also holds the embeddings, the last one the
-final norm and head. vpp = 1 runs Schedule1F1B, vpp > 1 ScheduleInterleaved1F1B. The schedule
+final norm and head. vpp = 1 runs Schedule1F1B, vpp > 1 ScheduleInterleaved1F1B, and
+plan.pipeline_schedule = "zero_bubble" ScheduleInterleavedZeroBubble at any vpp (one stage per rank
+included: its action lists then are ZB-H1's, each backward split into an input-gradient action I on the
+critical path and a weight-gradient action W that fills the cool-down bubble). Every one of them
+accumulates micro-batch gradients and runs the stage's perform_reduce_grad once per step. The schedule
 splits this rank's batch slice into plan.num_micro_batches micro-batches along dim 0 and divides the
 accumulated gradients by that count (scale_grads), so a mean loss per micro-batch gives the gradient
 of the mean over the slice.
@@ -19,7 +23,12 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
+)
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from autoparallel.errors import UserError
@@ -76,6 +85,14 @@ def build_schedule(parts: list[tuple[int, nn.Module]], plan: Plan, pp_mesh: Devi
     n_micro = plan.num_micro_batches
     group = pp_mesh.get_group()
     stages = [PipelineStage(mod, v, n_stages, device, group=group) for v, mod in parts]
+    if plan.pipeline_schedule == "zero_bubble":
+        # plan.check_runnable has refused plan.compile and micro-batch counts torch's rounds do not divide;
+        # the trainer's compile=True pin compiles blocks whatever the plan says, so look at the modules
+        if any(isinstance(m, torch._dynamo.eval_frame.OptimizedModule) or getattr(m, "_compiled_call_impl", None)
+               for _, mod in parts for m in mod.modules()):
+            raise UserError("trainer: pipeline_schedule=zero_bubble runs eager stages only (torch's zero-bubble "
+                            "schedules refuse compiled modules); pass compile=False or a plan without the schedule")
+        return ScheduleInterleavedZeroBubble(stages, n_microbatches=n_micro, loss_fn=loss_fn)
     if plan.vpp == 1:
         return Schedule1F1B(stages[0], n_microbatches=n_micro, loss_fn=loss_fn)
     return ScheduleInterleaved1F1B(stages, n_microbatches=n_micro, loss_fn=loss_fn)
