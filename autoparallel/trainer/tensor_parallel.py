@@ -189,9 +189,17 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         if v == "colwise":
             colwise = _TransposedColwise if transposed else ColwiseParallel
             if path in colwise_paired:
-                styles[path] = colwise(input_layouts=seq_in)
                 if isinstance(seq_in, Shard) and _parent(path):
+                    # The parent's pre-hook gathers the sequence once and hands every colwise sibling
+                    # the same Replicate DTensor. Declaring that input Replicate keeps the children from
+                    # redistributing it: a Replicate->Replicate redistribute is free forward but turns
+                    # each child's Partial input gradient into an all-reduce in backward (q, k, v, gate,
+                    # up: 5 all-reduces of b*s*h per block). Left Partial, the siblings' gradients sum
+                    # locally and the hook's gather differentiates into one reduce-scatter (Megatron's).
                     gather_parents.add(_parent(path))
+                    styles[path] = colwise(input_layouts=Replicate())
+                else:
+                    styles[path] = colwise(input_layouts=seq_in)
                 split = fused_split(get_submodule(part, _parent(path)), path.rpartition(".")[2])
                 if split is not None:
                     relayout.update(_fused_relayout(part, path, split, tp, transposed))
