@@ -32,6 +32,7 @@ slices the local output with local sizes (hf.localize_fused).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -247,6 +248,30 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
             if v == "rowwise":
                 get_submodule(part, path).register_forward_hook(_owned_output)
     return relayout
+
+
+def enable_async_tp(tp_mesh: DeviceMesh) -> None:
+    """Async TP (plan.async_tp), as torchtitan's maybe_enable_async_tp: inductor's micro-pipeline TP
+    pass rewrites each compiled all-gather -> matmul(s) (q/k/v, gate/up share one gather) and
+    matmul -> reduce-scatter (o, down) into fused collective matmuls that run the matmul chunk by chunk
+    while symmetric memory (NVLink peer copies, no NCCL kernel) moves the next chunk.
+
+    GLOBAL STATE, set here and nowhere else: torch._inductor.config._micro_pipeline_tp applies to every
+    graph inductor compiles in this process from now on (graphs compiled before keep what they were
+    compiled with; the flag is not one of dynamo's guards, so a graph cached before it was set is not
+    recompiled). The pass only touches tp-group collectives next to matmuls: other graphs are unchanged.
+    It is never reset: another trainer in the same process that compiles TP blocks gets it too."""
+    import torch._inductor.config as inductor_config
+    from torch.distributed import _symmetric_memory as symm_mem
+
+    inductor_config._micro_pipeline_tp = True
+    # Older torch needs the group registered for symmetric memory; newer ones register it themselves
+    # and deprecate the call (a FutureWarning, harmless).
+    register = getattr(symm_mem, "enable_symm_mem_for_group", None)
+    if register is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            register(tp_mesh.get_group().group_name)
 
 
 def _owned_output(_mod: nn.Module, _args: tuple, out: Any) -> Any:
