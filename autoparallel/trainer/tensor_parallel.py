@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import (
@@ -243,6 +244,9 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         if parent not in styles:
             get_submodule(part, parent).register_forward_pre_hook(_gather_sequence_pre_hook(tp_mesh), with_kwargs=True)
     parallelize_module(part, tp_mesh, styles)
+    for path, v in placements.items():
+        if v == "vocab" and not _is_position_table(path, layout):
+            get_submodule(part, path).register_forward_hook(_waited_output)
     if owned_outputs:
         for path, v in placements.items():
             if v == "rowwise":
@@ -272,6 +276,14 @@ def enable_async_tp(tp_mesh: DeviceMesh) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             register(tp_mesh.get_group().group_name)
+
+
+def _waited_output(_mod: nn.Module, _args: tuple, out: Any) -> Any:
+    """The embedding's reduced output as a plain tensor, not the AsyncCollectiveTensor to_local hands
+    back: the first compiled block would otherwise be compiled twice (a dynamo guard on the input's
+    type), once for that wrapper and once for the plain tensors the other blocks pass on. A clone (one
+    copy of b*s*h/tp, differentiable) rather than wait(), whose plain result autograd does not track."""
+    return out.clone() if isinstance(out, AsyncCollectiveTensor) else out
 
 
 def _owned_output(_mod: nn.Module, _args: tuple, out: Any) -> Any:
