@@ -154,8 +154,11 @@ def profiled_step(trainer: Any, batch: Any) -> dict[str, Any]:
         torch.cuda.synchronize()
     wall = time.perf_counter() - t
     events = prof.events()
+    # device kernels and copies; record_function ranges mirrored onto the device timeline (user
+    # annotations) span many kernels and are left out
     kernels = [(e.name, e.time_range.start, e.time_range.end) for e in events
-               if e.device_type == DeviceType.CUDA and e.time_range.end > e.time_range.start]
+               if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+               and e.time_range.end > e.time_range.start]
     out = breakdown(kernels, wall)
     out["async_tp_ops"] = sum(1 for e in events if e.device_type == DeviceType.CPU
                               and any(m in e.name for m in ASYNC_MARKERS))

@@ -237,3 +237,36 @@ def test_plan_async_tp_needs_tp_sequence_parallel_and_compile(kw, needs):
     assert "\n" not in str(e.value)
     with pytest.raises(UserError, match="async_tp=1 must be true or false"):
         _plan(async_tp=1).validate()
+
+
+def _tp_speed():
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "tp_speed.py"
+    spec = importlib.util.spec_from_file_location("tp_speed", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tp_speed_benchmark_plans_and_arguments():
+    """The CPU parts of benchmarks/tp_speed.py: its four plans and its argument checks."""
+    bench = _tp_speed()
+    plans = bench.build_plans()
+    assert list(plans) == list(bench.VARIANTS)  # async TP last: it sets inductor's global flag
+    assert [(p.dp, p.tp, p.compile, p.async_tp) for p in plans.values()] == [
+        (2, 1, True, False), (1, 2, True, False), (1, 2, False, False), (1, 2, True, True)]
+    assert bench.parse_args(["--out", "x.json"]).steps == 8
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--out", "x.json", "--only", "tp8"])
+
+
+def test_tp_speed_exposed_comm_is_comm_not_under_compute():
+    bench = _tp_speed()
+    # comm 0-10 us under compute 5-20 us, then comm 30-40 us alone: 5 + 10 us exposed
+    kernels = [("ncclDevKernel_AllGather", 0.0, 10.0), ("sm90_gemm", 5.0, 20.0), ("ncclKernel_ReduceScatter", 30.0, 40.0)]
+    out = bench.breakdown(kernels, wall_s=50e-6)
+    assert out["comm_kernel_s"] == pytest.approx(20e-6)
+    assert out["compute_kernel_s"] == pytest.approx(15e-6)
+    assert out["comm_exposed_s"] == pytest.approx(15e-6)
+    assert out["device_busy_s"] == pytest.approx(30e-6)
+    assert out["device_idle_s"] == pytest.approx(20e-6)
