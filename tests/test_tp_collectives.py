@@ -57,9 +57,10 @@ class Case:
     name: str
     compile: Any = None          # trainer compile= (a dict of torch.compile kwargs, or None)
     async_tp: bool = False
+    sp: bool = True
 
 
-CASES = [Case("count"), Case("eager"), Case("aot_eager", compile={"backend": "aot_eager"}),
+CASES = [Case("count"), Case("count-nosp", sp=False), Case("eager"), Case("aot_eager", compile={"backend": "aot_eager"}),
          Case("async_tp_cpu", compile={"backend": "aot_eager"}, async_tp=True)]
 
 
@@ -129,7 +130,7 @@ def _count(model: torch.nn.Module, tokens: torch.Tensor) -> list[dict[str, Any]]
 def _train(case: Case, out: Path, rank: int) -> dict[str, Any]:
     from autoparallel.trainer import AutoParallelTrainer
     model = _model()
-    plan = H.make_plan(model, tp=TP, sp=True, micro_batch=ROWS, global_batch=ROWS)
+    plan = H.make_plan(model, tp=TP, sp=case.sp, micro_batch=ROWS, global_batch=ROWS)
     if case.async_tp:
         plan = replace(plan, compile=True, async_tp=True)
     data = H.batches("tiny-llama", 3, rows=ROWS, seq=SEQ)
@@ -138,7 +139,7 @@ def _train(case: Case, out: Path, rank: int) -> dict[str, Any]:
         trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS), plan=plan,
                                       compile=case.compile)
     result: dict[str, Any] = {"warnings": [str(w.message) for w in caught]}
-    if case.name == "count":
+    if case.name.startswith("count"):
         result["records"] = _count(trainer.model_parts[0], data[0])
         return result
     from torch._dynamo.utils import counters
@@ -197,6 +198,21 @@ def test_only_the_embedding_head_and_loss_communicate_outside_the_blocks(runs):
     # the loss's three all-reduces carry one value per token (max, sum of exponentials, target logit)
     assert sorted(r["numel"] for r in outside if r["op"] == "all_reduce" and r["phase"] == "fwd") == [TOKENS] * 3
     assert [r["numel"] for r in outside if r["op"] == "all_reduce" and r["phase"] == "bwd"] == [HIDDEN]
+
+
+def test_tensor_parallel_without_sp_all_reduces_twice_per_block_each_way(runs):
+    """Megatron's TP without SP: the row-parallel outputs are all-reduced in forward (g), the column-
+    parallel inputs' gradients in backward (f), once per attention and once per MLP (input b*s*h);
+    around the blocks the embedding's output and the head's input gradient, and the loss's three."""
+    records = _ok(runs, "count-nosp")["records"]
+    for block in map(str, range(LAYERS)):
+        for phase in ("fwd", "bwd"):
+            assert _tally(records, phase=phase, block=block) == {"all_reduce": 2}
+            assert {r["numel"] for r in records if r["block"] == block and r["phase"] == phase} == {TOKENS * HIDDEN}
+    outside = [r for r in records if r["block"] is None]
+    assert sorted(r["numel"] for r in outside if r["phase"] == "fwd") == sorted([TOKENS * HIDDEN] + [TOKENS] * 3)
+    assert [r["numel"] for r in outside if r["phase"] == "bwd"] == [TOKENS * HIDDEN]
+    assert {r["op"] for r in records} == {"all_reduce"}
 
 
 def test_compiled_blocks_match_eager_and_compile_once(runs):

@@ -129,17 +129,18 @@ def _map_hidden(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
     return args, kwargs
 
 
-def _gather_sequence_pre_hook(tp_mesh: DeviceMesh):
-    """Forward pre-hook (with kwargs): all-gather the sequence-sharded hidden-state input once for all
-    its colwise children."""
+def _shared_input_pre_hook(tp_mesh: DeviceMesh, layout_in: Shard | Replicate):
+    """Forward pre-hook (with kwargs): the hidden-state input as one Replicate DTensor for all its
+    colwise children: all-gathered once from the sequence shards (layout_in Shard(1)), or taken as it
+    is (Replicate). In backward the children's summed gradient is reduce-scattered (all-reduced) once."""
 
-    def gather(x: torch.Tensor) -> torch.Tensor:
+    def share(x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, DTensor):
-            x = DTensor.from_local(x, tp_mesh, (Shard(1),), run_check=False)
+            x = DTensor.from_local(x, tp_mesh, (layout_in,), run_check=False)
         return x.redistribute(tp_mesh, (Replicate(),))
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return _map_hidden(args, kwargs, gather)
+        return _map_hidden(args, kwargs, share)
 
     return hook
 
@@ -181,7 +182,7 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         return Shard(1) if sequence_parallel and not inside else Replicate()
 
     styles: dict[str, ParallelStyle] = {}
-    gather_parents: set[str] = set()
+    shared_inputs: dict[str, Shard | Replicate] = {}  # parent of colwise siblings -> its input's layout
     for path, v in sorted(placements.items()):
         mod = get_submodule(part, path)
         seq_in = seq_layout(path)
@@ -191,14 +192,15 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         if v == "colwise":
             colwise = _TransposedColwise if transposed else ColwiseParallel
             if path in colwise_paired:
-                if isinstance(seq_in, Shard) and _parent(path):
-                    # The parent's pre-hook gathers the sequence once and hands every colwise sibling
-                    # the same Replicate DTensor. Declaring that input Replicate keeps the children from
-                    # redistributing it: a Replicate->Replicate redistribute is free forward but turns
-                    # each child's Partial input gradient into an all-reduce in backward (q, k, v, gate,
-                    # up: 5 all-reduces of b*s*h per block). Left Partial, the siblings' gradients sum
-                    # locally and the hook's gather differentiates into one reduce-scatter (Megatron's).
-                    gather_parents.add(_parent(path))
+                if _parent(path):
+                    # The parent's pre-hook makes its input one Replicate DTensor (all-gathering the
+                    # sequence under SP) and hands it to every colwise sibling. Declaring that input
+                    # Replicate keeps the children from converting it each: a per-child conversion is
+                    # free forward but all-reduces each child's Partial input gradient in backward (q, k,
+                    # v, gate, up: 5 all-reduces of b*s*h per block). Left Partial, the siblings'
+                    # gradients sum locally and the hook differentiates into one reduce-scatter under SP
+                    # (one all-reduce without), Megatron's g-bar (g) operator.
+                    shared_inputs[_parent(path)] = seq_in
                     styles[path] = colwise(input_layouts=Replicate())
                 else:
                     styles[path] = colwise(input_layouts=seq_in)
@@ -240,9 +242,10 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
     if sequence_parallel:
         for region in regions:
             styles[region] = _GatherScatter()
-    for parent in gather_parents:
+    for parent, layout_in in shared_inputs.items():
         if parent not in styles:
-            get_submodule(part, parent).register_forward_pre_hook(_gather_sequence_pre_hook(tp_mesh), with_kwargs=True)
+            get_submodule(part, parent).register_forward_pre_hook(_shared_input_pre_hook(tp_mesh, layout_in),
+                                                                  with_kwargs=True)
     parallelize_module(part, tp_mesh, styles)
     for path, v in placements.items():
         if v == "vocab" and not _is_position_table(path, layout):
