@@ -2,8 +2,11 @@
 
 Placement -> ParallelStyle (Megatron-LM layout, as torchtitan applies it to Llama):
 
-  colwise   ColwiseParallel: weight Shard(0); input Replicate (Shard(1) under sequence parallelism,
-            all-gathered once per attention / MLP by a pre-hook on their parent); output stays sharded
+  colwise   ColwiseParallel: weight Shard(0); input Replicate: the siblings of one attention / MLP
+            share one Replicate DTensor that a pre-hook on their parent makes of its input (all-
+            gathered from Shard(1) under sequence parallelism), so that backward sums their input
+            gradients locally and reduce-scatters (all-reduces) once, the Megatron minimum that
+            tests/test_tp_collectives.py counts; output stays sharded
             on the last dim when a rowwise sibling consumes it. The LM head's logits stay
             vocab-sharded for the default cross-entropy, computed with loss_parallel() (Megatron's
             parallel cross entropy); with a user loss_fn they are gathered (Replicate) so any loss
@@ -11,10 +14,14 @@ Placement -> ParallelStyle (Megatron-LM layout, as torchtitan applies it to Llam
   rowwise   RowwiseParallel: weight Shard(1); input Shard(-1); output all-reduced (Replicate), or
             reduce-scattered on the sequence dim (Shard(1)) under sequence parallelism.
   vocab     RowwiseParallel on an Embedding: table Shard(0) on the vocabulary, output Replicate /
-            Shard(1). A positional table (pos_embeddings) is only a few rows: it stays replicated and
+            Shard(1), handed on as a plain tensor (not an AsyncCollectiveTensor: see _waited_output). A positional table (pos_embeddings) is only a few rows: it stays replicated and
             its output is sliced to this rank's sequence chunk under sequence parallelism.
   sequence  SequenceParallel (norms on the residual stream) when plan.sequence_parallel; parameters
-            replicated as DTensors, so their partial gradients are all-reduced by DTensor.
+            replicated as DTensors, so their partial gradients are all-reduced by DTensor (one
+            all-reduce of h elements per norm and micro-batch; Megatron sums them once per step).
+
+Async TP (plan.async_tp, enable_async_tp): inductor's micro-pipeline TP rewrites the compiled blocks'
+all-gather -> matmul and matmul -> reduce-scatter pairs into collective matmuls over symmetric memory.
   replicate parameters replicated, computed redundantly on every tp rank. Under sequence parallelism
             a replicated branch of a block (e.g. nn.MultiheadAttention, an MoE layer) runs on the
             gathered sequence and its output is sliced back (PrepareModuleInput/Output).
