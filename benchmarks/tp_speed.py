@@ -8,10 +8,11 @@ and freed before the next; dynamo's caches are reset between them so each compil
 
   dp2-zero2-compiled      dp2 ZeRO-2, 8 rows per rank, compiled blocks (the planner's own 2-GPU plan)
   tp2-sp-compiled         tp2 + sequence parallel, 16 rows, compiled blocks
-  tp2-sp-eager            the same, eager
-  tp2-sp-compiled-async   the same compiled, plan.async_tp: inductor's micro-pipeline TP over symmetric
-                          memory. LAST on purpose: it sets torch._inductor.config._micro_pipeline_tp for
-                          the rest of the process (trainer.tensor_parallel.enable_async_tp)
+  tp2-sp-compiled-async   the same, plan.async_tp: inductor's micro-pipeline TP over symmetric memory.
+                          After every other compiled variant on purpose: it sets
+                          torch._inductor.config._micro_pipeline_tp for the rest of the process
+                          (trainer.tensor_parallel.enable_async_tp), which only compiled graphs read
+  tp2-sp-eager            tp2 + SP eager (last: the quickest to build, the first the budget drops)
 
 Per variant: median step time over --steps timed steps after --warmup (calibrate_trainer.time_trainer_steps:
 device-synchronized), peak memory above what was allocated before it was built, the losses, and for the tp
@@ -46,7 +47,7 @@ from autoparallel.plan import Plan  # noqa: E402
 
 PLANS = ROOT / "benchmarks" / "results" / "trainer_sweep_plans"
 ROWS, SEQ = 16, 2048
-VARIANTS = ("dp2-zero2-compiled", "tp2-sp-compiled", "tp2-sp-eager", "tp2-sp-compiled-async")
+VARIANTS = ("dp2-zero2-compiled", "tp2-sp-compiled", "tp2-sp-compiled-async", "tp2-sp-eager")
 COMM_MARKERS = ("nccl", "memcpy ptop", "symm", "multimem", "one_shot",
                 "two_shot", "barrier", "signal", "all_gather", "reduce_scatter", "allreduce")
 ASYNC_MARKERS = ("fused_all_gather_matmul", "fused_matmul_reduce_scatter", "fused_all_gather_scaled_matmul")
@@ -60,8 +61,8 @@ def build_plans() -> dict[str, Plan]:
         raise SystemExit(f"{PLANS}: the sweep's plan files changed (dp2 zero2 compiled, tp2 sp expected)")
     plans = {"dp2-zero2-compiled": dp,
              "tp2-sp-compiled": dataclasses.replace(tp, compile=True),
-             "tp2-sp-eager": dataclasses.replace(tp, compile=False),
-             "tp2-sp-compiled-async": dataclasses.replace(tp, compile=True, async_tp=True)}
+             "tp2-sp-compiled-async": dataclasses.replace(tp, compile=True, async_tp=True),
+             "tp2-sp-eager": dataclasses.replace(tp, compile=False)}
     for plan in plans.values():
         plan.check_runnable(LLAMA_1_3B["num_hidden_layers"])
         if plan.global_batch != ROWS or plan.seq_len != SEQ:
