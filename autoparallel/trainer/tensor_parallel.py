@@ -14,18 +14,19 @@ Placement -> ParallelStyle (Megatron-LM layout, as torchtitan applies it to Llam
   rowwise   RowwiseParallel: weight Shard(1); input Shard(-1); output all-reduced (Replicate), or
             reduce-scattered on the sequence dim (Shard(1)) under sequence parallelism.
   vocab     RowwiseParallel on an Embedding: table Shard(0) on the vocabulary, output Replicate /
-            Shard(1), handed on as a plain tensor (not an AsyncCollectiveTensor: see _waited_output). A positional table (pos_embeddings) is only a few rows: it stays replicated and
-            its output is sliced to this rank's sequence chunk under sequence parallelism.
+            Shard(1), handed on as a plain tensor (not an AsyncCollectiveTensor: _waited_output). A
+            positional table (pos_embeddings) is only a few rows: it stays replicated and its output
+            is sliced to this rank's sequence chunk under sequence parallelism.
   sequence  SequenceParallel (norms on the residual stream) when plan.sequence_parallel; parameters
             replicated as DTensors, so their partial gradients are all-reduced by DTensor (one
             all-reduce of h elements per norm and micro-batch; Megatron sums them once per step).
-
-Async TP (plan.async_tp, enable_async_tp): inductor's micro-pipeline TP rewrites the compiled blocks'
-all-gather -> matmul and matmul -> reduce-scatter pairs into collective matmuls over symmetric memory.
   replicate parameters replicated, computed redundantly on every tp rank. Under sequence parallelism
             a replicated branch of a block (e.g. nn.MultiheadAttention, an MoE layer) runs on the
             gathered sequence and its output is sliced back (PrepareModuleInput/Output).
   expert    nothing here (see expert_parallel.py); an MoE layer is a replicated branch for tp.
+
+Async TP (plan.async_tp, enable_async_tp): inductor's micro-pipeline TP rewrites the compiled blocks'
+all-gather -> matmul and matmul -> reduce-scatter pairs into collective matmuls over symmetric memory.
 
 Norms inside a tensor-parallel attention (qk-norm over head_dim) see only this rank's heads; they
 run as SequenceParallel on the head dim (torchtitan's qwen3 recipe) so their gradients are summed.
