@@ -200,7 +200,8 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         if v == "colwise":
             colwise = _TransposedColwise if transposed else ColwiseParallel
             if path in colwise_paired:
-                if _parent(path):
+                if _parent(path) and (isinstance(seq_in, Shard) or _projections_only(part, _parent(path), placements,
+                                                                                      layout)):
                     # The parent's pre-hook makes its input one Replicate DTensor (all-gathering the
                     # sequence under SP) and hands it to every colwise sibling. Declaring that input
                     # Replicate keeps the children from converting it each: a per-child conversion is
@@ -295,6 +296,17 @@ def _waited_output(_mod: nn.Module, _args: tuple, out: Any) -> Any:
     type), once for that wrapper and once for the plain tensors the other blocks pass on. A clone (one
     copy of b*s*h/tp, differentiable) rather than wait(), whose plain result autograd does not track."""
     return out.clone() if isinstance(out, AsyncCollectiveTensor) else out
+
+
+def _projections_only(root: nn.Module, parent: str, placements: dict[str, str], layout: ModelLayout) -> bool:
+    """Without sequence parallelism the parent's input is a plain tensor that other code may use too:
+    it is shared as a DTensor only where the parent is an attention / MLP whose parametric children
+    are all tp projections (not a block, whose residual add and norms read its input as it is)."""
+    mod = get_submodule(root, parent)
+    if mod is None or parent in layout.block_paths:
+        return False
+    return all(placements.get(f"{parent}.{name}") in ("colwise", "rowwise")
+               for name, child in mod.named_children() if any(True for _ in child.parameters()))
 
 
 def _owned_output(_mod: nn.Module, _args: tuple, out: Any) -> Any:
