@@ -241,8 +241,10 @@ def measure(args: argparse.Namespace) -> int:
                 rec = {"variant": name, "error": f"{type(ex).__name__}: {ex}"[:600],
                        "traceback": traceback.format_exc()[-3000:]}
             failed = _agree("error" in rec)  # both ranks move on together
+            if "error" in rec and rank != 0:  # rank 0 prints its own below
+                print(f"rank {rank}: {name}: {rec['error']}", flush=True)
             if failed and "error" not in rec:
-                rec["error"] = "another rank failed in this variant"
+                rec["error"] = "another rank failed in this variant (its error line is printed above)"
         results["variants"][name] = rec
         results["elapsed_s"] = time.perf_counter() - start
         if rank == 0:
