@@ -82,6 +82,9 @@ class Plan:
     compile: bool = False                 # torch.compile per block (the trainer's compile=True)
     fp8: tuple[str, ...] = ()             # FP8 recipe per block (FP8_RECIPES); () = none anywhere
     pipeline_schedule: str = ""           # PIPELINE_SCHEDULES; "" = 1F1B / interleaved 1F1B by vpp
+    # async TP: compiled blocks overlap each sequence-parallel all-gather / reduce-scatter with its
+    # matmul (inductor's micro-pipeline TP over symmetric memory); tp > 1, sequence_parallel, compile
+    async_tp: bool = False
 
     @property
     def num_micro_batches(self) -> int:
@@ -200,6 +203,18 @@ class Plan:
                                 f"{num_blocks} blocks")
             if self.fp8 and len(self.fp8) != num_blocks:
                 raise UserError(f"plan: fp8 has {len(self.fp8)} entries but the model has {num_blocks} blocks")
+        self._validate_async_tp()
+
+    def _validate_async_tp(self) -> None:
+        """async_tp rewrites the compiled graphs' sequence-parallel collectives around their matmuls:
+        without tp, sequence parallelism or compiled blocks it has nothing to rewrite."""
+        if not self.async_tp:
+            return
+        missing = [what for what, ok in (("tp > 1", self.tp > 1), ("sequence_parallel: true", self.sequence_parallel),
+                                         ("compile: true", self.compile)) if not ok]
+        if missing:
+            raise UserError(f"plan: async_tp needs {', '.join(missing)} (it overlaps the compiled blocks' "
+                            f"sequence-parallel collectives with their matmuls); set those or async_tp: false")
 
     def check_runnable(self, num_blocks: int | None = None) -> None:
         """validate() plus what the trainer needs beyond a consistent plan (the planner checks every plan
@@ -251,8 +266,9 @@ class Plan:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
                 raise UserError(f"plan: {name}={v!r} must be an integer in 1..{hi:,}")
-        if not isinstance(self.sequence_parallel, bool):
-            raise UserError(f"plan: sequence_parallel={self.sequence_parallel!r} must be true or false")
+        for name in ("sequence_parallel", "async_tp"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserError(f"plan: {name}={getattr(self, name)!r} must be true or false")
         if self.pipeline_schedule not in PIPELINE_SCHEDULES:
             raise UserError(f"plan: pipeline_schedule={self.pipeline_schedule!r} must be \"\" (1F1B, interleaved "
                             f"by vpp) or one of {', '.join(s for s in PIPELINE_SCHEDULES if s)}")
@@ -281,6 +297,8 @@ class Plan:
             del d["fp8"]  # plans without FP8 keep the files they always had
         if not self.pipeline_schedule:
             del d["pipeline_schedule"]  # so do plans on the default schedule
+        if not self.async_tp:
+            del d["async_tp"]  # likewise plans without async TP
         d["stage_layers"] = list(self.stage_layers)
         d["placements"] = dict(sorted(self.placements.items()))
         d["num_micro_batches"] = self.num_micro_batches

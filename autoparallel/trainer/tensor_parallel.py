@@ -2,8 +2,11 @@
 
 Placement -> ParallelStyle (Megatron-LM layout, as torchtitan applies it to Llama):
 
-  colwise   ColwiseParallel: weight Shard(0); input Replicate (Shard(1) under sequence parallelism,
-            all-gathered once per attention / MLP by a pre-hook on their parent); output stays sharded
+  colwise   ColwiseParallel: weight Shard(0); input Replicate: the siblings of one attention / MLP
+            share one Replicate DTensor that a pre-hook on their parent makes of its input (all-
+            gathered from Shard(1) under sequence parallelism), so that backward sums their input
+            gradients locally and reduce-scatters (all-reduces) once, the Megatron minimum that
+            tests/test_tp_collectives.py counts; output stays sharded
             on the last dim when a rowwise sibling consumes it. The LM head's logits stay
             vocab-sharded for the default cross-entropy, computed with loss_parallel() (Megatron's
             parallel cross entropy); with a user loss_fn they are gathered (Replicate) so any loss
@@ -11,14 +14,19 @@ Placement -> ParallelStyle (Megatron-LM layout, as torchtitan applies it to Llam
   rowwise   RowwiseParallel: weight Shard(1); input Shard(-1); output all-reduced (Replicate), or
             reduce-scattered on the sequence dim (Shard(1)) under sequence parallelism.
   vocab     RowwiseParallel on an Embedding: table Shard(0) on the vocabulary, output Replicate /
-            Shard(1). A positional table (pos_embeddings) is only a few rows: it stays replicated and
-            its output is sliced to this rank's sequence chunk under sequence parallelism.
+            Shard(1), handed on as a plain tensor (not an AsyncCollectiveTensor: _waited_output). A
+            positional table (pos_embeddings) is only a few rows: it stays replicated and its output
+            is sliced to this rank's sequence chunk under sequence parallelism.
   sequence  SequenceParallel (norms on the residual stream) when plan.sequence_parallel; parameters
-            replicated as DTensors, so their partial gradients are all-reduced by DTensor.
+            replicated as DTensors, so their partial gradients are all-reduced by DTensor (one
+            all-reduce of h elements per norm and micro-batch; Megatron sums them once per step).
   replicate parameters replicated, computed redundantly on every tp rank. Under sequence parallelism
             a replicated branch of a block (e.g. nn.MultiheadAttention, an MoE layer) runs on the
             gathered sequence and its output is sliced back (PrepareModuleInput/Output).
   expert    nothing here (see expert_parallel.py); an MoE layer is a replicated branch for tp.
+
+Async TP (plan.async_tp, enable_async_tp): inductor's micro-pipeline TP rewrites the compiled blocks'
+all-gather -> matmul and matmul -> reduce-scatter pairs into collective matmuls over symmetric memory.
 
 Norms inside a tensor-parallel attention (qk-norm over head_dim) see only this rank's heads; they
 run as SequenceParallel on the head dim (torchtitan's qwen3 recipe) so their gradients are summed.
@@ -32,12 +40,14 @@ slices the local output with local sizes (hf.localize_fused).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import (
@@ -127,17 +137,18 @@ def _map_hidden(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
     return args, kwargs
 
 
-def _gather_sequence_pre_hook(tp_mesh: DeviceMesh):
-    """Forward pre-hook (with kwargs): all-gather the sequence-sharded hidden-state input once for all
-    its colwise children."""
+def _shared_input_pre_hook(tp_mesh: DeviceMesh, layout_in: Shard | Replicate):
+    """Forward pre-hook (with kwargs): the hidden-state input as one Replicate DTensor for all its
+    colwise children: all-gathered once from the sequence shards (layout_in Shard(1)), or taken as it
+    is (Replicate). In backward the children's summed gradient is reduce-scattered (all-reduced) once."""
 
-    def gather(x: torch.Tensor) -> torch.Tensor:
+    def share(x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, DTensor):
-            x = DTensor.from_local(x, tp_mesh, (Shard(1),), run_check=False)
+            x = DTensor.from_local(x, tp_mesh, (layout_in,), run_check=False)
         return x.redistribute(tp_mesh, (Replicate(),))
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return _map_hidden(args, kwargs, gather)
+        return _map_hidden(args, kwargs, share)
 
     return hook
 
@@ -179,7 +190,7 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         return Shard(1) if sequence_parallel and not inside else Replicate()
 
     styles: dict[str, ParallelStyle] = {}
-    gather_parents: set[str] = set()
+    shared_inputs: dict[str, Shard | Replicate] = {}  # parent of colwise siblings -> its input's layout
     for path, v in sorted(placements.items()):
         mod = get_submodule(part, path)
         seq_in = seq_layout(path)
@@ -189,9 +200,19 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         if v == "colwise":
             colwise = _TransposedColwise if transposed else ColwiseParallel
             if path in colwise_paired:
-                styles[path] = colwise(input_layouts=seq_in)
-                if isinstance(seq_in, Shard) and _parent(path):
-                    gather_parents.add(_parent(path))
+                if _parent(path) and (isinstance(seq_in, Shard) or _projections_only(part, _parent(path), placements,
+                                                                                      layout)):
+                    # The parent's pre-hook makes its input one Replicate DTensor (all-gathering the
+                    # sequence under SP) and hands it to every colwise sibling. Declaring that input
+                    # Replicate keeps the children from converting it each: a per-child conversion is
+                    # free forward but all-reduces each child's Partial input gradient in backward (q, k,
+                    # v, gate, up: 5 all-reduces of b*s*h per block). Left Partial, the siblings'
+                    # gradients sum locally and the hook differentiates into one reduce-scatter under SP
+                    # (one all-reduce without), Megatron's g-bar (g) operator.
+                    shared_inputs[_parent(path)] = seq_in
+                    styles[path] = colwise(input_layouts=Replicate())
+                else:
+                    styles[path] = colwise(input_layouts=seq_in)
                 split = fused_split(get_submodule(part, _parent(path)), path.rpartition(".")[2])
                 if split is not None:
                     relayout.update(_fused_relayout(part, path, split, tp, transposed))
@@ -230,15 +251,62 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
     if sequence_parallel:
         for region in regions:
             styles[region] = _GatherScatter()
-    for parent in gather_parents:
+    for parent, layout_in in shared_inputs.items():
         if parent not in styles:
-            get_submodule(part, parent).register_forward_pre_hook(_gather_sequence_pre_hook(tp_mesh), with_kwargs=True)
+            get_submodule(part, parent).register_forward_pre_hook(_shared_input_pre_hook(tp_mesh, layout_in),
+                                                                  with_kwargs=True)
     parallelize_module(part, tp_mesh, styles)
+    for path, v in placements.items():
+        if v == "vocab" and not _is_position_table(path, layout):
+            get_submodule(part, path).register_forward_hook(_waited_output)
     if owned_outputs:
         for path, v in placements.items():
             if v == "rowwise":
                 get_submodule(part, path).register_forward_hook(_owned_output)
     return relayout
+
+
+def enable_async_tp(tp_mesh: DeviceMesh) -> None:
+    """Async TP (plan.async_tp), as torchtitan's maybe_enable_async_tp: inductor's micro-pipeline TP
+    pass rewrites each compiled all-gather -> matmul(s) (q/k/v, gate/up share one gather) and
+    matmul -> reduce-scatter (o, down) into fused collective matmuls that run the matmul chunk by chunk
+    while symmetric memory (NVLink peer copies, no NCCL kernel) moves the next chunk.
+
+    GLOBAL STATE, set here and nowhere else: torch._inductor.config._micro_pipeline_tp applies to every
+    graph inductor compiles in this process from now on (graphs compiled before keep what they were
+    compiled with; the flag is not one of dynamo's guards, so a graph cached before it was set is not
+    recompiled). The pass only touches tp-group collectives next to matmuls: other graphs are unchanged.
+    It is never reset: another trainer in the same process that compiles TP blocks gets it too."""
+    import torch._inductor.config as inductor_config
+    from torch.distributed import _symmetric_memory as symm_mem
+
+    inductor_config._micro_pipeline_tp = True
+    # Older torch needs the group registered for symmetric memory; newer ones register it themselves
+    # and deprecate the call (a FutureWarning, harmless).
+    register = getattr(symm_mem, "enable_symm_mem_for_group", None)
+    if register is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            register(tp_mesh.get_group().group_name)
+
+
+def _waited_output(_mod: nn.Module, _args: tuple, out: Any) -> Any:
+    """The embedding's reduced output as a plain tensor, not the AsyncCollectiveTensor to_local hands
+    back: the first compiled block would otherwise be compiled twice (a dynamo guard on the input's
+    type), once for that wrapper and once for the plain tensors the other blocks pass on. A clone (one
+    copy of b*s*h/tp, differentiable) rather than wait(), whose plain result autograd does not track."""
+    return out.clone() if isinstance(out, AsyncCollectiveTensor) else out
+
+
+def _projections_only(root: nn.Module, parent: str, placements: dict[str, str], layout: ModelLayout) -> bool:
+    """Without sequence parallelism the parent's input is a plain tensor that other code may use too:
+    it is shared as a DTensor only where the parent is an attention / MLP whose parametric children
+    are all tp projections (not a block, whose residual add and norms read its input as it is)."""
+    mod = get_submodule(root, parent)
+    if mod is None or parent in layout.block_paths:
+        return False
+    return all(placements.get(f"{parent}.{name}") in ("colwise", "rowwise")
+               for name, child in mod.named_children() if any(True for _ in child.parameters()))
 
 
 def _owned_output(_mod: nn.Module, _args: tuple, out: Any) -> Any:

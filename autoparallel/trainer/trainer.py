@@ -70,7 +70,12 @@ from autoparallel.trainer.structure import (
     set_param,
     tie_groups,
 )
-from autoparallel.trainer.tensor_parallel import Relayout, apply_tensor_parallel, lm_head_path
+from autoparallel.trainer.tensor_parallel import (
+    Relayout,
+    apply_tensor_parallel,
+    enable_async_tp,
+    lm_head_path,
+)
 from autoparallel.units import parse_bytes
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -440,6 +445,9 @@ class AutoParallelTrainer:
         tensor_parallel = plan.tp > 1 and _splits_over_tp(plan)
         self._loss_parallel = (tensor_parallel and self._default_loss
                                and lm_head_path(plan.placements, layout) is not None)
+        compiled = bool(self._compile) or (self._compile is None and plan.compile and env.device.type == "cuda")
+        if plan.async_tp and tensor_parallel:
+            self._setup_async_tp(compiled)
         for v, part in parts:
             # FP8 linears first, on the meta copy (torchtitan's converter order): FSDP2 then shards the
             # Float8Linear weights like any other
@@ -458,7 +466,7 @@ class AutoParallelTrainer:
                 add_sequence_boundary_hooks(part, layout, meshes.tp, v == 0, v == plan.pp * plan.vpp - 1)
             apply_recompute(part, layout, plan.recompute,
                             [m for m in (get_submodule(part, p) for p in experts) if m is not None])
-            if self._compile or (self._compile is None and plan.compile and env.device.type == "cuda"):
+            if compiled:
                 self._compile_blocks(part)
             if env.distributed:
                 apply_data_parallel(part, layout, plan.zero, meshes.dense_dp, meshes.expert_dp if plan.ep > 1 else None,
@@ -508,6 +516,21 @@ class AutoParallelTrainer:
                     raise UserError(f"plan: tied parameters {present[0]} and {n} get different tensor-parallel "
                                     f"layouts; give their modules matching placements (vocab with colwise)")
                 set_param(part, n, keep)
+
+    def _setup_async_tp(self, compiled: bool) -> None:
+        """plan.async_tp (validated: tp > 1, sequence parallel, compile): overlap the compiled blocks'
+        sequence-parallel collectives with their matmuls (tensor_parallel.enable_async_tp). Off CUDA
+        there is no symmetric memory: the plan runs as plain TP + SP (the same collectives, exposed),
+        with a warning, as a compiled plan runs eager off the GPU."""
+        if self._env.device.type != "cuda":
+            if self._env.rank == 0:
+                warnings.warn(f"plan: async_tp needs CUDA symmetric memory; on {self._env.device.type} the trainer "
+                              f"runs synchronous tensor parallelism (same collectives, not overlapped)", stacklevel=5)
+            return
+        if not compiled:
+            raise UserError("plan: async_tp rewrites compiled blocks but the trainer was given compile=False; drop "
+                            "compile=False or set async_tp: false in the plan")
+        enable_async_tp(self._meshes.tp)
 
     def _compile_blocks(self, part: nn.Module) -> None:
         kwargs = self._compile if isinstance(self._compile, dict) else {}
