@@ -134,6 +134,11 @@ CONFIGS = [
     _c("1g-gpt-b16", "gpt-350m", 1, 16, fix={"micro_batch": 16, "compile": 0}),
     _c("1g-moe-b16", "moe-1.2b-8e", 1, 16, fix={"micro_batch": 16, "compile": 0}),
     # a ~7B llama at seq 4096, 8 rows per step: a scale none of the fits saw
+    # zero-bubble pipelines (issue 14)
+    _c("2g-llama-pp2-zb", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 1, "micro_batch": 4, "compile": 0,
+                                                     "schedule": "zero_bubble"}),
+    _c("2g-llama-pp2-vpp2-zb", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 2, "micro_batch": 4, "compile": 0,
+                                                          "schedule": "zero_bubble"}),
     _c("2g-llama7b-eager", "llama-7b", 2, 8, seq=4096, fix={"compile": 0}),
     _c("2g-llama7b-compiled", "llama-7b", 2, 8, seq=4096, fix={"compile": 1}),
 ]

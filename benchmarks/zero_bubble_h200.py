@@ -34,6 +34,10 @@ CONFIGS = {  # name -> planner pins
     "pp2-zb-mb2": {"pp": 2, "vpp": 1, "micro_batch": 2, "schedule": "zero_bubble"},
     "pp2-vpp2-1f1b-mb4": {"pp": 2, "vpp": 2, "micro_batch": 4, "compile": 0, "schedule": "1f1b"},
     "pp2-vpp2-zb-mb4": {"pp": 2, "vpp": 2, "micro_batch": 4, "schedule": "zero_bubble"},
+    # compiled pipelines (torch's zero-bubble schedules refuse compiled stages) against compiled dp2
+    "dp2-zero2-mb8-compiled": {"dp": 2, "zero": 2, "micro_batch": 8, "compile": 1},
+    "pp2-1f1b-mb4-compiled": {"pp": 2, "vpp": 1, "micro_batch": 4, "compile": 1, "schedule": "1f1b"},
+    "pp2-vpp2-1f1b-mb2-compiled": {"pp": 2, "vpp": 2, "micro_batch": 2, "compile": 1, "schedule": "1f1b"},
 }
 
 
@@ -57,6 +61,8 @@ def main() -> int:
     for name in names:
         rec: dict = {"name": name, "fix": CONFIGS[name]}
         try:
+            gc.collect()
+            torch._dynamo.reset()  # each compiled configuration compiles afresh, within the recompile limit
             gc.collect()
             torch.cuda.empty_cache()
             base = torch.cuda.memory_allocated()
