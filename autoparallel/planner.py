@@ -52,11 +52,14 @@ MAX_MICRO_BATCH = 64
 PARTIAL_MODES = ("selective", "op")   # recompute modes between none and full (StageModel.all_device_options)
 CLOSEST_MISSES = 256  # infeasible configurations fully estimated for the INFEASIBLE explanation
 COMPILE_MARGIN = 0.05  # the predicted gain torch.compile must bring before the planner turns it on (_with_compile)
-# The predicted gain the zero-bubble schedule must bring over the better of the searched and compiled
-# winner (_with_schedule): its W actions are a third of the pipeline actions, whose host work the cost
-# model prices, but the schedule is unmeasured on the target GPUs, so a gain within the cost model's
-# error on pipelines (docs/trainer_sweep.md) keeps the measured 1F1B
-ZERO_BUBBLE_MARGIN = 0.03
+# The zero-bubble schedule runs only where pinned (schedule=zero_bubble). Measured on two H200s (1.3B llama,
+# 16 x 2048, eager; benchmarks/zero_bubble_h200.py, docs/benchmarks_2gpu.md) it was slower than the 1F1B it
+# replaces, although the cost model prices it faster: 463 against 400 ms at 4 micro-batches of 4 (predicted
+# 362 against 392), 940 against 431 ms at 8 of 2, 406 against 386 ms interleaved (vpp 2). Torch's runtime
+# walks each backward twice (input, then weight gradients) and schedules explicit send / receive actions,
+# host work the model does not hold yet; until it does, the planner does not buy it by itself.
+ZERO_BUBBLE_AUTO = False
+ZERO_BUBBLE_MARGIN = 0.03  # the predicted gain it must bring over the better winner when ZERO_BUBBLE_AUTO
 # pin schedule=...: the plan's pipeline_schedule ("" = 1F1B, interleaved by vpp)
 SCHEDULE_PINS = {"1f1b": "", "zero_bubble": "zero_bubble"}
 # Fewest tokens per context-parallel rank the search considers (a bound on the space, not a cost: the
@@ -623,8 +626,8 @@ class Planner:
 
     def _with_schedule(self, searched: Candidate, current: Candidate) -> Candidate:
         """The pipelined winner on torch's zero-bubble schedule (eager, plan.check_runnable's rules) where
-        the cost model predicts it ZERO_BUBBLE_MARGIN faster than `current` (the searched winner, compiled
-        or not) and it fits, or where schedule=zero_bubble is pinned. The search prices 1F1B; zero bubble
+        schedule=zero_bubble is pinned (or, with ZERO_BUBBLE_AUTO, where the cost model predicts it
+        ZERO_BUBBLE_MARGIN faster than `current`, the searched winner compiled or not, and it fits). The search prices 1F1B; zero bubble
         only shortens the warm-up and cool-down (cost_models.pipeline_schedule), so the post-pass weighs it
         on the searched partition, as _with_compile does compile, and the solver's objective stays the
         search's. ZeRO-3 winners move to ZeRO-2 for it (what torch's schedule runs), at their memory."""
@@ -648,7 +651,8 @@ class Planner:
         if pin and not est.fits:
             raise UserError(f"pin schedule=zero_bubble: the winner on it needs {est.peak_memory_gib:.1f} GiB of "
                             f"{est.budget_gib:.1f} (eager, ZeRO-{plan.zero}); pin zero, recompute or pp as well")
-        if pin or (est.fits and est.step_time_s <= current.estimate.step_time_s * (1 - ZERO_BUBBLE_MARGIN)):
+        if pin or (ZERO_BUBBLE_AUTO and est.fits
+                   and est.step_time_s <= current.estimate.step_time_s * (1 - ZERO_BUBBLE_MARGIN)):
             return Candidate(plan, est)
         return current
 

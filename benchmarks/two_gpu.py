@@ -3,7 +3,9 @@
     python benchmarks/two_gpu.py        # -> docs/benchmarks_2gpu.md
 
 Inputs: benchmarks/results/trainer_sweep_h200.json (`trainer_sweep.py report`: AutoParallelTrainer on two
-H200s, the s3 sweep), the plan files under benchmarks/results/trainer_sweep_plans/, and
+H200s, the s4 sweep), the plan files under benchmarks/results/trainer_sweep_plans/,
+benchmarks/results/tp_speed_h200.json (`tp_speed.py`), benchmarks/results/raw/zero_bubble_h200.jsonl
+(`zero_bubble_h200.py`; both from `benchmarks/device/two_gpu.sh tp-zb`, one VM) and
 benchmarks/results/h200_trainer_throughput_compiled.json (one H200, the trainer against plain loops).
 MFU = (6N + 12 L h s) tokens/s / (GPUs x 989 TFLOP/s), the issue's definition (`trainer_sweep.mfu`).
 The planner's default plan is recomputed here with the shipped h200 profile and compared with the plan
@@ -23,6 +25,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import trainer_sweep as TS  # noqa: E402
 
 ONE_GPU = ROOT / "benchmarks" / "results" / "h200_trainer_throughput_compiled.json"
+TP_SPEED = ROOT / "benchmarks" / "results" / "tp_speed_h200.json"
+SCHEDULES = ROOT / "benchmarks" / "results" / "raw" / "zero_bubble_h200.jsonl"
 DOC = ROOT / "docs" / "benchmarks_2gpu.md"
 SAME_PLAN_FIELDS = ("dp", "tp", "pp", "vpp", "ep", "cp", "micro_batch", "zero", "sequence_parallel", "recompute",
                     "compile")
@@ -42,9 +46,10 @@ def main() -> int:
     configs = {c.name: c for c in TS.CONFIGS}
     lines = ["# Two H200s: the trainer under every plan kind (issue 14)", "",
              "Command: `python benchmarks/two_gpu.py` (from `benchmarks/results/trainer_sweep_h200.json`, the "
-             "s3 sweep of docs/trainer_sweep.md measured on a lent two-H200 VM, and "
+             "s4 sweep of docs/trainer_sweep.md measured on a lent two-H200 VM; `tp_speed_h200.json` and "
+             "`raw/zero_bubble_h200.jsonl`, measured together on another; and "
              "`benchmarks/results/h200_trainer_throughput_compiled.json`). MFU = (6N + 12 L h s) tokens/s / "
-             "(GPUs x 989 TFLOP/s).", ""]
+             "(GPUs x 989 TFLOP/s). Losses under every plan: docs/loss_matching.md.", ""]
     for model, rows, seq in (("llama-1.3b", 16, 2048), ("llama-7b", 8, 4096)):
         names = [n for n, c in configs.items() if c.model == model and c.gpus == 2 and n in records]
         if not names:
@@ -73,6 +78,7 @@ def main() -> int:
                 if a in step and b in step:
                     lines.append(f"| {label} ({a} / {b}) | {step[b] / step[a]:.2f}x | >= {target}x |")
             lines.append("")
+    lines += tp_speed_section() + schedules_section()
     if ONE_GPU.is_file():
         one = json.loads(ONE_GPU.read_text())["rows"]
         lines += ["## One H200, one process, interleaved (1.3B llama, 8 x 2048)", "",
@@ -85,6 +91,47 @@ def main() -> int:
     DOC.write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
+
+
+def tp_speed_section() -> list[str]:
+    """tp2 + SP against dp2, one process group, interleaved variants (benchmarks/tp_speed.py)."""
+    if not TP_SPEED.is_file():
+        return []
+    d = json.loads(TP_SPEED.read_text())
+    v = d["variants"]
+    base = v["dp2-zero2-compiled"]["step_time_s"]
+    out = [f"## Tensor parallelism against dp2 ({d['model']}, {d['rows']} x {d['seq']}, one run, torch {d['torch']})", "",
+           "| variant | step | vs dp2 compiled | exposed comm | fused collective matmuls |", "|---|---:|---:|---:|---:|"]
+    for name, r in v.items():
+        if "step_time_s" not in r:
+            out.append(f"| {name} | failed: {r.get('error', '?')[:120]} | | | |")
+            continue
+        exposed = r.get("comm_exposed_s")
+        out.append(f"| {name} | {r['step_time_s'] * 1e3:.1f} ms | {base / r['step_time_s']:.2f}x | "
+                   f"{'' if exposed is None else f'{exposed * 1e3:.0f} ms'} | {r.get('async_tp_ops', '')} |")
+    return out + ["", "Target: tp2 + SP >= 0.85x of dp2 at the same global batch.", ""]
+
+
+def schedules_section() -> list[str]:
+    """Pipeline schedules against dp2 on one VM (benchmarks/zero_bubble_h200.py), measured and predicted."""
+    if not SCHEDULES.is_file():
+        return []
+    recs = [json.loads(x) for x in SCHEDULES.read_text().splitlines() if x.strip()]
+    ok = {r["name"]: r for r in recs if "measured" in r}
+    out = ["## Pipeline schedules against dp2 (llama-1.3b, 16 x 2048, one run)", "",
+           "| configuration | schedule | step | vs dp2 (same mode) | predicted | error |", "|---|---|---:|---:|---:|---:|"]
+    for r in recs:
+        if "measured" not in r:
+            out.append(f"| {r['name']} | failed: {r.get('error', '?')[:120]} | | | | |")
+            continue
+        compiled = r["name"].endswith("-compiled")
+        ref = ok.get("dp2-zero2-mb8-compiled" if compiled else "dp2-zero2-mb8")
+        t, pred = r["measured"]["step_time_s"], r["predicted"]["step_time_s"]
+        ratio = f"{ref['measured']['step_time_s'] / t:.2f}x" if ref else ""
+        out.append(f"| {r['name']} | {r['schedule_class'] if r['schedule_class'] != 'NoneType' else 'none (dp2)'} | "
+                   f"{t * 1e3:.1f} ms | {ratio} | {pred * 1e3:.1f} ms | {pred / t - 1:+.1%} |")
+    return out + ["", "Target: pp2 >= 0.9x of dp2. Predictions: the shipped h200 profile, whose host terms are "
+                  "another VM's (docs/trainer_sweep_notes.md).", ""]
 
 
 if __name__ == "__main__":
