@@ -1165,12 +1165,13 @@ class StageModel:
         if len(self.classes) != 1:
             return 0.0
         p, L = self.cfg.pp, self.cm.num_blocks
-        sync_k, opt_k, cover_k = self._dp_coefficients(self.rep[self.classes[0]])
+        sync_k, opt_k, cover_k, _ = self._dp_coefficients(self.rep[self.classes[0]])
         if not self.cm.overlap_grad_sync:
             cover_k = 0.0
         consts = [self._device_constants(d) for d in range(p)]
         e = sum(c[1] - (c[3] if self.cm.overlap_grad_sync else 0.0) for c in consts) / p + (sync_k - cover_k) * L / p
-        o = sum(c[2] for c in consts) / p + opt_k * L / p
+        # the optimizer term's update part and the per-step host work; the FSDP meetings (>= 0) left out
+        o = sum(c[2] for c in consts) / p + opt_k * L / p + self.cm.host.step_s
         return max(e, 0.0) + o
 
     def _relaxed(self) -> tuple[float, float]:
@@ -1233,18 +1234,23 @@ class StageModel:
         for d in range(p):
             solver.Add(sum(x[d, k] for k in options[d]) == 1)
         solver.Add(sum(k * var for (d, k), var in x.items()) == L)
-        sync_k, opt_k, cover_k = self._dp_coefficients(self.rep[self.classes[0]])
+        sync_k, opt_k, cover_k, coll_k = self._dp_coefficients(self.rep[self.classes[0]])
         overlap = self.cm.overlap_grad_sync
         inf = solver.infinity()
         T = [solver.NumVar(0, inf, f"T{d}") for d in range(p)]
         Tmax, E, Opt = solver.NumVar(0, inf, "Tmax"), solver.NumVar(0, inf, "E"), solver.NumVar(0, inf, "Opt")
         for d in range(p):
-            ends, sync0, opt0, cover0 = self._device_constants(d)
+            ends, sync0, opt0, cover0, tail0 = self._device_constants(d)
             solver.Add(T[d] == ends + sum(options[d][k][0] * x[d, k] for k in options[d]))
             solver.Add(Tmax >= T[d])
             solver.Add(E >= sync0 - (cover0 if overlap else 0.0) + sum(
                 (sync_k - (cover_k if overlap else 0.0)) * k * x[d, k] for k in options[d]))
-            solver.Add(Opt >= opt0 + sum(opt_k * k * x[d, k] for k in options[d]))
+            # Opt >= the update, and >= it plus the FSDP meetings less the host's lead
+            # (CostModel.tail_host_time: a max of two affine terms, exact under minimization)
+            step = self.cm.host.step_s
+            solver.Add(Opt >= opt0 + step + sum(opt_k * k * x[d, k] for k in options[d]))
+            solver.Add(Opt >= opt0 + step + tail0 + sum(
+                (opt_k * k + coll_k * k - self.m * self.option_lead(options[d][k][1])) * x[d, k] for k in options[d]))
         # Valid cuts that close most of the LP gap: the exact min-max stage time (bisection) and the
         # convex-minorant bound on the summed stage time; the greedy assignment at that min-max warm-starts.
         tau, hint = self.min_max_time()
@@ -1266,12 +1272,14 @@ class StageModel:
     def _uniform_objective(self, counts: list[int], options: list[dict]) -> float:
         """The uniform model's step time [s] at block counts per rank (solve_uniform's objective)."""
         v, m = self.cfg.vpp, self.m
-        sync_k, opt_k, cover_k = self._dp_coefficients(self.rep[self.classes[0]])
+        sync_k, opt_k, cover_k, coll_k = self._dp_coefficients(self.rep[self.classes[0]])
         overlap = self.cm.overlap_grad_sync
         t_d = [self._device_constants(d)[0] + options[d][k][0] for d, k in enumerate(counts)]
         e_d = [self._device_constants(d)[1] - (self._device_constants(d)[3] if overlap else 0.0)
                + (sync_k - (cover_k if overlap else 0.0)) * k for d, k in enumerate(counts)]
-        o_d = [self._device_constants(d)[2] + opt_k * k for d, k in enumerate(counts)]
+        o_d = [self._device_constants(d)[2] + opt_k * k + self.cm.tail_host_time(
+            self._device_constants(d)[4] + coll_k * k, self.m * self.option_lead(options[d][k][1]))
+            for d, k in enumerate(counts)]
         return m * max(t_d) + (sum(t_d) - max(t_d)) / v + max(0.0, *e_d) + max(0.0, *o_d)
 
     def _uniform_plan(self, counts: list[int], options: list[dict]) -> Plan:
@@ -1293,22 +1301,33 @@ class StageModel:
         recompute = tuple(r for st in mix_of_stage for r in st)
         return replace(self.plan0, stage_layers=tuple(stage_layers), recompute=recompute)
 
-    def _dp_coefficients(self, rep: str) -> tuple[float, float, float]:
-        """Per block on a rank: (gradient-sync seconds, optimizer seconds, backward cover seconds)."""
+    def _dp_coefficients(self, rep: str) -> tuple[float, float, float, float]:
+        """Per block on a rank: (gradient-sync seconds, optimizer seconds, backward cover seconds, FSDP
+        meeting seconds)."""
         c = self.cfg
         ds, _, es, _ = self.dp_time_linear()
         pa, pe = self.params_of(rep)
         sync = ds * (pa - pe) + (es * pe if c.expert_dp > 1 else 0.0)
-        return sync, self.opt_time(rep), self.cover(self.cost(rep, "none"))
+        return sync, self.opt_time(rep), self.cover(self.cost(rep, "none")), self.collective_time(rep)
 
     def opt_time(self, name: str) -> float:
-        """The optimizer term of one segment on its rank (CostModel._data_parallel_time): the update of its
-        parameters and the ranks' meeting at its FSDP collectives."""
+        """The update of one segment's parameters on its rank (CostModel._data_parallel_time)."""
         pa, _ = self.params_of(name)
-        return pa * self.cm.optimizer_seconds_per_param(self.plan0) + \
-            self.cm.fsdp_collective_time(self.plan0, self.cm.fsdp_units(self.segs[name]))
+        return pa * self.cm.optimizer_seconds_per_param(self.plan0)
 
-    def _device_constants(self, d: int) -> tuple[float, float, float, float]:
+    def collective_time(self, name: str) -> float:
+        """The ranks' meetings at one segment's FSDP collectives: host work that the host's lead hides
+        (CostModel.tail_host_time)."""
+        return self.cm.fsdp_collective_time(self.plan0, self.cm.fsdp_units(self.segs[name]))
+
+    def option_lead(self, mix: tuple[int, int, int, str]) -> float:
+        """SegmentCost.lead_s summed over a uniform rank option's blocks (none, partial, full counts)."""
+        na, ns_, nf, partial = mix
+        rep = self.rep[self.classes[0]]
+        return (na * self.cost(rep, "none").lead_s + ns_ * self.cost(rep, partial).lead_s
+                + nf * self.cost(rep, "full").lead_s)
+
+    def _device_constants(self, d: int) -> tuple[float, float, float, float, float]:
         if not hasattr(self, "_consts"):
             self._consts = [self._compute_device_constants(r) for r in range(self.cfg.pp)]
         return self._consts[d]
@@ -1323,16 +1342,17 @@ class StageModel:
                 time_ += self.cost(name, "none").total_s
         return time_
 
-    def _compute_device_constants(self, d: int) -> tuple[float, float, float, float]:
+    def _compute_device_constants(self, d: int) -> tuple[float, float, float, float, float]:
         """Rank d's partition-independent terms: (time of its ends + p2p, gradient-sync constant and
-        its ends' sync, optimizer time of its ends, backward cover of its ends)."""
+        its ends' sync, update time of its ends, backward cover of its ends, its ends' FSDP meetings less
+        m * their lead)."""
         c, p = self.cfg, self.cfg.pp
         ds, dc, es, ec = self.dp_time_linear()
         time_ = self.ends_time(d, c.vpp)
         sync = dc if c.dense_dp > 1 else 0.0
         if c.expert_dp > 1 and self.params_of(self.rep[self.classes[0]])[1] > 0:
             sync += ec
-        opt, cover = self.cm.host.step_s, 0.0   # the optimizer term carries the per-step host work
+        opt = cover = tail = 0.0
         for s, name in ((0, "pre"), (self.S - 1, "post")):
             if s % p != d:
                 continue
@@ -1341,7 +1361,8 @@ class StageModel:
             sync += ds * (pa - pe) + es * pe
             opt += self.opt_time(name)
             cover += self.cover(sc)
-        return time_, sync, opt, cover
+            tail += self.collective_time(name) - self.m * sc.lead_s
+        return time_, sync, opt, cover, tail
 
     # ---- general: mixed block classes, contiguous boundaries ----------------------------------------------
     def solve_general(self) -> Plan | None:
@@ -1474,7 +1495,8 @@ class StageModel:
         p = c.pp
         for d in range(p):
             sync = 0
-            opt = int(round(self.ns * self.cm.host.step_s))  # per-step host work (CostModel._data_parallel_time)
+            opt = int(round(self.ns * self.cm.host.step_s))  # per-step host work (CostModel.tail_host_time)
+            tail = 0  # the FSDP meetings less the host's lead, on top of opt when positive
             overlap = 0
             has_dense = c.dense_dp > 1
             has_exp = c.expert_dp > 1
@@ -1484,6 +1506,7 @@ class StageModel:
                 pa, pe = self.params_of(name)
                 const += ds * (pa - pe) + es * pe
                 opt += int(round(self.ns * self.opt_time(name)))
+                tail += int(round(self.ns * (self.collective_time(name) - self.m * self.cost(name, "none").lead_s)))
                 overlap += int(round(self.ns * self.cover(self.cost(name, "none"))))
             has_exp_blocks = False
             for s in range(d, self.S, p):
@@ -1493,16 +1516,19 @@ class StageModel:
                     coef = ds * (pa - pe) + (es * pe if has_exp else 0.0)
                     sync += int(round(self.ns * coef)) * cnt[s, cls]
                     opt += int(round(self.ns * self.opt_time(self.rep[cls]))) * cnt[s, cls]
+                    tail += int(round(self.ns * self.collective_time(self.rep[cls]))) * cnt[s, cls]
                     for r in self.modes:
                         sc = self.cost(self.rep[cls], r)
                         ov = self.cover(sc)
                         overlap += int(round(self.ns * ov)) * n[s, cls, r]
+                        tail -= int(round(self.ns * self.m * sc.lead_s)) * n[s, cls, r]
             if has_exp and has_exp_blocks:
                 const += ec
             if not self.cm.overlap_grad_sync:
                 overlap = 0
             model.Add(E >= int(round(self.ns * const)) + sync - overlap)
             model.Add(Opt >= opt)
+            model.Add(Opt >= opt + tail)
         return E, Opt
 
 

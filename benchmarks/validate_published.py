@@ -305,7 +305,7 @@ def compute_split(cm: Any, plan: Plan) -> dict[str, float]:
         gemm = [CLASS_CODE[c] for c in GEMM_CLASSES if c in CLASS_CODE]
         for phase in ("fwd", "bwd"):
             ops = getattr(seg, phase)
-            t, flops, _ = cm._phase_times(ops, phase, plan.tp, plan.ep, sp, float(plan.micro_batch))
+            t, flops, _, _ = cm._phase_times(ops, phase, plan.tp, plan.ep, sp, float(plan.micro_batch))
             is_gemm = ops.matmul & ([c in gemm for c in ops.op_class] if len(ops.op_class) else ops.matmul)
             is_attn = (ops.op_class == CLASS_CODE["attention_fwd"]) | (ops.op_class == CLASS_CODE["attention_bwd"])
             out["gemm_s"] += float(t[is_gemm].sum())

@@ -48,11 +48,11 @@ from cost_models.compute import (
     compiled_times,
     fp8_gemm_times,
     fsdp_update_time,
+    host_floor,
     memory_fraction,
     op_times,
     stretch_to,
     update_time,
-    with_host_floor,
 )
 from cost_models.facts import attention_heads, num_experts, vocab_size
 from cost_models.graph import OpGraph
@@ -98,6 +98,10 @@ class SegmentCost:
     flops_recompute: float
     cp_comm_s: float = 0.0  # included in fwd_s + bwd_s (+ recompute_s): exposed ring-attention exchanges
     wgrad_s: float = 0.0    # included in bwd_s: the weight-gradient GEMMs (a zero-bubble schedule's W)
+    # how far the GPU's work outlasts the host's issuing of it: total_s - host time (>= 0). The host runs
+    # that far ahead by the end of the backward, time in which the ranks' FSDP meetings hide
+    # (CostModel.tail_host_time)
+    lead_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -240,8 +244,8 @@ class CostModel:
                             extra_s=h.tp_collective_s * fwd_colls)
         bwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1), extra_s=h.tp_collective_s * bwd_colls + (
             h.checkpoint_s + h.recompute_op_s * self._recomputed_ops(seg, recompute) if checkpointed else 0.0))
-        fwd_t, fwd_flops, fwd_div = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8)
-        bwd_t, bwd_flops, _ = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8)
+        fwd_t, fwd_flops, fwd_div, fwd_host_s = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8)
+        bwd_t, bwd_flops, _, bwd_host_s = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8)
 
         tp_link = link_for(self.profile, tp_span)
         tp_comm_fwd = tp_comm_bwd = 0.0
@@ -315,13 +319,18 @@ class CostModel:
                 working += gathered
             else:
                 act += gathered
+        # host time of the replay: the forward's, in the share of its (stretched) time the replay re-runs
+        fwd_sum = float(fwd_t.sum())
+        replay = 1.0 if recompute == "full" else (float(recompute_s) / fwd_sum if fwd_sum > 0 else 0.0)
+        host_s = fwd_host_s * (1.0 + replay) + bwd_host_s
         return SegmentCost(
             fwd_s=float(fwd_s), bwd_s=float(bwd_s), recompute_s=float(recompute_s),
             tp_comm_s=tp_comm_fwd + tp_comm_bwd + (tp_comm_fwd if recompute == "full" else 0.0),
             ep_comm_s=2 * ep_comm_fwd + (ep_comm_fwd if recompute == "full" else 0.0),
             act_bytes=act, working_bytes=working,
             flops_fwd=float(fwd_flops.sum()), flops_bwd=float(bwd_flops.sum()), flops_recompute=rec_flops,
-            cp_comm_s=cp_comm_fwd + cp_comm_bwd + (cp_comm_fwd if recompute == "full" else 0.0), wgrad_s=wgrad_s)
+            cp_comm_s=cp_comm_fwd + cp_comm_bwd + (cp_comm_fwd if recompute == "full" else 0.0), wgrad_s=wgrad_s,
+            lead_s=max(0.0, float(fwd_s + bwd_s + recompute_s) - host_s))
 
     @staticmethod
     def _recomputed_ops(seg: Segment, recompute: str) -> int:
@@ -340,7 +349,8 @@ class CostModel:
 
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,
                      host: HostWork | None = None, fp8: str = "none"):
-        """Per-op times [s], per-op FLOPs and the per-op divisor (tp for sharded work); eager ops pay the
+        """Per-op times [s], per-op FLOPs, the per-op divisor (tp for sharded work) and the phase's host time
+        [s] (its floor); eager ops pay the
         host floor with the trainer's host work `host`, compiled ones compute.compiled_times with the floor
         compute.compiled_host_floor; under an FP8 recipe the linear GEMMs take compute.fp8_gemm_times (their
         casts are memory passes of their own, which compiled_times does not shrink further) and their extra
@@ -375,10 +385,10 @@ class CostModel:
         # docs/trainer_sweep_notes.md)
         if compiled and not expert.any():
             floor = compiled_host_floor(len(t), self.host.compiled_op_s)
-            return stretch_to(compiled_times(t, ops.matmul, self.profile), floor), flops, div
+            return stretch_to(compiled_times(t, ops.matmul, self.profile), floor), flops, div, floor
         extra = n_fp8 * FP8_EAGER_KERNELS[fp8] if n_fp8 else 0.0
-        return with_host_floor(t, self.profile, phase, expert, dynamic_gemm, host.per_op_s, host.extra_s,
-                               extra_ops=extra), flops, div
+        floor = host_floor(len(t), self.profile, phase, expert, dynamic_gemm, host.per_op_s, host.extra_s, extra)
+        return stretch_to(t, floor), flops, div, floor
 
     # ---- whole plan ------------------------------------------------------------------------------------
     def check_plan(self, plan: Plan) -> None:
@@ -525,7 +535,7 @@ class CostModel:
         for d in range(p):
             acc = dict(time=0.0, compute=0.0, tp_comm=0.0, ep_comm=0.0, cp_comm=0.0, recompute=0.0, p2p=0.0,
                        flops_model=0.0, flops_hw=0.0, bwd=0.0, fwd_bwd=0.0, units=0, fwd=0.0, wgrad=0.0,
-                       w_action=0.0)
+                       w_action=0.0, lead=0.0)
             act = working = 0.0
             dense = tp_params = expert = 0.0
             for vs, seg_list in enumerate(stage_segments):
@@ -535,6 +545,7 @@ class CostModel:
                     c = self.segment_cost(key, name, plan.tp, plan.ep, sp, plan.micro_batch, rc,
                                           span["tp"], span["ep"], plan.compile, plan.cp, span["cp"], f8)
                     acc["time"] += c.total_s
+                    acc["lead"] += c.lead_s
                     acc["bwd"] += c.bwd_s
                     acc["fwd_bwd"] += c.fwd_s + c.bwd_s
                     acc["fwd"] += c.fwd_s
@@ -652,6 +663,17 @@ class CostModel:
         per_unit = m * (2 if plan.zero >= 3 else 1) + (m if plan.zero >= 2 else 1)
         return self.host.fsdp_collective_s * per_unit * units
 
+    def tail_host_time(self, collective_s: float, lead_s: float) -> float:
+        """The step's host work beyond its ops that the optimizer term carries [s]: the per-step work
+        (optimizer launch, zero_grad, FSDP's root hooks, the loss read back: it starts with an idle GPU,
+        after the previous step's read-back, so it is paid in full) and the visible part of the ranks'
+        meetings at FSDP collectives (`fsdp_collective_time`): their host work less `lead_s`, how far the
+        host ran ahead of the GPU by the end of the backward (m * the stage's SegmentCost.lead_s, the host
+        never waiting for the GPU inside a step). A host-bound step (the calibration probes) pays them all,
+        a GPU-bound one none: dp2 steps of a 1.3B llama took 10-15 ms more than its one-GPU steps on three
+        VMs, against 30-43 ms of these meetings (docs/trainer_sweep_notes.md)."""
+        return self.host.step_s + max(0.0, collective_s - lead_s)
+
     def optimizer_seconds_per_param(self, plan: Plan) -> float:
         """Optimizer step + gradient accumulation per step, per parameter a rank holds [s]
         (compute.update_time; linear in the parameters, so the planner can use it per block)."""
@@ -691,8 +713,8 @@ class CostModel:
             window = {0: s["bwd"], 1: s["bwd"], 2: s["bwd"] * m}.get(plan.zero, s["fwd_bwd"] * m)
             window = window if self.overlap_grad_sync else 0.0
             exposed = max(0.0, total - window)
-            opt = s["params"] * self.optimizer_seconds_per_param(plan) + self.host.step_s + \
-                self.fsdp_collective_time(plan, s["units"])
+            opt = s["params"] * self.optimizer_seconds_per_param(plan) + \
+                self.tail_host_time(self.fsdp_collective_time(plan, s["units"]), m * s["lead"])
             worst_exposed, worst_total = max(worst_exposed, exposed), max(worst_total, total)
             worst_opt = max(worst_opt, opt)
         return worst_exposed, worst_total, worst_opt

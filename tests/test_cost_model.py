@@ -206,7 +206,7 @@ def test_op_recompute_keeps_matmul_outputs_and_redoes_the_rest(gpt_ctx):
     key = cm.segments_key(placements, False)
     block = cm.block_rep(0)
     seg = cm.segments(placements, False)[block]
-    fwd_t, _, _ = cm._phase_times(seg.fwd, "fwd", 1, 1, False, 1.0)
+    fwd_t, _, _, _ = cm._phase_times(seg.fwd, "fwd", 1, 1, False, 1.0)
     cost = cm.segment_cost(key, block, 1, 1, False, 1, "op", "intra", "intra")
     assert cost.recompute_s == pytest.approx(float(fwd_t[~seg.fwd.keep_op].sum()))
     assert seg.fwd.keep_op.any() and (~seg.fwd.keep_op).any()
