@@ -341,3 +341,32 @@ def test_summary_and_table(llama):
     assert sum(c.fwd_flops for c in costs.values()) == pytest.approx(llama.forward_flops)
     table = llama.format_table()
     assert "parameters" in table and "4 x layers.*" in table and "aten.mm.default" in table
+
+
+def test_gqa_attention_flops_survive_a_formula_that_wants_equal_heads(monkeypatch):
+    """torch 2.11's flop_counter formula for fused attention asserts equal query and key/value head counts;
+    the tracer hands it key/value repeated to the query's heads (the FLOPs of the GQA kernel), so a plan
+    made under that torch prices attention as under 2.13. Simulated here by wrapping the registry's
+    formulas with 2.11's check: the attention FLOPs must not change (they were 0 before the fix)."""
+    from torch.utils.flop_counter import flop_registry
+
+    from autoparallel.tracer import _SDPA_QUERY_ARG
+    spec = load_model_spec({"model_type": "llama", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 128,
+                            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+                            "max_position_embeddings": 64})
+
+    def attention_flops() -> float:
+        g = trace(spec, batch=1, seq_len=64)
+        return sum(a["flops"] for _, a in g.g.nodes(data=True) if "scaled_dot_product" in a["op"])
+
+    reference = attention_flops()
+    assert reference > 0
+    for packet, q in _SDPA_QUERY_ARG.items():
+        original = flop_registry[packet]
+
+        def strict(*args, _original=original, _q=q, **kwargs):
+            if args[_q].shape[1] != args[_q + 1].shape[1]:
+                raise AssertionError("heads differ")  # what torch 2.11's sdpa_flop_count does
+            return _original(*args, **kwargs)
+        monkeypatch.setitem(flop_registry, packet, strict)
+    assert attention_flops() == reference
