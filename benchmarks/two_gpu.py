@@ -27,6 +27,10 @@ import trainer_sweep as TS  # noqa: E402
 ONE_GPU = ROOT / "benchmarks" / "results" / "h200_trainer_throughput_compiled.json"
 TP_SPEED = ROOT / "benchmarks" / "results" / "tp_speed_h200.json"
 SCHEDULES = ROOT / "benchmarks" / "results" / "raw" / "zero_bubble_h200.jsonl"
+# benchmarks/default_run.py: (a) both models in one process, before the tracer's torch-2.11 attention fix;
+# (b) each model in its own process, after it
+DEFAULT_RUNS = {"a": ROOT / "benchmarks" / "results" / "raw" / "default_run_h200_a.jsonl",
+                "b": ROOT / "benchmarks" / "results" / "raw" / "default_run_h200_b.jsonl"}
 DOC = ROOT / "docs" / "benchmarks_2gpu.md"
 SAME_PLAN_FIELDS = ("dp", "tp", "pp", "vpp", "ep", "cp", "micro_batch", "zero", "sequence_parallel", "recompute",
                     "compile")
@@ -78,7 +82,7 @@ def main() -> int:
                 if a in step and b in step:
                     lines.append(f"| {label} ({a} / {b}) | {step[b] / step[a]:.2f}x | >= {target}x |")
             lines.append("")
-    lines += tp_speed_section() + schedules_section()
+    lines += default_run_section() + tp_speed_section() + schedules_section()
     if ONE_GPU.is_file():
         one = json.loads(ONE_GPU.read_text())["rows"]
         lines += ["## One H200, one process, interleaved (1.3B llama, 8 x 2048)", "",
@@ -91,6 +95,24 @@ def main() -> int:
     DOC.write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
+
+
+def default_run_section() -> list[str]:
+    """AutoParallelTrainer planning for itself on the device (no plan, no pins: the default run)."""
+    out = ["## The default run: AutoParallelTrainer planning for itself on two H200s (benchmarks/default_run.py)", "",
+           "| run | model | plan the trainer made | step | MFU | target |", "|---|---|---|---:|---:|---:|"]
+    for run, path in DEFAULT_RUNS.items():
+        if not path.is_file():
+            continue
+        for r in (json.loads(x) for x in path.read_text().splitlines() if x.strip()):
+            if "measured" not in r:
+                out.append(f"| {run} | {r['model']} | failed: {r.get('error', '?')[:100]} | | | |")
+                continue
+            target = "57%" if r["model"] == "llama-1.3b" else "55%"
+            out.append(f"| {run} | {r['model']} | {r['described']} | {r['measured']['step_time_s'] * 1e3:.1f} ms | "
+                       f"{r['mfu']:.1%} | {target} |")
+    return out + ["", "Run a: both models in one process, before the tracer counted grouped-query attention under "
+                  "torch 2.11; run b: one process per model, after. Each on its own lent VM.", ""]
 
 
 def tp_speed_section() -> list[str]:
