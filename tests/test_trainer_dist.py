@@ -102,19 +102,7 @@ def world4(tmp_path_factory):
 
 
 def check_equivalent(out, cfg: Config, world: int) -> None:
-    res = H.result(out, cfg.name)
-    assert "error" not in res, res.get("traceback", res.get("error"))
-    per_rank = [H.result_of_rank(out, cfg.name, r)["losses"] for r in range(world)]
-    assert all(losses == per_rank[0] for losses in per_rank), f"ranks disagree on the loss: {per_rank}"
-    ref_losses, ref_params = reference(cfg.model)
-    losses = res["losses"]
-    for step, (a, b) in enumerate(zip(losses, ref_losses, strict=True)):
-        assert abs(a - b) <= H.LOSS_RTOL * abs(b), f"step {step}: loss {a} != single-process {b}"
-    params = H.gathered_params(out, cfg.name)
-    assert set(params) == set(ref_params), sorted(set(params) ^ set(ref_params))
-    for name, ref in ref_params.items():
-        diff = (params[name] - ref).abs().max().item()
-        assert diff <= H.PARAM_ATOL, f"{name}: max |param - single-process| = {diff:.2e}"
+    H.assert_equivalent(out, cfg.name, world, reference(cfg.model))
 
 
 @pytest.mark.parametrize("cfg", WORLD2, ids=lambda c: c.name)

@@ -293,6 +293,25 @@ def result(out: Path, name: str) -> dict[str, Any]:
     return json.loads((out / f"{name}.rank0.json").read_text())
 
 
+def assert_equivalent(out: Path, name: str, world: int, ref: tuple[list[float], dict[str, torch.Tensor]]) -> None:
+    """A configuration's run matches the single-process reference `ref` (losses, final parameters): every
+    rank reports the same losses, each within LOSS_RTOL, each parameter within PARAM_ATOL (derived above).
+    A gradient scaled twice (or not at all) by the micro-batch count moves Adam's first steps by ~LR, a
+    hundred times PARAM_ATOL."""
+    res = result(out, name)
+    assert "error" not in res, res.get("traceback", res.get("error"))
+    per_rank = [result_of_rank(out, name, r)["losses"] for r in range(world)]
+    assert all(losses == per_rank[0] for losses in per_rank), f"ranks disagree on the loss: {per_rank}"
+    ref_losses, ref_params = ref
+    for step, (a, b) in enumerate(zip(res["losses"], ref_losses, strict=True)):
+        assert abs(a - b) <= LOSS_RTOL * abs(b), f"step {step}: loss {a} != single-process {b}"
+    params = gathered_params(out, name)
+    assert set(params) == set(ref_params), sorted(set(params) ^ set(ref_params))
+    for pname, want in ref_params.items():
+        diff = (params[pname] - want).abs().max().item()
+        assert diff <= PARAM_ATOL, f"{pname}: max |param - single-process| = {diff:.2e}"
+
+
 def result_of_rank(out: Path, name: str, rank: int) -> dict[str, Any]:
     return json.loads((out / f"{name}.rank{rank}.json").read_text())
 
