@@ -673,6 +673,15 @@ def loss_doc(matches: list[LossMatch], command: str, noise: dict | None) -> str:
         for model in sorted({m.model for m in compared}):
             m = next(x for x in compared if x.model == model)
             lines.append(f"| *tolerance, {model}* | " + " | ".join(_fmt(t) for t in m.tolerances) + " |")
+        lines += ["", "The two-GPU plans of one model against each other (largest |l_a / l_b - 1| over their pairs, "
+                  "per step): when this spread is as large as the difference to the one-GPU run, the plans "
+                  "drift apart from one another as much as from it (rounding noise the dynamics amplify), "
+                  "not from a plan's arithmetic.", "", f"| model | plans | {head} |", "|---|---:|" + "---:|" * steps]
+        for model in sorted({m.model for m in compared}):
+            runs = [m.losses for m in compared if m.model == model]
+            spread = [max((abs(a[k] / b[k] - 1) for a in runs for b in runs if len(a) > k and len(b) > k), default=0.0)
+                      for k in range(steps)]
+            lines.append(f"| {model} | {len(runs)} | " + " | ".join(_fmt(x) for x in spread) + " |")
         lines += ["", "Losses per step:", "", f"| configuration | {head} |", "|---|" + "---:|" * steps]
         shown: set[str] = set()
         for m in compared:
