@@ -4,12 +4,7 @@
 #   bash benchmarks/device/trainer_sweep.sh probes-single   # host probes (1 and 2 GPUs) + the 1-GPU sweep
 #   bash benchmarks/device/trainer_sweep.sh dist            # the 2-GPU sweep (1.3B, 350M GPT, MoE; 7B alone)
 # Results land in $OUT; `python benchmarks/trainer_sweep.py fit/report` turn them into the docs on any CPU.
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast off
-export PYTHONPATH="$PWD:${PYTHONPATH:-}"
-OUT=${OUT:-out}; mkdir -p "$OUT"
-python -c "import ortools" 2>/dev/null || python -m pip install -q --no-deps .whl/*.whl 2>&1 | grep -v WARNING
-quiet() { grep -v "^W1\|OMP_NUM\|^\[rank.\]:\[W\|_internal.py\|UserWarning\|warn_once\|If it is a" | cut -c1-300; }
+source "$(dirname "$0")/env.sh"
 case "${1:-}" in
   probes-single)
     python -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | quiet | tail -8

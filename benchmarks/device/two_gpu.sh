@@ -3,12 +3,7 @@
 #   bash benchmarks/device/two_gpu.sh tp-zb    # TP speed (tp_speed.py) and pipeline schedules (zero_bubble_h200.py)
 #   bash benchmarks/device/two_gpu.sh losses   # every 2-GPU plan of the sweep and its 1-GPU reference from one init
 # Results land in $OUT; `python benchmarks/two_gpu.py` and `python benchmarks/trainer_sweep.py losses` report them.
-set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # NVLink multicast off
-export PYTHONPATH="$PWD:${PYTHONPATH:-}"
-OUT=${OUT:-out}; mkdir -p "$OUT"
-python -c "import ortools" 2>/dev/null || python -m pip install -q --no-deps .whl/*.whl 2>&1 | grep -v WARNING
-quiet() { grep -v "^W1\|OMP_NUM\|^\[rank.\]:\[W\|_internal.py\|UserWarning\|warn_once\|If it is a" | cut -c1-400; }
+source "$(dirname "$0")/env.sh"
 case "${1:-}" in
   tp-zb)
     timeout 280 torchrun --nproc-per-node 2 benchmarks/tp_speed.py --out "$OUT/tp_speed.json" 2>&1 | quiet | tail -12
