@@ -627,10 +627,11 @@ class Planner:
     def _with_schedule(self, searched: Candidate, current: Candidate) -> Candidate:
         """The pipelined winner on torch's zero-bubble schedule (eager, plan.check_runnable's rules) where
         schedule=zero_bubble is pinned (or, with ZERO_BUBBLE_AUTO, where the cost model predicts it
-        ZERO_BUBBLE_MARGIN faster than `current`, the searched winner compiled or not, and it fits). The search prices 1F1B; zero bubble
-        only shortens the warm-up and cool-down (cost_models.pipeline_schedule), so the post-pass weighs it
-        on the searched partition, as _with_compile does compile, and the solver's objective stays the
-        search's. ZeRO-3 winners move to ZeRO-2 for it (what torch's schedule runs), at their memory."""
+        ZERO_BUBBLE_MARGIN faster than `current`, the searched winner compiled or not, and it fits). The
+        search prices 1F1B; zero bubble only shortens the warm-up and cool-down
+        (cost_models.pipeline_schedule), so the post-pass weighs it on the searched partition, as
+        _with_compile does compile, and the solver's objective stays the search's. ZeRO-3 winners move to
+        ZeRO-2 for it (what torch's schedule runs), at their memory."""
         pin = self.fix.get("schedule") == "zero_bubble"
         if self.fix.get("schedule") == "1f1b" or (self.fix.get("compile") and not pin):
             return current  # 1F1B pinned, or compile pinned on (which zero bubble would undo)
@@ -1239,6 +1240,7 @@ class StageModel:
         inf = solver.infinity()
         T = [solver.NumVar(0, inf, f"T{d}") for d in range(p)]
         Tmax, E, Opt = solver.NumVar(0, inf, "Tmax"), solver.NumVar(0, inf, "E"), solver.NumVar(0, inf, "Opt")
+        step = self.cm.host.step_s
         for d in range(p):
             ends, sync0, opt0, cover0, tail0 = self._device_constants(d)
             solver.Add(T[d] == ends + sum(options[d][k][0] * x[d, k] for k in options[d]))
@@ -1247,7 +1249,6 @@ class StageModel:
                 (sync_k - (cover_k if overlap else 0.0)) * k * x[d, k] for k in options[d]))
             # Opt >= the update, and >= it plus the FSDP meetings less the host's lead
             # (CostModel.tail_host_time: a max of two affine terms, exact under minimization)
-            step = self.cm.host.step_s
             solver.Add(Opt >= opt0 + step + sum(opt_k * k * x[d, k] for k in options[d]))
             solver.Add(Opt >= opt0 + step + tail0 + sum(
                 (opt_k * k + coll_k * k - self.m * self.option_lead(options[d][k][1])) * x[d, k] for k in options[d]))

@@ -76,7 +76,7 @@ Objective:
               gradient accumulation of its local parameters (compute.update_time, bf16 parameters,
               fp32 gradients) / num_micro_batches. Parameter memory enters through that update time
               and, optionally, the per-rank budget. Not modelled: the host floor of calibrated
-              profiles (compute.with_host_floor), non-linear in the op count.
+              profiles (compute.host_floor), non-linear in the op count.
   C_comm    alpha-beta collectives of cost_models.comm on the tensor's bytes and the tp link (intra-node
             when t fits a node); seconds per micro-batch throughout.
   F_g       roofline time of the non-parametric ops (attention core, activations, residual adds) of g.

@@ -31,7 +31,7 @@ t_copy: an op that first copies its additive input into its output (baddbmm: cuB
 with beta = 1) moves copy_bytes more: written by a copy kernel (at the `broadcast_copy` fraction) and
 read once more by the GEMM.
 
-Host floor (`with_host_floor`): eager PyTorch issues every op from the host (Python, dispatcher,
+Host floor (`host_floor`, `stretch_to`): eager PyTorch issues every op from the host (Python, dispatcher,
 autograd engine); when the device runs ops faster than the host issues them, the host sets the pace:
 a phase of n ops takes at least n * the calibrated host time per op of that phase (forward or backward;
 the MoE probe's in expert blocks); an expert GEMM with a data-dependent shape, from a per-expert loop,
@@ -40,7 +40,7 @@ also pays host_us_per_new_gemm_shape.
 Runtime terms (the trainer's execution, fitted from AutoParallelTrainer's own steps): the trainer's
 own host work (FSDP hooks, checkpointing, DTensor dispatch, pipeline bookkeeping: cost_models.host)
 joins the floor; under torch.compile the non-matrix ops move a calibrated fraction of their traced
-bytes and no host floor applies (`compiled_times`).
+bytes (`compiled_times`) and the floor is the compiled graph's own (`compiled_host_floor`).
 
 Optimizer step: `fsdp_update_time` for AutoParallelTrainer (FSDP2 mixed precision), `update_time` for
 Megatron-LM's layout: the mixed-precision update of a runtime that keeps fp32 master weights
@@ -288,14 +288,6 @@ def stretch_to(times: np.ndarray, floor: float) -> np.ndarray:
     if floor <= total or total <= 0:
         return times
     return times * (floor / total)
-
-
-def with_host_floor(times: np.ndarray, profile: HardwareProfile, phase: str = "fwd", expert: np.ndarray | None = None,
-                    dynamic_gemm: np.ndarray | None = None, per_op_extra_s: float = 0.0,
-                    extra_s: float = 0.0, extra_ops: float = 0.0) -> np.ndarray:
-    """Per-op times stretched so that they sum to at least the host time of the phase (`host_floor`)."""
-    return stretch_to(times, host_floor(len(times), profile, phase, expert, dynamic_gemm, per_op_extra_s, extra_s,
-                                        extra_ops))
 
 
 # FP8 linears (torchao float8 training; autoparallel.trainer.low_precision). Each FP8 GEMM casts its two

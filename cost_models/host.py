@@ -1,7 +1,7 @@
-"""Host (CPU) time of the trainer's eager execution, beyond the per-op dispatch of `compute.with_host_floor`.
+"""Host (CPU) time of the trainer's eager execution, beyond the per-op dispatch of `compute.host_floor`.
 
 Eager PyTorch issues every kernel from the host. While the host stays ahead, the GPU queue hides its
-work; when a phase's host work exceeds its kernels, the host sets the pace (`with_host_floor`). The
+work; when a phase's host work exceeds its kernels, the host sets the pace (`host_floor`). The
 trainer's host work is more than the ops themselves: FSDP2 runs hooks around every unit (their cost
 per unit is a near-constant share of its ops' and lands in the per-op rate), activation
 checkpointing re-enters the autograd engine, per-op selective checkpointing runs a dispatch mode over
@@ -15,8 +15,9 @@ drains the GPU queue. Each is one calibration term (microseconds), per unit of w
                                 Python: an all-reduce per rowwise output and colwise input gradient, or
                                 under sequence parallelism a reduce-scatter and an all-gather each way)
   host_us_per_fsdp_collective   per FSDP2 all-gather or reduce-scatter of one unit over more than one rank:
-                                the ranks meet at each collective, so whichever is behind holds the other
-                                (not hidden behind kernels; counted per step, `CostModel.fsdp_collective_time`)
+                                the ranks meet at each collective, so whichever is behind holds the other;
+                                counted per step (`CostModel.fsdp_collective_time`), less the host's lead
+                                over a GPU-bound backward (`CostModel.tail_host_time`)
   host_us_per_checkpoint        per checkpointed region (a block under full/op, the attention core under
                                 selective) per micro-batch, charged to the backward phase that recomputes it
   host_us_per_recompute_op      per op the region re-runs, on top of its forward rate (saved-tensor

@@ -21,7 +21,7 @@ from cost_models.comm import (
     reduce_scatter_time,
     send_recv_time,
 )
-from cost_models.compute import CLASS_CODE, classify, op_times, with_host_floor
+from cost_models.compute import CLASS_CODE, classify, host_floor, op_times, stretch_to
 from cost_models.estimate import model_state_bytes
 from hardware_profiles import list_profiles, load_profile
 
@@ -62,16 +62,17 @@ def test_grouped_gemm_class_and_host_floor_of_expert_gemms():
     fwd_us, bwd_us = cal["host_us_per_op_moe_fwd_bwd"]
     times, expert = np.full(10, 1e-7), np.ones(10, dtype=bool)
     dynamic = np.zeros(10, dtype=bool)
-    assert with_host_floor(times, h200, "fwd", expert, dynamic).sum() == pytest.approx(10 * fwd_us * 1e-6)
-    assert with_host_floor(times, h200, "bwd", expert, dynamic).sum() == pytest.approx(10 * bwd_us * 1e-6)
+    assert stretch_to(times, host_floor(len(times), h200, "fwd", expert, dynamic)).sum() == pytest.approx(10 * fwd_us * 1e-6)
+    assert stretch_to(times, host_floor(len(times), h200, "bwd", expert, dynamic)).sum() == pytest.approx(10 * bwd_us * 1e-6)
     dense_fwd = cal["host_us_per_op_fwd_bwd"][0]
-    assert with_host_floor(times, h200, "fwd").sum() == pytest.approx(10 * dense_fwd * 1e-6)
+    assert stretch_to(times, host_floor(len(times), h200, "fwd")).sum() == pytest.approx(10 * dense_fwd * 1e-6)
     dynamic[:2] = True
     extra = 2 * (cal["host_us_per_new_gemm_shape"] - fwd_us) * 1e-6
-    assert with_host_floor(times, h200, "fwd", expert, dynamic).sum() == pytest.approx(10 * fwd_us * 1e-6 + extra)
+    assert stretch_to(times, host_floor(len(times), h200, "fwd", expert, dynamic)).sum() == pytest.approx(10 * fwd_us * 1e-6 + extra)
     # device-bound phases keep their times; an uncalibrated profile has no floor
-    assert np.array_equal(with_host_floor(np.full(10, 1.0), h200, "bwd", expert, dynamic), np.full(10, 1.0))
-    assert np.array_equal(with_host_floor(times, load_profile("mi300x"), "fwd"), times)
+    slow = np.full(10, 1.0)
+    assert np.array_equal(stretch_to(slow, host_floor(len(slow), h200, "bwd", expert, dynamic)), slow)
+    assert np.array_equal(stretch_to(times, host_floor(len(times), load_profile("mi300x"), "fwd")), times)
 
 
 def test_alpha_beta_collectives():

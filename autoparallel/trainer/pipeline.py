@@ -86,12 +86,7 @@ def build_schedule(parts: list[tuple[int, nn.Module]], plan: Plan, pp_mesh: Devi
     group = pp_mesh.get_group()
     stages = [PipelineStage(mod, v, n_stages, device, group=group) for v, mod in parts]
     if plan.pipeline_schedule == "zero_bubble":
-        # plan.check_runnable has refused plan.compile and micro-batch counts torch's rounds do not divide;
-        # the trainer's compile=True pin compiles blocks whatever the plan says, so look at the modules
-        if any(isinstance(m, torch._dynamo.eval_frame.OptimizedModule) or getattr(m, "_compiled_call_impl", None)
-               for _, mod in parts for m in mod.modules()):
-            raise UserError("trainer: pipeline_schedule=zero_bubble runs eager stages only (torch's zero-bubble "
-                            "schedules refuse compiled modules); pass compile=False or a plan without the schedule")
+        # eager stages only: plan.check_runnable refuses plan.compile, the trainer its compile=True pin
         return ScheduleInterleavedZeroBubble(stages, n_microbatches=n_micro, loss_fn=loss_fn)
     if plan.vpp == 1:
         return Schedule1F1B(stages[0], n_microbatches=n_micro, loss_fn=loss_fn)

@@ -446,6 +446,9 @@ class AutoParallelTrainer:
         self._loss_parallel = (tensor_parallel and self._default_loss
                                and lm_head_path(plan.placements, layout) is not None)
         compiled = bool(self._compile) or (self._compile is None and plan.compile and env.device.type == "cuda")
+        if compiled and plan.pipeline_schedule == "zero_bubble":
+            raise UserError("trainer: pipeline_schedule=zero_bubble runs eager stages only (torch's zero-bubble "
+                            "schedules refuse compiled modules); pass compile=False or a plan without the schedule")
         if plan.async_tp and tensor_parallel:
             self._setup_async_tp(compiled)
         for v, part in parts:
