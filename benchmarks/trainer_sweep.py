@@ -31,6 +31,7 @@ docs/loss_matching.md (tolerance and its derivation there).
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import json
 import math
@@ -831,14 +832,17 @@ def _noise_worker(rank: int, world: int, port: int, out: str, runs: dict[str, di
     torch.set_num_threads(1)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        for name, pins in runs.items():
-            losses = noise_run(name, world, pins, steps, precision)
-            if rank == 0:
-                (Path(out) / f"{name}.json").write_text(json.dumps(losses))
-    finally:
-        dist.destroy_process_group()
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    for name, pins in runs.items():
+        losses = noise_run(name, world, pins, steps, precision)
+        if rank == 0:
+            (Path(out) / f"{name}.json").write_text(json.dumps(losses))
+        gc.collect()  # the run's trainer (FSDP2 / DTensor state over the group) goes before the next
+        # every rank done with the group before any tears it down: a rank that destroyed it while the
+        # other still had gloo work in flight aborted the process ("terminate called without an active
+        # exception"), once in a CI run of tests/test_loss_matching.py; tests/trainer_helpers.worker waits too
+        dist.barrier()
+    dist.destroy_process_group()
 
 
 def noise_losses(runs: dict[str, tuple[int, dict[str, Any]]], steps: int, precision: str = "bf16"
