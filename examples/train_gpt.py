@@ -50,7 +50,7 @@ def main() -> None:
     ap.add_argument("--plan", default=None, help="plan file from `autoparallel plan --output`")
     ap.add_argument("--fix", default=None, help="planner pins, e.g. tp=2,pp=2")
     ap.add_argument("--hardware", default="auto")
-    ap.add_argument("--max-memory", default="80GB")
+    ap.add_argument("--max-memory", default=None, help="planner budget per GPU, e.g. 80GB (default: the local card's usable memory)")
     ap.add_argument("--mixed-precision", default="bf16")
     ap.add_argument("--meta", action="store_true", help="build on the meta device; shards are initialized in place")
     ap.add_argument("--checkpoint", default=None, help="directory to save a checkpoint to at the end")

@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--plan", default=None, help="plan file from `autoparallel plan --output`")
     ap.add_argument("--fix", default=None, help="planner pins, e.g. tp=2,pp=2")
     ap.add_argument("--hardware", default="auto")
-    ap.add_argument("--max-memory", default="80GB")
+    ap.add_argument("--max-memory", default=None, help="planner budget per GPU, e.g. 80GB (default: the local card's usable memory)")
     ap.add_argument("--mixed-precision", default="bf16")
     ap.add_argument("--output", default=None, help="directory for a save_pretrained export at the end")
     args = ap.parse_args()

@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--plan", default=None, help="plan file from `autoparallel plan --output`")
     ap.add_argument("--fix", default=None, help="planner pins, e.g. ep=2 or ep=2,dp=2")
     ap.add_argument("--hardware", default="auto")
-    ap.add_argument("--max-memory", default="80GB")
+    ap.add_argument("--max-memory", default=None, help="planner budget per GPU, e.g. 80GB (default: the local card's usable memory)")
     ap.add_argument("--mixed-precision", default="bf16")
     ap.add_argument("--checkpoint", default=None)
     args = ap.parse_args()

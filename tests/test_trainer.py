@@ -291,6 +291,39 @@ def test_hardware_auto_matches_profiles_by_device_name():
     assert match_profile("Some Unknown Accelerator", 16 * 2**30, names) is None
 
 
+def test_default_budget_is_the_local_devices_usable_memory(monkeypatch):
+    """Without max_memory_per_gpu the trainer plans for the card it runs on (its reported capacity times
+    the profile's usable fraction), not for a fixed 80 GB: a 7B on two H200s was planned ZeRO-3 with full
+    recompute under the old default (51% MFU) where ZeRO-2 without recompute fits (60%)."""
+    from autoparallel.trainer.hardware import local_budget
+    from hardware_profiles import load_profile
+
+    class Props:
+        total_memory = 150_000_000_000
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props())
+    fraction = load_profile("h200").usable_fraction
+    assert local_budget(torch.device("cuda", 0), "h200") == int(150_000_000_000 * fraction)
+    assert local_budget(torch.device("cpu"), "h200") is None
+    seen = {}
+
+    def fake_plan_model(model, **kw):
+        seen.update(kw)
+        raise RuntimeError("stop after planning")
+
+    import autoparallel.api
+
+    monkeypatch.setattr(autoparallel.api, "plan_model", fake_plan_model)
+    trainer = AutoParallelTrainer(H.build("tiny-moe"), hardware="h200")
+    with pytest.raises(RuntimeError, match="stop after planning"):
+        trainer._make_plan(8, 16)
+    assert seen["max_memory_per_gpu"] is None  # off the GPU: the profile's usable memory
+    trainer = AutoParallelTrainer(H.build("tiny-moe"), hardware="h200", max_memory_per_gpu="20GB")
+    with pytest.raises(RuntimeError, match="stop after planning"):
+        trainer._make_plan(8, 16)
+    assert seen["max_memory_per_gpu"] == 20e9
+
+
 def test_plan_round_trips_through_json_for_the_trainer(tmp_path):
     model = H.build("tiny-moe")
     plan = H.make_plan(model, micro_batch=4, recompute="selective")

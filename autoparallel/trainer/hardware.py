@@ -45,3 +45,16 @@ def resolve_hardware(hardware: str | None, device: torch.device) -> str | None:
 
     load_profile(hardware)  # validates the name or path now, with its own UserError
     return str(hardware)
+
+
+def local_budget(device: torch.device, profile: str) -> int | None:
+    """The default planner budget: what the local accelerator reports as its capacity times the profile's
+    usable fraction (the reserve the profile keeps for the driver, NCCL and the allocator), so that a card
+    smaller than the profile's (a cut-down or partitioned one) is planned for what it has; None off the GPU
+    (the planner then takes the profile's own usable memory)."""
+    if device.type != "cuda":
+        return None
+    from hardware_profiles import load_profile
+
+    total = torch.cuda.get_device_properties(device).total_memory
+    return int(total * load_profile(profile).usable_fraction)

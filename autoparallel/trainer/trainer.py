@@ -41,7 +41,7 @@ from autoparallel.trainer.batch import Batch, check_against_plan, parse_batch
 from autoparallel.trainer.context_parallel import check_cp_model, cp_context
 from autoparallel.trainer.data_parallel import apply_data_parallel, mixed_precision_policy, to_dtype
 from autoparallel.trainer.expert_parallel import apply_expert_parallel, scale_expert_grads
-from autoparallel.trainer.hardware import resolve_hardware
+from autoparallel.trainer.hardware import local_budget, resolve_hardware
 from autoparallel.trainer.low_precision import apply_fp8
 from autoparallel.trainer.materialize import (
     broadcast_source,
@@ -122,7 +122,9 @@ class AutoParallelTrainer:
     optimizer           an Optimizer built on model.parameters() (rebuilt with the same class and
                         hyperparameters on the parallel parameters), a factory callable(params), or None
                         for AdamW(lr=3e-4)
-    max_memory_per_gpu  planner budget, e.g. "80GB"
+    max_memory_per_gpu  planner budget, e.g. "80GB"; None (default): the local accelerator's usable memory
+                        (its reported capacity times the matched profile's usable fraction), what
+                        `autoparallel plan` assumes without --max-memory-per-gpu
     global_batch_size, seq_len   planner inputs; inferred from the first batch when omitted
     hardware            "auto" (detect the local accelerator), a profile name or a YAML path
     device_ids          local device index per local rank (default: the local rank)
@@ -143,14 +145,15 @@ class AutoParallelTrainer:
                         model's init_weights())
     """
 
-    def __init__(self, model: nn.Module, optimizer: Any = None, *, max_memory_per_gpu: str | int = "80GB",
+    def __init__(self, model: nn.Module, optimizer: Any = None, *, max_memory_per_gpu: str | int | None = None,
                  global_batch_size: int | None = None, seq_len: int | None = None, hardware: str | None = "auto",
                  device_ids: list[int] | None = None, plan: Plan | str | Path | None = None,
                  fix: dict | None = None, loss_fn: LossFn | None = None, moe: dict | None = None,
                  mixed_precision: str = "bf16", compile: bool | dict | None = None,
                  init_fn: Callable[[nn.Module], None] | None = None) -> None:
         check_has_parameters(model)
-        self._max_memory = parse_bytes(max_memory_per_gpu, "max_memory_per_gpu")
+        self._max_memory = None if max_memory_per_gpu is None else parse_bytes(max_memory_per_gpu,
+                                                                                 "max_memory_per_gpu")
         to_dtype(mixed_precision, "mixed_precision")
         self._model = model
         # An HF causal LM runs with autoparallel.hf's forward (on the trainer's copies only).
@@ -353,9 +356,9 @@ class AutoParallelTrainer:
                 check_cp_model(self._model, self._hf is not None, 2)
             except UserError:
                 fix["cp"] = 1  # the planner offers only what the trainer runs on this model
+        budget = self._max_memory if self._max_memory is not None else local_budget(env.device, profile)
         plan = plan_model(self._model, hardware=profile, gpus=env.world_size, gpus_per_node=env.local_world_size,
-                          global_batch=global_batch, seq_len=seq_len, max_memory_per_gpu=self._max_memory,
-                          fix=fix)
+                          global_batch=global_batch, seq_len=seq_len, max_memory_per_gpu=budget, fix=fix)
         # The planner has no dtype pin: the requested mixed precision replaces its param_dtype.
         wanted = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[
             to_dtype(self._mixed_precision, "mixed_precision")]
