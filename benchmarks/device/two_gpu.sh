@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Issue 14's measurements on a lent two-H200 machine (device tool), two calls of <= 10 minutes:
+# Issue 14's measurements on a lent two-H200 machine (device tool), calls of <= 10 minutes:
 #   bash benchmarks/device/two_gpu.sh tp-zb    # TP speed (tp_speed.py) and pipeline schedules (zero_bubble_h200.py)
 #   bash benchmarks/device/two_gpu.sh losses   # every 2-GPU plan of the sweep and its 1-GPU reference from one init
+#   bash benchmarks/device/two_gpu.sh null     # the 1-GPU runs equal to those references in exact arithmetic
+#   bash benchmarks/device/two_gpu.sh default  # the trainer's default run (default_run.py), both models
+#   bash benchmarks/device/two_gpu.sh timeline # where the 1.3B's compiled steps spend their time (profile_timeline.py)
+# Several modes run in one call in the order given.
 # Results land in $OUT; `python benchmarks/two_gpu.py` and `python benchmarks/trainer_sweep.py losses` report them.
 source "$(dirname "$0")/env.sh"
-case "${1:-}" in
+[ $# -gt 0 ] || { echo "usage: $0 tp-zb|losses|null|default|timeline ..." >&2; exit 2; }
+for mode in "$@"; do
+case "$mode" in
   tp-zb)
     timeout 280 torchrun --nproc-per-node 2 benchmarks/tp_speed.py --out "$OUT/tp_speed.json" 2>&1 | quiet | tail -12
     timeout 290 torchrun --nproc-per-node 2 benchmarks/zero_bubble_h200.py --out "$OUT/zero_bubble.jsonl" 2>&1 \
@@ -14,5 +20,22 @@ case "${1:-}" in
       --out "$OUT/loss_single.jsonl" 2>&1 | quiet | grep '^{' | cut -c1-160
     timeout 500 torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --out "$OUT/loss_dist.jsonl" \
       --skip 2g-llama7b-eager,2g-llama7b-compiled 2>&1 | quiet | grep '^{' | cut -c1-160 ;;
-  *) echo "usage: $0 tp-zb|losses" >&2; exit 2 ;;
+  null)  # losses only (no timing): the two halves run side by side, one per GPU
+    null=(1g-llama-b16-mb8x2,1g-llama-b16-compiled,1g-gpt-b16-mb8x2,1g-moe-b16-mb8x2
+          1g-llama-b16-mb4x4,1g-llama-b16-full,1g-gpt-b16-compiled,1g-moe-b16-compiled)
+    for i in 0 1; do
+      CUDA_VISIBLE_DEVICES=$i timeout 400 python benchmarks/trainer_sweep.py measure --gpus 1 --only "${null[$i]}" \
+        --out "$OUT/loss_single_null_$i.jsonl" 2>&1 | quiet | grep '^{' | cut -c1-160 &
+    done
+    wait ;;
+  default)
+    timeout 300 torchrun --nproc-per-node 2 benchmarks/default_run.py --out "$OUT/default_run.jsonl" 2>&1 | quiet \
+      | grep '^{' ;;
+  timeline)
+    timeout 120 python benchmarks/profile_timeline.py --only 1g-llama-auto --out "$OUT/timeline.jsonl" 2>&1 | quiet \
+      | grep '^{'
+    timeout 200 torchrun --nproc-per-node 2 benchmarks/profile_timeline.py --only 2g-llama-auto,2g-llama-tp2sp-compiled \
+      --out "$OUT/timeline.jsonl" 2>&1 | quiet | grep '^{' ;;
+  *) echo "usage: $0 tp-zb|losses|null|default|timeline ..." >&2; exit 2 ;;
 esac
+done

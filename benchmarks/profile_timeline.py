@@ -1,0 +1,162 @@
+"""Where a trainer step's time goes on the GPU: a timeline summary of sweep configurations (issue 14).
+
+    python benchmarks/profile_timeline.py --only 1g-llama-auto --out $OUT/timeline.jsonl
+    torchrun --nproc-per-node 2 benchmarks/profile_timeline.py --only 2g-llama-auto --out $OUT/timeline.jsonl
+
+Each configuration of benchmarks/trainer_sweep.py named runs its plan file with AutoParallelTrainer (warm-up
+steps, then `--steps` profiled steps between device synchronizations), and rank 0 appends one JSON line:
+the step's wall time, per CUDA stream the kernel time and its classes, and on the compute stream (the
+one with the most non-collective kernel time) the idle time with its largest gaps, each with the host's innermost
+annotated region (FSDP's and the trainer's record_function names) running when the gap began. Idle
+compute-stream time is what the host or an exposed collective costs the step; the classes say what the
+GPU spent the rest on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import trainer_sweep as TS  # noqa: E402
+
+GAP_US = 50.0  # compute-stream idle spans shorter than this are launch spacing, not counted as gaps
+
+
+def _kernels(trace: dict) -> list[dict]:
+    return [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel" and "dur" in e]
+
+
+def _host_regions(trace: dict) -> list[dict]:
+    """The host's annotated regions and ops on the main thread (the one that issued the most ops)."""
+    cpu = [e for e in trace.get("traceEvents", []) if e.get("cat") in ("user_annotation", "cpu_op") and "dur" in e]
+    if not cpu:
+        return []
+    tids: dict[Any, int] = {}
+    for e in cpu:
+        tids[e.get("tid")] = tids.get(e.get("tid"), 0) + 1
+    main = max(tids, key=tids.get)
+    return [e for e in cpu if e.get("tid") == main]
+
+
+def _innermost(regions: list[dict], t: float) -> str:
+    """The innermost region (shortest span) containing time t, annotations preferred over ops."""
+    best: tuple[int, float, str] | None = None
+    for e in regions:
+        if e["ts"] <= t <= e["ts"] + e["dur"]:
+            key = (0 if e.get("cat") == "user_annotation" else 1, e["dur"], e.get("name", "?"))
+            if best is None or key[:2] < best[:2]:
+                best = key
+    return best[2][:80] if best else "-"
+
+
+def summarize(trace: dict, steps: int) -> dict[str, Any]:
+    kernels = sorted(_kernels(trace), key=lambda e: e["ts"])
+    if not kernels:
+        return {"error": "no kernels in the trace"}
+    per_stream: dict[str, dict[str, float]] = {}
+    for e in kernels:
+        s = str(e.get("args", {}).get("stream", "?"))
+        c = TS._kernel_class(e.get("name", ""))
+        d = per_stream.setdefault(s, {})
+        d[c] = d.get(c, 0.0) + e["dur"] / 1e3
+    busy = {s: sum(d.values()) for s, d in per_stream.items()}
+    # the stream with the most non-collective kernel time (NCCL's streams can be busier, under TP)
+    compute = max(per_stream, key=lambda s: sum(v for c, v in per_stream[s].items() if c != "comm"))
+    ck = [e for e in kernels if str(e.get("args", {}).get("stream", "?")) == compute]
+    start, end = ck[0]["ts"], max(e["ts"] + e["dur"] for e in ck)
+    regions = _host_regions(trace)
+    gaps = []
+    last = start
+    for e in ck:
+        if e["ts"] - last > GAP_US:
+            gaps.append((e["ts"] - last, last))
+        last = max(last, e["ts"] + e["dur"])
+    gaps.sort(reverse=True)
+    return {
+        "streams_ms": {s: {c: round(v / steps, 2) for c, v in d.items()} for s, d in per_stream.items()},
+        "stream_busy_ms": {s: round(v / steps, 2) for s, v in busy.items()},
+        "compute_stream": compute,
+        "compute_span_ms": round((end - start) / 1e3 / steps, 2),
+        "compute_idle_ms": round(sum(g for g, _ in gaps) / 1e3 / steps, 2),
+        "gaps": [{"at_ms": round((t - start) / 1e3, 2), "ms": round(g / 1e3, 3), "host": _innermost(regions, t)}
+                 for g, t in gaps[:25]],
+        "kernel_count": round(len(ck) / steps),
+    }
+
+
+def profile_config(cfg: Any, warmup: int, steps: int) -> dict[str, Any]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from autoparallel import AutoParallelTrainer
+    gc.collect()
+    torch._dynamo.reset()
+    torch.cuda.empty_cache()
+    trainer = AutoParallelTrainer(TS._meta_model(cfg), optimizer=None, plan=cfg.plan_file)
+    gen = torch.Generator().manual_seed(0)
+    vocab = TS.MODELS[cfg.model]["vocab_size"]
+    batches = [torch.randint(0, vocab, (cfg.rows, cfg.seq + 1), generator=gen) for _ in range(2)]
+    for i in range(warmup):
+        trainer.step(batches[i % 2])
+    torch.cuda.synchronize()
+    times = []
+    for i in range(steps):  # unprofiled timing first: the profiler's own host cost is not the step's
+        t = time.perf_counter()
+        trainer.step(batches[i % 2])
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        t = time.perf_counter()
+        for i in range(steps):
+            trainer.step(batches[i % 2])
+        torch.cuda.synchronize()
+        profiled = (time.perf_counter() - t) / steps
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        trace = json.loads(path.read_text())
+    del trainer
+    return {"step_ms": round(1e3 * sorted(times)[len(times) // 2], 2), "profiled_step_ms": round(1e3 * profiled, 2),
+            **summarize(trace, steps)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", required=True, help="comma-separated sweep configuration names")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=3)
+    args = ap.parse_args()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    for cfg in TS._selected(args.only):
+        if cfg.gpus != world:
+            continue
+        rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus}
+        try:
+            rec.update(profile_config(cfg, args.warmup, args.steps))
+        except Exception as ex:  # one configuration's failure must not lose the others
+            rec["error"] = repr(ex)[:500]
+            rec["traceback"] = traceback.format_exc()[-2000:]
+        if rank == 0:
+            print(json.dumps({k: rec.get(k) for k in ("name", "step_ms", "profiled_step_ms", "stream_busy_ms",
+                                                     "compute_idle_ms", "error")}), flush=True)
+            with Path(args.out).open("a") as f:
+                f.write(json.dumps(rec) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
