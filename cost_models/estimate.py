@@ -340,11 +340,14 @@ class CostModel:
                 "op": seg.fwd.keep_op}.get(recompute)
         return 0 if keep is None else int(np.count_nonzero(~keep))
 
-    def fsdp_units(self, seg: Segment) -> int:
-        """FSDP2 units whose hooks run in the segment per micro-batch under the trainer: each block (and
-        its expert group, wrapped apart), the root (embeddings, norm, head) once, in "pre"."""
-        if self.runtime != "trainer" or seg.name == "post":
+    def fsdp_units(self, seg: Segment, plan: Plan) -> int:
+        """FSDP2 units whose hooks run in the segment per micro-batch under the trainer
+        (trainer/data_parallel.py): each block (and its expert group, wrapped apart), the root once, in
+        "pre"; the final norm and head a unit of their own under ZeRO 1-3 when no parameter is tied."""
+        if self.runtime != "trainer":
             return 0
+        if seg.name == "post":
+            return int(plan.zero >= 1 and not self.graph.has_tied_parameters)
         return 1 + (seg.name != "pre" and seg.expert_params > 0)
 
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,
@@ -563,7 +566,7 @@ class CostModel:
                     dense += s.dense_params
                     tp_params += s.tp_params
                     expert += s.expert_params
-                    acc["units"] += self.fsdp_units(s)
+                    acc["units"] += self.fsdp_units(s, plan)
                 if p > 1:
                     t = self.boundary_time(plan, span["pp"])
                     acc["time"] += t
@@ -643,9 +646,14 @@ class CostModel:
         return self.runtime == "megatron" or micro_batches > 1
 
     def logits_bytes(self, plan: Plan) -> float:
-        """fp32 logits and their gradient on the last stage (vocab-sharded under TP, sequence-split under
-        CP) [bytes]."""
-        return 2 * plan.micro_batch * plan.seq_len * self.vocab_size * 4 / plan.tp / plan.cp
+        """The loss's logit buffers on the last stage (vocab-sharded under TP, sequence-split under CP)
+        [bytes]: eager cross entropy keeps fp32 log-probabilities and makes an fp32 gradient; the trainer's
+        compiled loss (tp = cp = 1 with compiled blocks) keeps the bf16 logits and makes a gradient in
+        their dtype (one fused pass, no fp32 copy)."""
+        per_logit = 2 * 4
+        if self.runtime == "trainer" and plan.compile and plan.tp == 1 and plan.cp == 1:
+            per_logit = 2 * DTYPE_BYTES.get(plan.param_dtype, 2)
+        return per_logit * plan.micro_batch * plan.seq_len * self.vocab_size / plan.tp / plan.cp
 
     def update_rate_per_micro_batch(self, micro_batches: int) -> float:
         """Update seconds per parameter and micro-batch of one rank with m micro-batches (bf16 parameters,

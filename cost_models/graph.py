@@ -119,7 +119,13 @@ class OpGraph:
     spec: Any = None                   # the ModelSpec when traced from one (head counts, vocab, ...)
     fingerprint: str = ""              # autoparallel.plan.fingerprint of the parameter names and shapes
 
+    @property
+    def has_tied_parameters(self) -> bool:
+        """Whether some Parameter is shared between modules (a head tied to the embedding)."""
+        return any(op.tied for op in self.parametric_ops.values())
+
     # ------------------------------------------------------------------ node access
+
     def nodes(self, phase: str | None = None, region: str | None = None,
               block: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
         """(node id, attributes) in execution order, filtered by phase / region / block path."""

@@ -1,7 +1,10 @@
 """Data parallelism with FSDP2, ZeRO stages mapped onto its options, and mixed precision.
 
 ZeRO stage -> what runs (every FSDP unit is one block; the root unit holds embeddings, final norm and
-head; an expert group is its own unit on the "dp" mesh when experts are ep-sharded):
+head, except under ZeRO 1-3 in a model without tied parameters, where the final norm and the head form
+a unit of their own, as torchtitan groups them: their gradients are then reduce-scattered as soon as
+the backward has passed them, under the blocks' backward, not with the embeddings after all of it; an
+expert group is its own unit on the "dp" mesh when experts are ep-sharded):
 
   zero 0  `replicate` (FSDP2-based DDP): parameters, gradients and optimizer state replicated;
           gradients all-reduced once per step (after the last micro-batch).
@@ -57,16 +60,17 @@ def mixed_precision_policy(param_dtype: str, reduce_dtype: str) -> MixedPrecisio
 
 def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_mesh: DeviceMesh,
                         expert_mesh: DeviceMesh | None, expert_paths: list[str],
-                        mp: MixedPrecisionPolicy, int8_grads: bool = False) -> FSDPModule:
-    """Wrap expert groups, then every block, then the root of `part` (bottom-up, as FSDP2 wants);
+                        mp: MixedPrecisionPolicy, int8_grads: bool = False, tied: bool = False) -> FSDPModule:
+    """Wrap expert groups, then every block, then the final norm and head (zero >= 1 and no tied
+    parameters: `tied` says the model has some), then the root of `part` (bottom-up, as FSDP2 wants);
     int8_grads: every unit reduce-scatters through low_precision.Int8ReduceScatter (zero >= 1)."""
     if int8_grads and zero == 0 and dense_mesh.size() > 1:  # (one data rank reduces nothing: no hook needed)
         raise UserError("plan: grad_reduce_dtype=int8 needs zero >= 1 (ZeRO-0's all-reduce has no FSDP2 hook)")
 
-    def wrap(mod: nn.Module, mesh: DeviceMesh) -> FSDPModule:
+    def wrap(mod: nn.Module | list[nn.Module], mesh: DeviceMesh, reshard: bool = zero == 3) -> FSDPModule:
         if zero == 0:
             return replicate(mod, mesh=mesh, mp_policy=mp)
-        unit = fully_shard(mod, mesh=mesh, reshard_after_forward=zero == 3, mp_policy=mp)
+        unit = fully_shard(mod, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
         if int8_grads:
             install_int8_reduce_scatter([unit])
         return unit
@@ -83,4 +87,8 @@ def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_m
         mod = get_submodule(part, block)
         if mod is not None:
             wrap(mod, dense_mesh)
+    post = [m for m in (get_submodule(part, p) for p in layout.post) if m is not None]
+    if zero >= 1 and post and not tied:
+        # kept gathered after forward: the backward needs them first (torchtitan's default for this unit)
+        wrap(post, dense_mesh, reshard=False)
     return wrap(part, dense_mesh)

@@ -184,6 +184,7 @@ class AutoParallelTrainer:
         self._schedule: Any = None
         self._tie_sync: list[tuple[str, Any]] = []
         self._loss_parallel = False
+        self._cross_entropy: LossFn = _cross_entropy_sum  # compiled with the blocks (_setup)
         self._expert_modules: list[nn.Module] = []
         self._relayout: dict[str, Relayout] = {}  # fused projections held in per-rank row order
         # this step's cp-sharded positions, handed to every pipeline stage's forward (_inject_positions)
@@ -454,6 +455,12 @@ class AutoParallelTrainer:
                             "schedules refuse compiled modules); pass compile=False or a plan without the schedule")
         if plan.async_tp and tensor_parallel:
             self._setup_async_tp(compiled)
+        # The default loss compiles with the blocks (torchtitan compiles its loss too): one fused pass over
+        # the bf16 logits, where eager makes an fp32 copy and a log-softmax of it and keeps them for the
+        # backward (cost_models' logits_bytes prices both). Eager under TP and CP, whose loss runs on
+        # sharded logits (loss_parallel) or inside the ring-attention context.
+        self._cross_entropy = (torch.compile(_cross_entropy_sum) if compiled and plan.tp == 1 and plan.cp == 1
+                               else _cross_entropy_sum)
         for v, part in parts:
             # FP8 linears first, on the meta copy (torchtitan's converter order): FSDP2 then shards the
             # Float8Linear weights like any other
@@ -476,7 +483,7 @@ class AutoParallelTrainer:
                 self._compile_blocks(part)
             if env.distributed:
                 apply_data_parallel(part, layout, plan.zero, meshes.dense_dp, meshes.expert_dp if plan.ep > 1 else None,
-                                    experts, mp, int8_grads=plan.grad_reduce_dtype == "int8")
+                                    experts, mp, int8_grads=plan.grad_reduce_dtype == "int8", tied=bool(self._ties))
             # each virtual stage draws from its own stream (seed + v): stages must not repeat weights
             part_source = source if source is None or not self._relayout else {
                 k: self._relayout[k].to_trainer(t) if k in self._relayout else t for k, t in source.items()}
@@ -673,7 +680,7 @@ class AutoParallelTrainer:
     def _micro_loss(self, output: Any, labels: torch.Tensor) -> torch.Tensor:
         if self._user_loss is not None:
             return self._user_loss(_logits(output), labels)
-        return _cross_entropy_sum(_logits(output), labels) * self._loss_scale
+        return self._cross_entropy(_logits(output), labels) * self._loss_scale
 
     def _inject_positions(self, _mod: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         return args, {**kwargs, "positions": self._cp_positions}
