@@ -38,27 +38,31 @@ def _kernels(trace: dict) -> list[dict]:
     return [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel" and "dur" in e]
 
 
-def _host_regions(trace: dict) -> list[dict]:
-    """The host's annotated regions and ops on the main thread (the one that issued the most ops)."""
-    cpu = [e for e in trace.get("traceEvents", []) if e.get("cat") in ("user_annotation", "cpu_op") and "dur" in e]
-    if not cpu:
-        return []
-    tids: dict[Any, int] = {}
-    for e in cpu:
-        tids[e.get("tid")] = tids.get(e.get("tid"), 0) + 1
-    main = max(tids, key=tids.get)
-    return [e for e in cpu if e.get("tid") == main]
+def _host_regions(trace: dict) -> dict[Any, list[dict]]:
+    """The host's annotated regions and ops by thread (forward runs on the main thread, backward on
+    autograd's)."""
+    out: dict[Any, list[dict]] = {}
+    for e in trace.get("traceEvents", []):
+        if e.get("cat") in ("user_annotation", "cpu_op") and "dur" in e:
+            out.setdefault(e.get("tid"), []).append(e)
+    return out
 
 
-def _innermost(regions: list[dict], t: float) -> str:
-    """The innermost region (shortest span) containing time t, annotations preferred over ops."""
-    best: tuple[int, float, str] | None = None
-    for e in regions:
-        if e["ts"] <= t <= e["ts"] + e["dur"]:
-            key = (0 if e.get("cat") == "user_annotation" else 1, e["dur"], e.get("name", "?"))
-            if best is None or key[:2] < best[:2]:
-                best = key
-    return best[2][:80] if best else "-"
+def _innermost(regions: dict[Any, list[dict]], t: float) -> str:
+    """Per thread busy at time t, its innermost region (shortest span containing t), joined by " | "."""
+    names = []
+    for events in regions.values():
+        inside = [e for e in events if e["ts"] <= t <= e["ts"] + e["dur"]]
+        if inside:
+            names.append(min(inside, key=lambda e: e["dur"]).get("name", "?")[:60])
+    return " | ".join(names[:3]) or "-"
+
+
+def _top_kernels(kernels: list[dict], steps: int, n: int = 30) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for e in kernels:
+        total[e.get("name", "?")[:90]] = total.get(e.get("name", "?")[:90], 0.0) + e["dur"] / 1e3 / steps
+    return {k: round(v, 3) for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:n]}
 
 
 def summarize(trace: dict, steps: int) -> dict[str, Any]:
@@ -93,6 +97,7 @@ def summarize(trace: dict, steps: int) -> dict[str, Any]:
         "gaps": [{"at_ms": round((t - start) / 1e3, 2), "ms": round(g / 1e3, 3), "host": _innermost(regions, t)}
                  for g, t in gaps[:25]],
         "kernel_count": round(len(ck) / steps),
+        "top_kernels_ms": _top_kernels(ck, steps),
     }
 
 
