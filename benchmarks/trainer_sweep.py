@@ -1186,6 +1186,8 @@ the spread among them supports); a calibrated law fails at least one in about FA
 Steps differ in how much they amplify the difference beyond any smooth law (the null RMS / fitted s_k rows
 above: the batches cycle with period 4, and the same step's sensitivity is shared by every run and plan),
 so a law that misses a step's level raises the false alarms there; the leave-out check measures that.
+NULL_LAW was set from the committed two-GPU plans before any null run existed, so the null's own fit and
+calibration are not conditioned on a choice made from the null.
 
 {checks}
 
