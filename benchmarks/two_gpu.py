@@ -3,7 +3,7 @@
     python benchmarks/two_gpu.py        # -> docs/benchmarks_2gpu.md
 
 Inputs: benchmarks/results/trainer_sweep_h200.json (`trainer_sweep.py report`: AutoParallelTrainer on two
-H200s, the s4 sweep), the plan files under benchmarks/results/trainer_sweep_plans/,
+H200s, the s5 sweep), the plan files under benchmarks/results/trainer_sweep_plans/,
 benchmarks/results/tp_speed_h200.json (`tp_speed.py`), benchmarks/results/raw/zero_bubble_h200.jsonl
 (`zero_bubble_h200.py`; both from `benchmarks/device/two_gpu.sh tp-zb`, one VM) and
 benchmarks/results/h200_trainer_throughput_compiled.json (one H200, the trainer against plain loops).
@@ -27,10 +27,10 @@ import trainer_sweep as TS  # noqa: E402
 ONE_GPU = ROOT / "benchmarks" / "results" / "h200_trainer_throughput_compiled.json"
 TP_SPEED = ROOT / "benchmarks" / "results" / "tp_speed_h200.json"
 SCHEDULES = ROOT / "benchmarks" / "results" / "raw" / "zero_bubble_h200.jsonl"
-# benchmarks/default_run.py: (a) both models in one process, before the tracer's torch-2.11 attention fix;
-# (b) each model in its own process, after it
-DEFAULT_RUNS = {"a": ROOT / "benchmarks" / "results" / "raw" / "default_run_h200_a.jsonl",
-                "b": ROOT / "benchmarks" / "results" / "raw" / "default_run_h200_b.jsonl"}
+# benchmarks/default_run.py, each run on its own lent VM: (a) both models in one process, before the tracer's
+# torch-2.11 attention fix; (b) each model in its own process, after it; (c) after the trainer's budget
+# became the card's memory; (d) after the compiled loss and the head's FSDP unit
+DEFAULT_RUNS = {run: ROOT / "benchmarks" / "results" / "raw" / f"default_run_h200_{run}.jsonl" for run in "abcd"}
 DOC = ROOT / "docs" / "benchmarks_2gpu.md"
 SAME_PLAN_FIELDS = ("dp", "tp", "pp", "vpp", "ep", "cp", "micro_batch", "zero", "sequence_parallel", "recompute",
                     "compile")
@@ -50,7 +50,7 @@ def main() -> int:
     configs = {c.name: c for c in TS.CONFIGS}
     lines = ["# Two H200s: the trainer under every plan kind (issue 14)", "",
              "Command: `python benchmarks/two_gpu.py` (from `benchmarks/results/trainer_sweep_h200.json`, the "
-             "s4 sweep of docs/trainer_sweep.md measured on a lent two-H200 VM; `tp_speed_h200.json` and "
+             "s5 sweep of docs/trainer_sweep.md measured on a lent two-H200 VM; `tp_speed_h200.json` and "
              "`raw/zero_bubble_h200.jsonl`, measured together on another; and "
              "`benchmarks/results/h200_trainer_throughput_compiled.json`). MFU = (6N + 12 L h s) tokens/s / "
              "(GPUs x 989 TFLOP/s). Losses under every plan: docs/loss_matching.md.", ""]
@@ -76,7 +76,11 @@ def main() -> int:
             pairs = [("tp2 + SP, compiled", "2g-llama-tp2sp-compiled", "2g-llama-auto", 0.85),
                      ("tp2 + SP, eager", "2g-llama-tp2sp", "2g-llama-eager", 0.85),
                      ("pp2 1F1B, eager", "2g-llama-pp2-mb4", "2g-llama-eager", 0.9),
-                     ("pp2 interleaved (vpp2), eager", "2g-llama-pp2-vpp2", "2g-llama-eager", 0.9)]
+                     ("pp2 interleaved (vpp2), eager", "2g-llama-pp2-vpp2", "2g-llama-eager", 0.9),
+                     ("pp2 zero bubble (ScheduleInterleavedZeroBubble, vpp1), eager", "2g-llama-pp2-zb",
+                      "2g-llama-eager", 0.9),
+                     ("pp2 zero bubble (ScheduleInterleavedZeroBubble, vpp2), eager", "2g-llama-pp2-vpp2-zb",
+                      "2g-llama-eager", 0.9)]
             lines += ["| throughput against dp2 at the same global batch | ratio | target |", "|---|---:|---:|"]
             for label, a, b, target in pairs:
                 if a in step and b in step:
@@ -112,7 +116,12 @@ def default_run_section() -> list[str]:
             out.append(f"| {run} | {r['model']} | {r['described']} | {r['measured']['step_time_s'] * 1e3:.1f} ms | "
                        f"{r['mfu']:.1%} | {target} |")
     return out + ["", "Run a: both models in one process, before the tracer counted grouped-query attention under "
-                  "torch 2.11; run b: one process per model, after. Each on its own lent VM.", ""]
+                  "torch 2.11; run b: one process per model, after; run c: after the trainer's default budget "
+                  "became the card's usable memory (it was a fixed 80 GB, which planned the 7B ZeRO-3 with full "
+                  "recompute); run d: after the default loss compiled with the blocks and the final norm and "
+                  "head became an FSDP unit of their own. Each on its own lent VM: the 1-GPU compiled 1.3B step "
+                  "(1g-llama-auto) took 266.5 ms on c's VM (benchmarks/results/raw/timeline_h200_a.jsonl) and "
+                  "257.2 ms on d's (the s5 sweep), so part of d's gain is the VM.", ""]
 
 
 def tp_speed_section() -> list[str]:
