@@ -289,6 +289,13 @@ class CostModel:
         bwd_s = bwd_t.sum() + tp_comm_bwd + ep_comm_fwd + cp_comm_bwd
 
         saved = seg.fwd.saved_bytes * b / fwd_div
+        if name == "post" and self.compiled_loss(compiled, tp, cp):
+            # the compiled loss keeps its input, the head's bf16 output, not the eager cross entropy's fp32
+            # log-probabilities: the traced ops after the head's matmul save nothing
+            head = np.flatnonzero(seg.fwd.matmul)
+            if head.size:
+                saved[head[-1] + 1:] = 0.0
+                saved[head[-1]] += seg.fwd.out_bytes[head[-1]] * b / fwd_div[head[-1]]
         act_all = float(saved.sum())
         input_bytes = seg.input_bytes * b / (tp if sp else 1)
         if recompute == "full":
@@ -645,14 +652,19 @@ class CostModel:
         at 8 x 2048, 52.5 GiB allocated against 51.5 predicted without gradients, 56.3 with them)."""
         return self.runtime == "megatron" or micro_batches > 1
 
+    def compiled_loss(self, compiled: bool, tp: int, cp: int) -> bool:
+        """Whether the trainer compiles the default loss with the blocks (AutoParallelTrainer._setup: tp = cp
+        = 1; under TP the loss is vocab-parallel, under CP it runs in the ring's context, both eager)."""
+        return self.runtime == "trainer" and compiled and tp == 1 and cp == 1
+
     def logits_bytes(self, plan: Plan) -> float:
-        """The loss's logit buffers on the last stage (vocab-sharded under TP, sequence-split under CP)
-        [bytes]: eager cross entropy keeps fp32 log-probabilities and makes an fp32 gradient; the trainer's
-        compiled loss (tp = cp = 1 with compiled blocks) keeps the bf16 logits and makes a gradient in
-        their dtype (one fused pass, no fp32 copy)."""
+        """The loss's buffers beyond its saved tensors (those are the post segment's activations), on the
+        last stage (vocab-sharded under TP, sequence-split under CP) [bytes]: eager cross entropy's fp32
+        copy of the logits and its fp32 gradient; the compiled loss (one fused pass, `compiled_loss`)
+        makes only the gradient, in the logits' dtype."""
         per_logit = 2 * 4
-        if self.runtime == "trainer" and plan.compile and plan.tp == 1 and plan.cp == 1:
-            per_logit = 2 * DTYPE_BYTES.get(plan.param_dtype, 2)
+        if self.compiled_loss(plan.compile, plan.tp, plan.cp):
+            per_logit = DTYPE_BYTES.get(plan.param_dtype, 2)
         return per_logit * plan.micro_batch * plan.seq_len * self.vocab_size / plan.tp / plan.cp
 
     def update_rate_per_micro_batch(self, micro_batches: int) -> float:
