@@ -67,12 +67,14 @@ def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_m
     if int8_grads and zero == 0 and dense_mesh.size() > 1:  # (one data rank reduces nothing: no hook needed)
         raise UserError("plan: grad_reduce_dtype=int8 needs zero >= 1 (ZeRO-0's all-reduce has no FSDP2 hook)")
 
-    def wrap(mod: nn.Module | list[nn.Module], mesh: DeviceMesh, reshard: bool = zero == 3) -> FSDPModule:
+    def wrap(mod: nn.Module | list[nn.Module], mesh: DeviceMesh, reshard: bool = zero == 3
+             ) -> FSDPModule | list[nn.Module]:
         if zero == 0:
             return replicate(mod, mesh=mesh, mp_policy=mp)
         unit = fully_shard(mod, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
         if int8_grads:
-            install_int8_reduce_scatter([unit])
+            # a unit of several modules keeps its one FSDP state on the first (fully_shard returns the list)
+            install_int8_reduce_scatter([unit[0] if isinstance(unit, list) else unit])
         return unit
 
     for path in expert_paths:
