@@ -1,13 +1,15 @@
 """Tensor parallelism at the speed of the link (issue 14): the 1.3B llama on two GPUs, 16 x 2048 per step.
 
     torchrun --nproc-per-node 2 benchmarks/tp_speed.py --out $OUT/tp_speed.json
-    python benchmarks/tp_speed.py --dry-run        # CPU: build and print the four plans, nothing else
+    python benchmarks/tp_speed.py --dry-run        # CPU: build and print the plans, nothing else
 
 Variants, in this order, one process group, one after the other (each built, warmed up, timed, profiled
 and freed before the next; dynamo's caches are reset between them so each compiles its own graphs):
 
   dp2-zero2-compiled      dp2 ZeRO-2, 8 rows per rank, compiled blocks (the planner's own 2-GPU plan)
   tp2-sp-compiled         tp2 + sequence parallel, 16 rows, compiled blocks
+  tp2-sp-compiled-reorder the same, with inductor's compute/communication reordering passes
+  tp2-sp-compiled-overlap the same, with inductor's ATen-graph overlap scheduler
   tp2-sp-compiled-async   the same, plan.async_tp: inductor's micro-pipeline TP over symmetric memory.
                           After every other compiled variant on purpose: it sets
                           torch._inductor.config._micro_pipeline_tp for the rest of the process
@@ -47,20 +49,34 @@ from autoparallel.plan import Plan  # noqa: E402
 
 PLANS = ROOT / "benchmarks" / "results" / "trainer_sweep_plans"
 ROWS, SEQ = 16, 2048
-VARIANTS = ("dp2-zero2-compiled", "tp2-sp-compiled", "tp2-sp-compiled-async", "tp2-sp-eager")
+VARIANTS = ("dp2-zero2-compiled", "tp2-sp-compiled", "tp2-sp-compiled-reorder", "tp2-sp-compiled-overlap",
+            "tp2-sp-compiled-async", "tp2-sp-eager")
+# torch.compile kwargs per variant (AutoParallelTrainer's compile=dict); others compile as the plan says.
+# Both let inductor move a collective away from the compute it does not depend on (in backward, the input
+# gradient's reduce-scatter beside the weight-gradient matmul: Megatron's TP overlap): "reorder", the
+# scheduler-IR passes torch's config recommends; "overlap", the ATen-graph overlap scheduler
+COMPILE_KWARGS: dict[str, dict[str, Any]] = {
+    "tp2-sp-compiled-reorder": {"options": {
+        "reorder_for_compute_comm_overlap": True,
+        "reorder_for_compute_comm_overlap_passes": ["reorder_communication_preserving_peak_memory",
+                                                    "sink_waits_iterative",
+                                                    "reorder_communication_preserving_peak_memory"]}},
+    "tp2-sp-compiled-overlap": {"options": {"aten_distributed_optimizations.enable_overlap_scheduling": True}}}
 COMM_MARKERS = ("nccl", "memcpy ptop", "symm", "multimem", "one_shot",
                 "two_shot", "barrier", "signal", "all_gather", "reduce_scatter", "allreduce")
 ASYNC_MARKERS = ("fused_all_gather_matmul", "fused_matmul_reduce_scatter", "fused_all_gather_scaled_matmul")
 
 
 def build_plans() -> dict[str, Plan]:
-    """The four plans, from the sweep's plan files for this model (their fingerprint is the model's)."""
+    """The plans, from the sweep's plan files for this model (their fingerprint is the model's)."""
     dp = Plan.load(PLANS / "2g-llama-auto.yaml")
     tp = Plan.load(PLANS / "2g-llama-tp2sp-compiled.yaml")
     if (dp.dp, dp.zero, dp.compile) != (2, 2, True) or (tp.tp, tp.sequence_parallel) != (2, True):
         raise SystemExit(f"{PLANS}: the sweep's plan files changed (dp2 zero2 compiled, tp2 sp expected)")
     plans = {"dp2-zero2-compiled": dp,
              "tp2-sp-compiled": dataclasses.replace(tp, compile=True),
+             "tp2-sp-compiled-reorder": dataclasses.replace(tp, compile=True),
+             "tp2-sp-compiled-overlap": dataclasses.replace(tp, compile=True),
              "tp2-sp-compiled-async": dataclasses.replace(tp, compile=True, async_tp=True),
              "tp2-sp-eager": dataclasses.replace(tp, compile=False)}
     for plan in plans.values():
@@ -192,7 +208,7 @@ def run_variant(name: str, plan: Plan, args: argparse.Namespace) -> dict[str, An
                                                      "micro_batch": plan.micro_batch, "sp": plan.sequence_parallel,
                                                      "compile": plan.compile, "async_tp": plan.async_tp}}
     t0 = time.perf_counter()
-    trainer = AutoParallelTrainer(_meta_model(), optimizer=None, plan=plan)
+    trainer = AutoParallelTrainer(_meta_model(), optimizer=None, plan=plan, compile=COMPILE_KWARGS.get(name))
     gen = torch.Generator().manual_seed(0)
     batches = [torch.randint(0, LLAMA_1_3B["vocab_size"], (ROWS, SEQ + 1), generator=gen) for _ in range(4)]
     rec["build_s"] = time.perf_counter() - t0
