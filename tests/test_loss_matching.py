@@ -74,10 +74,12 @@ def test_noise_growth_constant_covers_the_committed_experiment() -> None:
 def test_reference_is_the_eager_one_gpu_run_of_the_same_model_and_batch() -> None:
     assert ts.reference_of(CONFIGS[2], CONFIGS).name == "1g-ref"
     assert ts.reference_of(CONFIGS[5], CONFIGS) is None
-    # the sweep's own: every two-GPU model at 16 rows has one
+    # the sweep's own: every two-GPU configuration has one, the 7B's at its 8 x 4096 (full recompute)
     refs = {c.name: ts.reference_of(c, ts.CONFIGS) for c in ts.CONFIGS if c.gpus == 2}
-    assert {r.name for r in refs.values() if r is not None} == {"1g-llama-b16", "1g-gpt-b16", "1g-moe-b16"}
-    assert [n for n, r in refs.items() if r is None] == [c.name for c in ts.CONFIGS if c.model == "llama-7b"]
+    assert {r.name for r in refs.values() if r is not None} == {"1g-llama-b16", "1g-gpt-b16", "1g-moe-b16",
+                                                                "1g-llama7b-b8"}
+    assert [n for n, r in refs.items() if r is None] == []
+    assert {refs[c.name].name for c in ts.CONFIGS if c.model == "llama-7b" and c.gpus == 2} == {"1g-llama7b-b8"}
 
 
 def test_pass_fail_per_step() -> None:
@@ -141,8 +143,10 @@ def test_doc_states_command_results_and_derivation() -> None:
     assert f"{ts.step1_rtol(LLAMA, TOKENS):.1e}" in doc
 
 
-def test_shared_init_is_one_host_model_per_process() -> None:
-    assert ts.init_label("llama-1.3b") == "seed0" and ts.init_label("llama-7b") == "per-run"
+def test_shared_init_is_one_host_model_per_process(monkeypatch) -> None:
+    assert ts.init_label("llama-1.3b") == "seed0" and ts.init_label("llama-7b") == "seed0"
+    monkeypatch.setattr(ts, "PER_RUN_INIT", {"llama-7b"})  # how the 7B's earlier records were labelled
+    assert ts.init_label("llama-7b") == "per-run"
     ts.MODELS["tiny-llama-test"] = ts.noise_model_spec()
     try:
         cache: dict = {}
