@@ -159,6 +159,10 @@ CONFIGS = [
     # state) and its exact-arithmetic equal, the null for the 7B's loss tolerance (docs/loss_matching.md)
     _c("1g-llama7b-b8", "llama-7b", 1, 8, seq=4096, fix={"micro_batch": 1, "recompute": "full", "compile": 0}),
     _c("1g-llama7b-b8-mb2x4", "llama-7b", 1, 8, seq=4096, fix={"micro_batch": 2, "recompute": "full", "compile": 0}),
+    _c("1g-llama7b-b8-compiled", "llama-7b", 1, 8, seq=4096,
+       fix={"micro_batch": 1, "recompute": "full", "compile": 1}),
+    _c("1g-llama7b-b8-mb2x4-compiled", "llama-7b", 1, 8, seq=4096,
+       fix={"micro_batch": 2, "recompute": "full", "compile": 1}),
 ]
 
 

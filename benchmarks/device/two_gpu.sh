@@ -7,10 +7,11 @@
 #   bash benchmarks/device/two_gpu.sh timeline # where the 1.3B's compiled steps spend their time (profile_timeline.py)
 #   bash benchmarks/device/two_gpu.sh tp       # tp2 + SP compiled with inductor's overlap passes against dp2
 #   bash benchmarks/device/two_gpu.sh losses7b # the 7B's two plans and its one-GPU reference and null, one init
+#   bash benchmarks/device/two_gpu.sh null7b   # two more one-GPU 7B nulls (compiled), side by side
 # Several modes run in one call in the order given.
 # Results land in $OUT; `python benchmarks/two_gpu.py` and `python benchmarks/trainer_sweep.py losses` report them.
 source "$(dirname "$0")/env.sh"
-[ $# -gt 0 ] || { echo "usage: $0 tp-zb|tp|losses|losses7b|null|default|timeline ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 tp-zb|tp|losses|losses7b|null7b|null|default|timeline ..." >&2; exit 2; }
 for mode in "$@"; do
 case "$mode" in
   tp-zb)
@@ -36,6 +37,13 @@ case "$mode" in
       timeout 200 torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --only $c \
         --out "$OUT/loss7b_dist.jsonl" 2>&1 | quiet | grep '^{' | cut -c1-200
     done ;;
+  null7b)
+    for i in 0 1; do
+      c=$([ $i = 0 ] && echo 1g-llama7b-b8-compiled || echo 1g-llama7b-b8-mb2x4-compiled)
+      CUDA_VISIBLE_DEVICES=$i timeout 240 python benchmarks/trainer_sweep.py measure --gpus 1 --only $c \
+        --out "$OUT/null7b_$i.jsonl" 2>&1 | quiet | grep '^{' | cut -c1-200 &
+    done
+    wait ;;
   null)  # losses only (no timing): the two halves run side by side, one per GPU
     null=(1g-llama-b16-mb8x2,1g-llama-b16-compiled,1g-gpt-b16-mb8x2,1g-moe-b16-mb8x2
           1g-llama-b16-mb4x4,1g-llama-b16-full,1g-gpt-b16-compiled,1g-moe-b16-compiled)
@@ -52,6 +60,6 @@ case "$mode" in
       | grep '^{'
     timeout 200 torchrun --nproc-per-node 2 benchmarks/profile_timeline.py --only 2g-llama-auto,2g-llama-tp2sp-compiled \
       --out "$OUT/timeline.jsonl" 2>&1 | quiet | grep '^{' ;;
-  *) echo "usage: $0 tp-zb|tp|losses|losses7b|null|default|timeline ..." >&2; exit 2 ;;
+  *) echo "usage: $0 tp-zb|tp|losses|losses7b|null7b|null|default|timeline ..." >&2; exit 2 ;;
 esac
 done
