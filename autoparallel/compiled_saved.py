@@ -17,7 +17,18 @@ the next block saves, so the total over a stage is the same.
 Attention runs as the fused kernel a GPU runs (tracer._fused_sdpa: flash attention saves q, k, v, its
 output and the log-sum-exp, not the seq x seq probabilities). RMSNorm is left to decompose, as Inductor
 decomposes it. Inductor's joint-graph passes are not run: on meta inputs they constant-fold the graph away;
-they rewrite patterns, not the saved set.
+they rewrite patterns, not the saved set. Inductor's decomposition table is not passed by default: on the
+sweep's four models (1.3B and 7B llama, 350M gpt, 1.2B MoE) and the tiny catalog ones it changed the saved
+bytes of tiny-moe only (by 0.3%), and it costs ~0.8 s of imports and ~0.1 s per class more;
+tests/test_compiled_saved.py checks the result against torch.compile(backend="aot_eager_decomp_partition")
+(Inductor's decompositions and partitioner) on a real CPU block.
+
+Expert blocks: the whole block is partitioned, although Dynamo may break the graph at the routing; the
+measured compiled MoE peaks on an H200 agree (1.2B MoE, 8 x 2048: 29.4 GiB predicted, 29.5 measured).
+
+Cost: ~0.2 s per block class (0.3 s for an expert block) at trace time, about half building the joint graph
+(make_fx with functionalization) and a third the min-cut itself; the first class of a process also imports
+torch._functorch.aot_autograd (which loads Dynamo, ~0.9 s). Only a trace-cache miss pays it.
 """
 
 from __future__ import annotations
