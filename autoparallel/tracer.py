@@ -534,7 +534,8 @@ class _Tracer:
         for path, mod in model.named_modules():
             self.hooks.append(mod.register_forward_pre_hook(self._push(path)))
             self.hooks.append(mod.register_forward_hook(self._pop, always_call=True))
-        # each block's first forward arguments, detached: what compiled_saved runs the block on
+        # each block's first forward arguments: what compiled_saved runs the block on (detached after the
+        # step, outside the recorder: a detach inside it would be a traced op)
         self.block_inputs: dict[str, tuple[tuple, dict]] = {}
         for path in blocks:
             self.hooks.append(model.get_submodule(path).register_forward_pre_hook(
@@ -553,7 +554,7 @@ class _Tracer:
     def _keep_inputs(self, path: str) -> Callable[..., None]:
         def hook(_mod: nn.Module, args: tuple, kwargs: dict) -> None:
             if self.phase == "fwd" and path not in self.block_inputs:
-                self.block_inputs[path] = tree_map(_detached, (args, kwargs))
+                self.block_inputs[path] = (args, kwargs)
         return hook
 
     def remove_hooks(self) -> None:
@@ -884,7 +885,7 @@ def _fill_compiled_saved(graph: OpGraph, model: nn.Module, block_inputs: dict[st
         if cls is None or cls in done or path not in block_inputs:
             continue
         done.add(cls)
-        args, kwargs = block_inputs[path]
+        args, kwargs = tree_map(_detached, block_inputs[path])
         if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_leaves((args, kwargs))):
             continue  # no gradient flows into the block's inputs (its saved set is not an activation chain)
         try:

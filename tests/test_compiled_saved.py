@@ -121,3 +121,16 @@ def test_cost_model_uses_the_partitioner_for_compiled_blocks_without_recompute(l
     assert _act(cm, with_sp, rep, tp, True, "none", True, b) == pytest.approx(per_row * b / tp + gathered)
     # context parallelism runs attention as an eager ring: eager accounting
     assert _act(cm, {}, rep, 1, False, "none", True, b, cp=2) == _act(cm, {}, rep, 1, False, "none", False, b, cp=2)
+
+
+def test_keeping_block_inputs_adds_no_traced_op(tiny_llama_graph, monkeypatch):
+    """The tracer keeps each block's inputs for the partitioner without recording anything: the op graph is
+    the one traced without that hook (a detach inside the recorder would add an op per block, and the host
+    floor prices every op)."""
+    import autoparallel.tracer as tracer
+
+    monkeypatch.setattr(tracer._Tracer, "_keep_inputs", lambda self, path: lambda *args, **kwargs: None)
+    bare = trace("tiny-llama", batch=BATCH, seq_len=SEQ)
+    ops = [a["op"] for _, a in tiny_llama_graph.nodes()]
+    assert ops == [a["op"] for _, a in bare.nodes()]
+    assert bare.compiled_saved == {}  # no inputs kept, no partition: eager accounting
