@@ -36,10 +36,10 @@ if TYPE_CHECKING:
     from autoparallel.specs import ModelSpec
 
 ENV_DIR = "AUTOPARALLEL_CACHE_DIR"
-FORMAT = 2   # bump when the pickled layout of OpGraph changes in a way source hashes miss
+FORMAT = 3   # bump when the pickled layout of OpGraph changes in a way source hashes miss
 _PACKAGE = Path(__file__).resolve().parent
 # Sources whose code decides the traced graph of a spec-built model.
-_TRACER_SOURCES = ("tracer.py", "replicate.py", "graph.py", "specs.py", "plan.py", "hf.py", "models")
+_TRACER_SOURCES = ("tracer.py", "compiled_saved.py", "replicate.py", "graph.py", "specs.py", "plan.py", "hf.py", "models")
 
 
 def default_cache_dir() -> Path:

@@ -35,7 +35,7 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import flop_registry
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -106,6 +106,7 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     _fill_parameters(graph, meta_model, blocks)
     if error is None:
         _build_op_graph(graph, tr)
+        _fill_compiled_saved(graph, meta_model, tr.block_inputs)
     else:
         msg = (f"{name}: traced at module level only ({type(error).__name__}: "
                f"{str(error).splitlines()[0] if str(error) else 'no message'}); data-dependent control "
@@ -311,6 +312,11 @@ def _loss(out: Any, args: tuple, tokens: torch.Tensor | None, vocab: int | None,
 # ============================================================================ recording
 def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
+
+
+def _detached(x: Any) -> Any:
+    """A tensor as a fresh leaf with its requires_grad (no autograd history); anything else as is."""
+    return x.detach().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
 
 
 def _skey(t: torch.Tensor) -> StorageWeakRef:
@@ -528,6 +534,12 @@ class _Tracer:
         for path, mod in model.named_modules():
             self.hooks.append(mod.register_forward_pre_hook(self._push(path)))
             self.hooks.append(mod.register_forward_hook(self._pop, always_call=True))
+        # each block's first forward arguments: what compiled_saved runs the block on (detached after the
+        # step, outside the recorder: a detach inside it would be a traced op)
+        self.block_inputs: dict[str, tuple[tuple, dict]] = {}
+        for path in blocks:
+            self.hooks.append(model.get_submodule(path).register_forward_pre_hook(
+                self._keep_inputs(path), with_kwargs=True))
 
     # -- module attribution
     def _push(self, path: str) -> Callable[..., None]:
@@ -538,6 +550,12 @@ class _Tracer:
     def _pop(self, _mod: nn.Module, _args: Any, _out: Any) -> None:
         if self.module_stack:
             self.module_stack.pop()
+
+    def _keep_inputs(self, path: str) -> Callable[..., None]:
+        def hook(_mod: nn.Module, args: tuple, kwargs: dict) -> None:
+            if self.phase == "fwd" and path not in self.block_inputs:
+                self.block_inputs[path] = (args, kwargs)
+        return hook
 
     def remove_hooks(self) -> None:
         for h in self.hooks:
@@ -852,6 +870,29 @@ def _build_op_graph(graph: OpGraph, tr: _Tracer) -> None:
     g = graph.g
     g.add_nodes_from(enumerate(nodes))
     g.add_edges_from(tr.edges)
+
+
+def _fill_compiled_saved(graph: OpGraph, model: nn.Module, block_inputs: dict[str, tuple[tuple, dict]]) -> None:
+    """graph.compiled_saved: per block class, the bytes per sample its compiled form keeps for the backward
+    (autoparallel.compiled_saved: AOTAutograd's partitioner on the block, once per class, on the inputs the
+    traced step gave it). A class whose block the partitioner cannot take (an op without a meta kernel,
+    data-dependent shapes) is left out: the cost model then counts eager's saved bytes for it."""
+    from autoparallel.compiled_saved import compiled_saved_bytes
+
+    done: set[int] = set()
+    for path in graph.blocks:
+        cls = graph.block_class.get(path)
+        if cls is None or cls in done or path not in block_inputs:
+            continue
+        done.add(cls)
+        args, kwargs = tree_map(_detached, block_inputs[path])
+        if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_leaves((args, kwargs))):
+            continue  # no gradient flows into the block's inputs (its saved set is not an activation chain)
+        try:
+            nbytes = compiled_saved_bytes(model.get_submodule(path), args, kwargs)
+        except Exception:  # the partitioner's limits, not the model's: eager accounting stands
+            continue
+        graph.compiled_saved[cls] = nbytes / max(graph.batch, 1)
 
 
 def _build_module_level_graph(graph: OpGraph, tr: _Tracer, model: nn.Module) -> None:

@@ -118,6 +118,9 @@ class OpGraph:
     warnings: list[str] = field(default_factory=list)
     spec: Any = None                   # the ModelSpec when traced from one (head counts, vocab, ...)
     fingerprint: str = ""              # autoparallel.plan.fingerprint of the parameter names and shapes
+    # block class id -> bytes per sample that the torch.compile'd block keeps for its backward (AOTAutograd's
+    # default partitioner, autoparallel.compiled_saved); a class without an entry is priced as eager
+    compiled_saved: dict[int, float] = field(default_factory=dict)
 
     @property
     def has_tied_parameters(self) -> bool:
