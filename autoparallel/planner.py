@@ -372,13 +372,12 @@ class Planner:
         return [c for c in _divisors(n) if c == 1 or (self.seq_len % (2 * c) == 0
                                                       and self.seq_len // c >= MIN_CP_TOKENS)]
 
-    def _zero_dominated(self, zero: int, d: int, m: int) -> bool:
+    @staticmethod
+    def _zero_dominated(zero: int, d: int, m: int) -> bool:
         """Stages no plan needs (exact under the cost model): ZeRO-0 when d > 1 (ZeRO-1 moves the same
-        bytes, reduce-scatter + all-gather = all-reduce, and holds less), unless ZeRO-1 meets at one more
-        FSDP unit (the trainer's own final-norm-and-head unit, CostModel.fsdp_units); ZeRO-1 when m == 1
-        (ZeRO-2 then communicates the same once per step and holds less)."""
-        more_units = self.cm.runtime == "trainer" and not self.cm.graph.has_tied_parameters
-        return d > 1 and ((zero == 0 and not more_units) or (zero == 1 and m == 1))
+        bytes, reduce-scatter + all-gather = all-reduce, meets at as many FSDP units and holds less); ZeRO-1
+        when m == 1 (ZeRO-2 then communicates the same once per step and holds less)."""
+        return d > 1 and (zero == 0 or (zero == 1 and m == 1))
 
     def _sp_dominates(self) -> bool:
         """Sequence parallelism moves the same bytes as plain TP when each segment has as many

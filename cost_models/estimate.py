@@ -375,11 +375,12 @@ class CostModel:
     def fsdp_units(self, seg: Segment, plan: Plan) -> int:
         """FSDP2 units whose hooks run in the segment per micro-batch under the trainer
         (trainer/data_parallel.py): each block (and its expert group, wrapped apart), the root once, in
-        "pre"; the final norm and head a unit of their own under ZeRO 1-3 when no parameter is tied."""
+        "pre"; the final norm and head a unit of their own when no parameter is tied (under ZeRO-0 the head
+        alone, the norm staying with the root: one unit at every ZeRO stage)."""
         if self.runtime != "trainer":
             return 0
         if seg.name == "post":
-            return int(plan.zero >= 1 and not self.graph.has_tied_parameters)
+            return int(not self.graph.has_tied_parameters)
         return 1 + (seg.name != "pre" and seg.expert_params > 0)
 
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,

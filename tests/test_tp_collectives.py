@@ -265,13 +265,24 @@ def _tp_speed():
 
 
 def test_tp_speed_benchmark_plans_and_arguments():
-    """The CPU parts of benchmarks/tp_speed.py: its four plans and its argument checks."""
+    """The CPU parts of benchmarks/tp_speed.py: its plans, the compile options of the overlap variants and
+    its argument checks."""
     bench = _tp_speed()
     plans = bench.build_plans()
     # async TP after the other compiled variants: it sets inductor's global flag
     assert list(plans) == list(bench.VARIANTS)
     assert [(p.dp, p.tp, p.compile, p.async_tp) for p in plans.values()] == [
-        (2, 1, True, False), (1, 2, True, False), (1, 2, True, True), (1, 2, False, False)]
+        (2, 1, True, False), (1, 2, True, False), (1, 2, True, False), (1, 2, True, False), (1, 2, True, True),
+        (1, 2, False, False)]
+    # the overlap variants differ from tp2-sp-compiled only in inductor options the trainer passes on
+    assert set(bench.COMPILE_KWARGS) == {"tp2-sp-compiled-reorder", "tp2-sp-compiled-overlap"}
+    assert plans["tp2-sp-compiled-reorder"] == plans["tp2-sp-compiled"] == plans["tp2-sp-compiled-overlap"]
+    import torch._inductor.config as inductor_config
+    for kwargs in bench.COMPILE_KWARGS.values():
+        for key in kwargs["options"]:  # every option names a config entry of the installed torch
+            obj = inductor_config
+            for part in key.split("."):
+                obj = getattr(obj, part)
     assert bench.parse_args(["--out", "x.json"]).steps == 8
     with pytest.raises(SystemExit):
         bench.parse_args(["--out", "x.json", "--only", "tp8"])

@@ -1,10 +1,10 @@
 """Data parallelism with FSDP2, ZeRO stages mapped onto its options, and mixed precision.
 
 ZeRO stage -> what runs (every FSDP unit is one block; the root unit holds embeddings, final norm and
-head, except under ZeRO 1-3 in a model without tied parameters, where the final norm and the head form
-a unit of their own, as torchtitan groups them: their gradients are then reduce-scattered as soon as
-the backward has passed them, under the blocks' backward, not with the embeddings after all of it; an
-expert group is its own unit on the "dp" mesh when experts are ep-sharded):
+head, except in a model without tied parameters, where the final norm and the head form a unit of their
+own, as torchtitan groups them (under ZeRO-0 the head alone: replicate takes one module): their gradients
+are then reduced as soon as the backward has passed them, under the blocks' backward, not with the
+embeddings after all of it; an expert group is its own unit on the "dp" mesh when experts are ep-sharded):
 
   zero 0  `replicate` (FSDP2-based DDP): parameters, gradients and optimizer state replicated;
           gradients all-reduced once per step (after the last micro-batch).
@@ -61,8 +61,8 @@ def mixed_precision_policy(param_dtype: str, reduce_dtype: str) -> MixedPrecisio
 def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_mesh: DeviceMesh,
                         expert_mesh: DeviceMesh | None, expert_paths: list[str],
                         mp: MixedPrecisionPolicy, int8_grads: bool = False, tied: bool = False) -> FSDPModule:
-    """Wrap expert groups, then every block, then the final norm and head (zero >= 1 and no tied
-    parameters: `tied` says the model has some), then the root of `part` (bottom-up, as FSDP2 wants);
+    """Wrap expert groups, then every block, then the final norm and head (no tied parameters: `tied`
+    says the model has some), then the root of `part` (bottom-up, as FSDP2 wants);
     int8_grads: every unit reduce-scatters through low_precision.Int8ReduceScatter (zero >= 1)."""
     if int8_grads and zero == 0 and dense_mesh.size() > 1:  # (one data rank reduces nothing: no hook needed)
         raise UserError("plan: grad_reduce_dtype=int8 needs zero >= 1 (ZeRO-0's all-reduce has no FSDP2 hook)")
@@ -90,7 +90,11 @@ def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_m
         if mod is not None:
             wrap(mod, dense_mesh)
     post = [m for m in (get_submodule(part, p) for p in layout.post) if m is not None]
-    if zero >= 1 and post and not tied:
-        # kept gathered after forward: the backward needs them first (torchtitan's default for this unit)
-        wrap(post, dense_mesh, reshard=False)
+    if post and not tied:
+        # ZeRO 1-3: the final norm and head, kept gathered after forward (the backward needs them first:
+        # torchtitan's default for this unit); ZeRO-0: replicate takes one module, so the head alone (the
+        # largest), the norm's few parameters staying with the root. One unit either way
+        # (CostModel.fsdp_units).
+        wrap(post if zero >= 1 else max(post, key=lambda m: sum(p.numel() for p in m.parameters())),
+             dense_mesh, reshard=False)
     return wrap(part, dense_mesh)
