@@ -686,11 +686,15 @@ class CostModel:
     def logits_bytes(self, plan: Plan) -> float:
         """The loss's buffers beyond its saved tensors (those are the post segment's activations), on the
         last stage (vocab-sharded under TP, sequence-split under CP) [bytes]: eager cross entropy's fp32
-        copy of the logits and its fp32 gradient; the compiled loss (one fused pass, `compiled_loss`)
-        makes only the gradient, in the logits' dtype."""
-        per_logit = 2 * 4
+        copy of the logits and its fp32 gradient; under the trainer also the head's output itself, which
+        its step holds until the backward is done (the model output it returned; Megatron computes the
+        loss inside the model) though no backward op saves it. The trainer's compiled loss (one fused
+        pass, `compiled_loss`) saves that output (counted with the activations) and makes only the
+        gradient, in the logits' dtype."""
+        pb = DTYPE_BYTES.get(plan.param_dtype, 2)
+        per_logit = 2 * 4 + (pb if self.runtime == "trainer" else 0)
         if self.compiled_loss(plan.compile, plan.tp, plan.cp):
-            per_logit = DTYPE_BYTES.get(plan.param_dtype, 2)
+            per_logit = pb
         return per_logit * plan.micro_batch * plan.seq_len * self.vocab_size / plan.tp / plan.cp
 
     def update_rate_per_micro_batch(self, micro_batches: int) -> float:
