@@ -37,27 +37,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.overrides import TorchFunctionMode
 
 __all__ = ["compiled_saved_bytes"]
-
-
-class _FusedAttention(TorchFunctionMode):
-    """F.scaled_dot_product_attention as the fused kernel a GPU runs (the meta device would pick the
-    math path, whose seq x seq probabilities the partitioner would then weigh)."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention:
-            from autoparallel.tracer import _fused_sdpa
-
-            out = _fused_sdpa(*args, **kwargs)
-            if out is not None:
-                return out
-        return func(*args, **kwargs)
 
 
 class _Flat(nn.Module):
@@ -110,7 +93,11 @@ def _partition(block: nn.Module, args: tuple, kwargs: dict, decompositions: dict
         graphs["outputs"] = kw.get("num_fwd_outputs", 1)
         return min_cut_rematerialization_partition(gm, joint_inputs, compiler="inductor", **kw)
 
-    with torch.device("meta"), _FusedAttention():
+    # attention as the fused kernel a GPU runs (the meta device would pick the math path, whose seq x seq
+    # probabilities the partitioner would then weigh); RMSNorm left to decompose, as Inductor does
+    from autoparallel.tracer import _FusedKernels
+
+    with torch.device("meta"), _FusedKernels(attention_only=True):
         aot_module_simplified(mod, tuple(flat), fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                               partition_fn=partition, decompositions=decompositions)
     return graphs["fw"], graphs["outputs"], [*mod.parameters(), *mod.buffers(), *flat]

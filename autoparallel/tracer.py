@@ -335,7 +335,12 @@ class _FusedKernels(TorchFunctionMode):
     into fp32 copies that autograd would save. Costed as autoparallel::fused_rms_norm (below).
     F.dropout (training, 0 < p < 1): CUDA runs aten.native_dropout (a 1-byte bool mask is saved); off
     CUDA it becomes empty_like(x).bernoulli_() whose mask has x's dtype (2 bytes in bf16).
+    attention_only: route attention alone (autoparallel.compiled_saved: Inductor decomposes the rest).
     """
+
+    def __init__(self, attention_only: bool = False) -> None:
+        super().__init__()
+        self.attention_only = attention_only
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -343,6 +348,8 @@ class _FusedKernels(TorchFunctionMode):
             out = _fused_sdpa(*args, **kwargs)
             if out is not None:
                 return out
+        elif self.attention_only:
+            pass
         elif func is F.rms_norm:
             return _rms_norm(*args, **kwargs)
         elif func is F.dropout:
