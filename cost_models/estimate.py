@@ -683,6 +683,15 @@ class CostModel:
         = 1; under TP the loss is vocab-parallel, under CP it runs in the ring's context, both eager)."""
         return self.runtime == "trainer" and compiled and tp == 1 and cp == 1
 
+    def loss_parallel(self, plan: Plan) -> bool:
+        """Whether the trainer's default loss runs on vocab-sharded logits (torch's loss_parallel): tp > 1
+        with the LM head, the last Linear after the blocks, column-sharded (trainer.tensor_parallel's
+        lm_head_path)."""
+        if self.runtime != "trainer" or plan.tp == 1:
+            return False
+        heads = [path for path, op in self.graph.parametric_ops.items() if op.block is None and op.kind == "linear"]
+        return bool(heads) and self.placements_for(plan).get(heads[-1]) == "colwise"
+
     def logits_bytes(self, plan: Plan) -> float:
         """The loss's buffers beyond its saved tensors (those are the post segment's activations), on the
         last stage (vocab-sharded under TP, sequence-split under CP) [bytes]: eager cross entropy's fp32
@@ -695,6 +704,11 @@ class CostModel:
         per_logit = 2 * 4 + (pb if self.runtime == "trainer" else 0)
         if self.compiled_loss(plan.compile, plan.tp, plan.cp):
             per_logit = pb
+        elif self.loss_parallel(plan):
+            # torch's loss_parallel fuses the NLL and log-softmax backward into (zeros_like(x) + exp(x)) *
+            # grad (torch/distributed/tensor/parallel/loss.py, _nll_loss_and_log_softmax_backward): the
+            # zeros, their sum with exp(x) and the product live at once, one fp32 tensor more than eager's
+            per_logit += 4
         return per_logit * plan.micro_batch * plan.seq_len * self.vocab_size / plan.tp / plan.cp
 
     def update_rate_per_micro_batch(self, micro_batches: int) -> float:
