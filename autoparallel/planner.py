@@ -866,10 +866,10 @@ class StageModel:
     def state_bytes_per_param(self) -> tuple[float, float]:
         """Bytes per local parameter of model states after ZeRO sharding: (dense, expert)."""
         c = self.cfg
-        pb, gb = DTYPE_BYTES.get(self.plan0.param_dtype, 2), GRAD_STATE_BYTES[c.grad_reduce_dtype]
+        ps, gb = self.cm.param_state_bytes(self.plan0), GRAD_STATE_BYTES[c.grad_reduce_dtype]
         gb = gb if self.cm.grads_resident(self.m) else 0  # CostModel._memory's accounting
-        return (sum(model_state_bytes(1.0, c.zero, c.dense_dp, pb, gb)),
-                sum(model_state_bytes(1.0, c.zero, c.expert_dp, pb, gb)))
+        return (sum(model_state_bytes(1.0, c.zero, c.dense_dp, ps, gb)),
+                sum(model_state_bytes(1.0, c.zero, c.expert_dp, ps, gb)))
 
     def fixed_memory(self, d: int) -> float:
         """Bytes on rank d independent of the partition: buffers and the ends' model states."""
