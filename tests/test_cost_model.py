@@ -254,3 +254,36 @@ def test_megatron_smallest_row_within_15_percent():
     est = ctx.cost_model.estimate(replace(plan, placements=ctx.cost_model.placements_for(plan)))
     assert est.hardware_tflops_per_gpu == pytest.approx(137, rel=0.15)
     assert est.fits
+
+
+def test_trainer_loss_and_zero3_memory_rules():
+    """The loss buffers and ZeRO-3 parameter state of the trainer's runtime, per logit and parameter
+    (CostModel.logits_bytes, param_state_bytes, fsdp_units; derivations in their docstrings and
+    docs/trainer_sweep_notes.md, s5): eager cross entropy keeps an fp32 copy and an fp32 gradient of the
+    logits and the step holds the bf16 head output (4 + 4 + 2 bytes); the compiled loss makes only a bf16
+    gradient (2); torch's loss_parallel holds one fp32 logit-sized tensor more than eager (+4, over tp
+    shards); Megatron computes its loss inside the model (4 + 4). ZeRO-3 under FSDP2 mixed precision keeps
+    no bf16 parameter shard."""
+    ctx = context("tiny-llama", "h200", 2, 128)
+    cm = ctx.cost_model
+    vocab = cm.vocab_size
+    base = Plan(model="tiny-llama", hardware="h200", gpus=2, gpus_per_node=2, global_batch=4, seq_len=128, dp=2,
+                micro_batch=2, zero=2, placements=megatron_placements(ctx.graph, 1))
+    logits = 2 * 128 * vocab
+    assert cm.logits_bytes(base) == pytest.approx(10 * logits)
+    assert cm.logits_bytes(replace(base, compile=True)) == pytest.approx(2 * logits)
+    # Megatron's layout shards the head column-wise: the trainer's loss runs vocab-parallel
+    tp2 = replace(base, dp=1, tp=2, micro_batch=4, sequence_parallel=True, placements=megatron_placements(ctx.graph, 2))
+    assert cm.loss_parallel(tp2) and not cm.loss_parallel(base)
+    assert cm.logits_bytes(tp2) == pytest.approx(14 * 4 * 128 * vocab / 2)
+    replicated_head = dict(tp2.placements, lm_head="replicate")
+    assert not cm.loss_parallel(replace(tp2, placements=replicated_head))
+    megatron = context("tiny-llama", "h200", 2, 128, runtime="megatron").cost_model
+    assert megatron.logits_bytes(base) == pytest.approx(8 * logits)
+    assert cm.param_state_bytes(base) == 2 and cm.param_state_bytes(replace(base, zero=3)) == 0
+    assert megatron.param_state_bytes(replace(base, zero=3)) == 2
+    zero2, zero3 = cm.estimate(base), cm.estimate(replace(base, zero=3))
+    params = zero2.memory_breakdown_gib[0]["params"]
+    assert params > 0 and zero3.memory_breakdown_gib[0]["params"] == 0
+    post = cm.segments(cm.placements_for(base), False)["post"]
+    assert cm.fsdp_units(post, base) == int(not ctx.graph.has_tied_parameters)
