@@ -256,6 +256,7 @@ class Planner:
         self.compile = bool(self.fix.get("compile", False))
         # FP8 linears in every block only when asked (--precision fp8): FP8 changes numerics, so it is the
         # user's option, never the planner's silent choice
+        self.precision = precision
         self.fp8 = fp8_recipe(precision, cluster.profile)
         self.model_name = model_name or graph.model_name
         self.progress = progress
@@ -610,19 +611,52 @@ class Planner:
                           runners_up=runners)
 
     def _with_compile(self, winner: Candidate) -> Candidate:
-        """The winner with torch.compile per block when compile is not pinned and the cost model predicts
+        """The best compiled version of the winner when compile is not pinned and the cost model predicts
         it at least COMPILE_MARGIN faster and still fitting. Measured on H200s (docs/trainer_sweep.md):
         compiled dense blocks ran 14-18% faster than eager (1.3B and 7B llama); expert groups run eager
         inside compiled blocks (graph breaks at the routing), which the cost model prices, so an MoE
         gains little. The margin keeps compile off where the predicted gain is within the model's error
-        on compiled steps. The solver's objective and bound stay those of the eager search."""
+        on compiled steps. The solver's objective and bound stay those of the eager search.
+
+        Compiled blocks keep fewer activations (autoparallel.compiled_saved) and the compiled loss fewer
+        logit buffers, so the eager winner's ZeRO stage and recompute may not be the best compiled ones:
+        its mesh (tp, pp, dp, ep, cp, vpp, micro-batch, SP) is also re-solved with compiled costs at each
+        ZeRO stage the pins allow (a 7B llama on two H200s: the eager search's ZeRO-3 with per-op recompute
+        compiled, 1235 ms predicted, against ZeRO-2 without recompute compiled, 1216 ms)."""
         if "compile" in self.fix:
             return winner
-        plan = replace(winner.plan, compile=True)
-        est = self.cm.estimate(plan, self.budget)
-        if est.fits and est.step_time_s <= winner.estimate.step_time_s * (1 - COMPILE_MARGIN):
-            return Candidate(plan, est)
+        best = None
+        for cand in self._compiled_family(winner.plan):
+            if cand.estimate.fits and (best is None or cand.estimate.step_time_s < best.estimate.step_time_s):
+                best = cand
+        if best is not None and best.estimate.step_time_s <= winner.estimate.step_time_s * (1 - COMPILE_MARGIN):
+            return best
         return winner
+
+    def _compiled_family(self, plan: Plan) -> Iterator[Candidate]:
+        """`plan` compiled as it is, then its mesh re-solved under compiled costs at each allowed ZeRO stage
+        (a planner with compile pinned on, sharing this one's cost model, placements and segment analyses)."""
+        compiled_plan = replace(plan, compile=True)
+        yield Candidate(compiled_plan, self.cm.estimate(compiled_plan, self.budget))
+        compiled = Planner(self.graph, self.cluster, self.global_batch, self.seq_len, self.budget,
+                           {**self.fix, "compile": 1}, self.model_name, placements=self.placements,
+                           cost_model=self.cm, precision=self.precision)
+        compiled._placement_cache, compiled._segments = self._placement_cache, self._segments
+        compiled._fallback_tp = self._fallback_tp
+        d = plan.dp * plan.cp * plan.ep
+        for zero in range(4):
+            if self.fix.get("zero", zero) != zero or (zero > 0 and d == 1):
+                continue
+            if "zero" not in self.fix and self._zero_dominated(zero, d, plan.num_micro_batches):
+                continue  # as the search skips it
+            cfg = MeshConfig(plan.tp, plan.pp, plan.dp, plan.ep, plan.vpp, plan.micro_batch, zero,
+                             plan.sequence_parallel, plan.grad_reduce_dtype, plan.cp)
+            sm = compiled._stage_model(cfg)
+            if not sm.memory_may_fit():
+                continue
+            solved = sm.solve()
+            if solved is not None:
+                yield Candidate(solved, self.cm.estimate(solved, self.budget))
 
     def _with_schedule(self, searched: Candidate, current: Candidate) -> Candidate:
         """The pipelined winner on torch's zero-bubble schedule (eager, plan.check_runnable's rules) where
