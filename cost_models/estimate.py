@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -697,10 +697,15 @@ class CostModel:
         """Whether the trainer's default loss runs on vocab-sharded logits (torch's loss_parallel): tp > 1
         with the LM head, the last Linear after the blocks, column-sharded (trainer.tensor_parallel's
         lm_head_path)."""
-        if self.runtime != "trainer" or plan.tp == 1:
+        if self.runtime != "trainer" or plan.tp == 1 or self._head_path is None:
             return False
+        return self.placements_for(plan).get(self._head_path) == "colwise"
+
+    @cached_property
+    def _head_path(self) -> str | None:
+        """The LM head: the last Linear outside the blocks (None for a model without one)."""
         heads = [path for path, op in self.graph.parametric_ops.items() if op.block is None and op.kind == "linear"]
-        return bool(heads) and self.placements_for(plan).get(heads[-1]) == "colwise"
+        return heads[-1] if heads else None
 
     def logits_bytes(self, plan: Plan) -> float:
         """The loss's buffers beyond its saved tensors (those are the post segment's activations), on the
