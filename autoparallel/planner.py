@@ -638,9 +638,11 @@ class Planner:
         (a planner with compile pinned on, sharing this one's cost model, placements and segment analyses)."""
         compiled_plan = replace(plan, compile=True)
         yield Candidate(compiled_plan, self.cm.estimate(compiled_plan, self.budget))
-        compiled = Planner(self.graph, self.cluster, self.global_batch, self.seq_len, self.budget,
-                           {**self.fix, "compile": 1}, self.model_name, placements=self.placements,
-                           cost_model=self.cm, precision=self.precision)
+        # the search prices 1F1B either way; a pinned zero-bubble schedule (eager only) is _with_schedule's
+        fix = {k: v for k, v in self.fix.items() if k != "schedule"} | {"compile": 1}
+        compiled = Planner(self.graph, self.cluster, self.global_batch, self.seq_len, self.budget, fix,
+                           self.model_name, placements=self.placements, cost_model=self.cm,
+                           precision=self.precision)
         compiled._placement_cache, compiled._segments = self._placement_cache, self._segments
         compiled._fallback_tp = self._fallback_tp
         d = plan.dp * plan.cp * plan.ep
