@@ -509,7 +509,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if failed:
         print("failed:", ", ".join(failed))
     raws = " ".join(_rel(r) for r in args.raw)
-    fitted = ", ".join(f"`{k}` from {v}" for k, v in FIT.items())
+    # the keys fit took from a configuration (host_us_per_op_compiled only where the probes lack the compiled one)
+    fitted = ", ".join(f"`{k}` from {v}" for k, v in FIT.items() if v in fit_configs) or "nothing from the sweep"
     DOC.write_text(
         "# AutoParallelTrainer against the cost model (H200)\n\n"
         f"Command: `python benchmarks/trainer_sweep.py report --raw {raws} --profile {_rel(args.profile)}` "
