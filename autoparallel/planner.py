@@ -1355,7 +1355,9 @@ class StageModel:
     def collective_time(self, name: str) -> float:
         """The ranks' meetings at one segment's FSDP collectives: host work that the host's lead hides
         (CostModel.tail_host_time)."""
-        return self.cm.fsdp_collective_time(self.plan0, self.cm.fsdp_units(self.segs[name], self.plan0))
+        seg = self.segs[name]
+        return self.cm.fsdp_collective_time(self.plan0, self.cm.fsdp_units(seg, self.plan0),
+                                            self.cm.fsdp_tensors(seg, self.plan0))
 
     def option_lead(self, mix: tuple[int, int, int, str]) -> float:
         """SegmentCost.lead_s summed over a uniform rank option's blocks (none, partial, full counts)."""

@@ -147,6 +147,12 @@ CONFIGS = [
     _c("1g-gpt-b16-compiled", "gpt-350m", 1, 16, fix={"micro_batch": 8, "compile": 1}),
     _c("1g-moe-b16-mb8x2", "moe-1.2b-8e", 1, 16, fix={"micro_batch": 8, "compile": 0}),
     _c("1g-moe-b16-compiled", "moe-1.2b-8e", 1, 16, fix={"micro_batch": 8, "compile": 1}),
+    # added with the per-tensor FSDP host term (s6, one GPU only): the GPT, whose blocks hold 16 parameter
+    # tensors to the llama's 9, at more micro-batches and recomputed, and the compiled llama micro-batched
+    _c("1g-gpt-mb4x2", "gpt-350m", 1, 8, fix={"micro_batch": 4, "compile": 0}),
+    _c("1g-gpt-mb4x2-compiled", "gpt-350m", 1, 8, fix={"micro_batch": 4, "compile": 1}),
+    _c("1g-gpt-full", "gpt-350m", 1, 8, fix={"micro_batch": 8, "recompute": "full", "compile": 0}),
+    _c("1g-llama-mb4x2-compiled", "llama-1.3b", 1, 8, fix={"micro_batch": 4, "compile": 1}),
     # a ~7B llama at seq 4096, 8 rows per step: a scale none of the fits saw
     # zero-bubble pipelines (issue 14)
     _c("2g-llama-pp2-zb", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 1, "micro_batch": 4, "compile": 0,
@@ -485,7 +491,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             rec["profile"] = m["profile"]
         records.append(rec)
     failed = sorted(n for n, m in measured.items() if "error" in m)
-    RESULTS.write_text(json.dumps({"profile": PROFILE, "records": records, "failed": failed}, indent=1) + "\n")
+    Path(args.results).write_text(json.dumps({"profile": PROFILE, "records": records, "failed": failed}, indent=1) + "\n")
     lines = ["| configuration | gpus | plan | predicted ms | measured ms | error | predicted GiB | measured GiB | error "
              "| measured MFU |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in records:
@@ -511,10 +517,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     raws = " ".join(_rel(r) for r in args.raw)
     # the keys fit took from a configuration (host_us_per_op_compiled only where the probes lack the compiled one)
     fitted = ", ".join(f"`{k}` from {v}" for k, v in FIT.items() if v in fit_configs) or "nothing from the sweep"
-    DOC.write_text(
+    outputs = "".join(f" --{k} {_rel(v)}" for k, v, default in (("doc", args.doc, DOC), ("results", args.results, RESULTS))
+                      if Path(v).resolve() != default.resolve())
+    Path(args.doc).write_text(
         "# AutoParallelTrainer against the cost model (H200)\n\n"
-        f"Command: `python benchmarks/trainer_sweep.py report --raw {raws} --profile {_rel(args.profile)}` "
-        "(measured with the `measure` commands in the script's docstring on a lent two-H200 machine; plans "
+        f"Command: `python benchmarks/trainer_sweep.py report --raw {raws} --profile {_rel(args.profile)}{outputs}` "
+        "(measured with the `measure` commands in the script's docstring on a lent H200 machine, one or two GPUs; plans "
         "from `plans`).\n\n"
         "The profile is `fit`'s: the trainer's host terms fitted from the small probes of `autoparallel "
         "calibrate --trainer` measured on the same machine (autoparallel/calibrate_trainer.py; none is a "
@@ -1361,6 +1369,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("report")
     r.add_argument("--raw", nargs="+", required=True)
     r.add_argument("--profile", default=str(FITTED_PROFILE), help="the profile `fit` wrote (default: %(default)s)")
+    r.add_argument("--doc", default=str(DOC), help="the report (default: %(default)s)")
+    r.add_argument("--results", default=str(RESULTS), help="the pairs as JSON (default: %(default)s)")
     sh = sub.add_parser("ship", help="write fit's terms into hardware_profiles/h200.yaml")
     sh.add_argument("--profile", default=str(FITTED_PROFILE))
     f = sub.add_parser("fit")

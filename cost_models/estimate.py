@@ -335,6 +335,11 @@ class CostModel:
         fwd_sum = float(fwd_t.sum())
         replay = 1.0 if recompute == "full" else (float(recompute_s) / fwd_sum if fwd_sum > 0 else 0.0)
         host_s = fwd_host_s * (1.0 + replay) + bwd_host_s
+        # how far the host runs ahead of the GPU over the segment; an expert layer's token-count read-back
+        # drains the GPU queue in every forward, so only its backward (no read-back) builds a lead
+        synced = ep > 1 and seg.ep_alltoall_bytes and not compiled and h.ep_sync_s > 0
+        lead = (max(0.0, float(bwd_s) - bwd_host_s) if synced
+                else max(0.0, float(fwd_s + bwd_s + recompute_s) - host_s))
         return SegmentCost(
             fwd_s=float(fwd_s), bwd_s=float(bwd_s), recompute_s=float(recompute_s),
             tp_comm_s=tp_comm_fwd + tp_comm_bwd + (tp_comm_fwd if recompute == "full" else 0.0),
@@ -342,7 +347,7 @@ class CostModel:
             act_bytes=act, working_bytes=working,
             flops_fwd=float(fwd_flops.sum()), flops_bwd=float(bwd_flops.sum()), flops_recompute=rec_flops,
             cp_comm_s=cp_comm_fwd + cp_comm_bwd + (cp_comm_fwd if recompute == "full" else 0.0), wgrad_s=wgrad_s,
-            lead_s=max(0.0, float(fwd_s + bwd_s + recompute_s) - host_s))
+            lead_s=lead)
 
     def _compiled_saved(self, name: str, compiled: bool, tp: int, sp: bool, cp: int) -> float | None:
         """Bytes per sample that a block compiled by the trainer keeps for its backward, or None where the
@@ -571,7 +576,7 @@ class CostModel:
         for d in range(p):
             acc = dict(time=0.0, compute=0.0, tp_comm=0.0, ep_comm=0.0, cp_comm=0.0, recompute=0.0, p2p=0.0,
                        flops_model=0.0, flops_hw=0.0, bwd=0.0, fwd_bwd=0.0, units=0, fwd=0.0, wgrad=0.0,
-                       w_action=0.0, lead=0.0)
+                       w_action=0.0, lead=0.0, tensors=0)
             act = working = 0.0
             dense = tp_params = expert = 0.0
             for vs, seg_list in enumerate(stage_segments):
@@ -600,6 +605,7 @@ class CostModel:
                     tp_params += s.tp_params
                     expert += s.expert_params
                     acc["units"] += self.fsdp_units(s, plan)
+                    acc["tensors"] += self.fsdp_tensors(s, plan)
                 if p > 1:
                     t = self.boundary_time(plan, span["pp"])
                     acc["time"] += t
@@ -731,16 +737,24 @@ class CostModel:
         fp32 reduction, ZeRO-0): the sharding solver's per-parameter price of keeping a weight whole."""
         return self._update_seconds(1, 0, micro_batches, DTYPE_BYTES["bf16"], DTYPE_BYTES["fp32"]) / micro_batches
 
-    def fsdp_collective_time(self, plan: Plan, units: int) -> float:
-        """Per step, the ranks' meeting at the FSDP2 collectives of `units` units [s] (cost_models.host):
-        M_g + M_r per unit, with M_g = M all-gathers (2M under ZeRO-3) and M_r = M reduce-scatters under
-        ZeRO 2/3, else 1 (compute.fsdp_update_time counts the same); none when one rank holds everything.
-        The optimizer term carries it (linear in the units, so the planner adds it per block)."""
-        if plan.dense_dp == 1 or not self.host.fsdp_collective_s:
-            return 0.0
+    def fsdp_collective_time(self, plan: Plan, units: int, tensors: int) -> float:
+        """Per step, the host work at the FSDP2 collectives of `units` units holding `tensors` parameter
+        tensors that the host's lead can hide [s] (cost_models.host): the ranks' meetings, M_g + M_r per unit,
+        with M_g = M all-gathers (2M under ZeRO-3) and M_r = M reduce-scatters under ZeRO 2/3, else 1
+        (compute.fsdp_update_time counts the same), none when one rank holds everything; and
+        post_backward_reduce's per-tensor Python, M_r times per tensor, on any number of ranks. The optimizer
+        term carries it (linear in the units and tensors, so the planner adds it per block)."""
         m = plan.num_micro_batches
-        per_unit = m * (2 if plan.zero >= 3 else 1) + (m if plan.zero >= 2 else 1)
-        return self.host.fsdp_collective_s * per_unit * units
+        syncs = m if plan.zero >= 2 else 1
+        reduce = self.host.fsdp_tensor_s * syncs * tensors
+        if plan.dense_dp == 1 or not self.host.fsdp_collective_s:
+            return reduce
+        per_unit = m * (2 if plan.zero >= 3 else 1) + syncs
+        return self.host.fsdp_collective_s * per_unit * units + reduce
+
+    def fsdp_tensors(self, seg: Segment, plan: Plan) -> int:
+        """Parameter tensors FSDP2 handles for `seg` under the trainer, in its own units or the root's."""
+        return seg.param_tensors if self.runtime == "trainer" else 0
 
     def tail_host_time(self, collective_s: float, lead_s: float) -> float:
         """The step's host work beyond its ops that the optimizer term carries [s]: the per-step work
@@ -793,7 +807,7 @@ class CostModel:
             window = window if self.overlap_grad_sync else 0.0
             exposed = max(0.0, total - window)
             opt = s["params"] * self.optimizer_seconds_per_param(plan) + \
-                self.tail_host_time(self.fsdp_collective_time(plan, s["units"]), m * s["lead"])
+                self.tail_host_time(self.fsdp_collective_time(plan, s["units"], s["tensors"]), m * s["lead"])
             worst_exposed, worst_total = max(worst_exposed, exposed), max(worst_total, total)
             worst_opt = max(worst_opt, opt)
         return worst_exposed, worst_total, worst_opt

@@ -18,6 +18,13 @@ drains the GPU queue. Each is one calibration term (microseconds), per unit of w
                                 the ranks meet at each collective, so whichever is behind holds the other;
                                 counted per step (`CostModel.fsdp_collective_time`), less the host's lead
                                 over a GPU-bound backward (`CostModel.tail_host_time`)
+  host_us_per_fsdp_tensor       per parameter tensor of an FSDP2 unit and gradient sync, on any number of ranks
+                                (the trainer shards with FSDP2 on one GPU too): post_backward_reduce's Python
+                                loops over the unit's tensors (views into the fp32 copy-in, the sharded
+                                gradient's accumulation); 1-1.6 ms a GPT block of 16 tensors in a one-GPU
+                                profile (docs/trainer_sweep_notes.md). A sync per step under ZeRO 0/1, per
+                                micro-batch under ZeRO 2/3; it runs while the backward's kernels drain, so
+                                it joins the FSDP meetings that the host's lead hides
   host_us_per_checkpoint        per checkpointed region (a block under full/op, the attention core under
                                 selective) per micro-batch, charged to the backward phase that recomputes it
   host_us_per_recompute_op      per op the region re-runs, on top of its forward rate (saved-tensor
@@ -46,7 +53,7 @@ from hardware_profiles import HardwareProfile
 # calibration keys, in the order of HostTerms' fields
 HOST_TERMS = ("host_us_per_op_dtensor", "host_us_per_op_sac", "host_us_per_tp_collective", "host_us_per_fsdp_collective", "host_us_per_checkpoint",
               "host_us_per_recompute_op", "host_us_per_pipeline_action", "host_us_per_ep_sync", "host_us_per_step",
-              "host_us_per_op_compiled")
+              "host_us_per_op_compiled", "host_us_per_fsdp_tensor")
 
 
 def _us(profile: HardwareProfile, key: str) -> float:
@@ -67,6 +74,7 @@ class HostTerms:
     ep_sync_s: float = 0.0
     step_s: float = 0.0
     compiled_op_s: float = 0.0
+    fsdp_tensor_s: float = 0.0
 
     @classmethod
     def of(cls, profile: HardwareProfile) -> HostTerms:

@@ -94,6 +94,7 @@ class Segment:
     dense_params: float = 0.0        # parameters not sharded by tp
     tp_params: float = 0.0           # parameters sharded tp-way
     expert_params: float = 0.0       # parameters sharded ep-way (replicated over tp)
+    param_tensors: int = 0           # parameter tensors (weights, biases; tied ones once): FSDP2's per-tensor work
     input_bytes: float = 0.0         # bytes of the segment's input activation, per sample
     num_experts: int = 0
     # K and V inputs of the fused attention kernels (whole sequence, all kv heads), per sample: what a
@@ -361,6 +362,7 @@ def _count_params(graph: OpGraph, seg: Segment, name: str, placements: dict[str,
         if (op.block or _param_region(graph, path)) != name:
             continue
         pl = placements.get(path)
+        seg.param_tensors += len(op.shapes) - len(op.tied)
         if op.kind == "experts":
             seg.expert_params += op.param_count
         elif pl in SHARDING_PLACEMENTS:

@@ -287,3 +287,38 @@ def test_trainer_loss_and_zero3_memory_rules():
     assert params > 0 and zero3.memory_breakdown_gib[0]["params"] == 0
     post = cm.segments(cm.placements_for(base), False)["post"]
     assert cm.fsdp_units(post, base) == int(not ctx.graph.has_tied_parameters)
+
+
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt"])
+def test_fsdp_host_work_counts_the_units_parameter_tensors(model):
+    """post_backward_reduce's per-tensor host work (cost_models.host host_us_per_fsdp_tensor): each segment
+    counts the parameter tensors of its modules (tied ones once), as the built model holds them; the
+    term is paid once per gradient sync, per step under ZeRO 0/1 and per micro-batch under ZeRO 2/3,
+    on one rank too, and the step pays what the host's lead does not hide (CostModel.tail_host_time)."""
+    import torch
+
+    from autoparallel.api import make_cluster
+    from autoparallel.models import build_model
+    from autoparallel.sharding import cost_model
+    ctx = context(model, "h200", 1, 128)
+    with torch.device("meta"):
+        module = build_model(load_model_spec(model))
+    block = ctx.graph.blocks[0]
+    segs = ctx.cost_model.segments(ctx.cost_model.placements_for(
+        Plan(model=model, hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=128)), False)
+    assert segs[block].param_tensors == len(list(module.get_submodule(block).parameters()))
+    assert sum(s.param_tensors for s in segs.values() if s.name != block) + len(ctx.graph.blocks) * \
+        segs[block].param_tensors == len(list(module.parameters()))  # parameters() yields a tied one once
+    rate = 1000.0  # us: large enough that no lead hides it
+    prof = ctx.cluster.profile
+    cm = cost_model(ctx.graph, make_cluster(replace(prof, calibration={**prof.calibration, "host_us_per_fsdp_tensor": rate}), 1))
+    cm0 = cost_model(ctx.graph, make_cluster(replace(prof, calibration={**prof.calibration, "host_us_per_fsdp_tensor": 0.0}), 1))
+    plan = Plan(model=model, hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=128, micro_batch=2)
+    tensors = len(list(module.parameters()))
+    assert cm.fsdp_collective_time(plan, 1, tensors) == pytest.approx(rate * 1e-6 * tensors)  # one sync per step
+    zero2 = replace(plan, zero=2)
+    assert cm.fsdp_collective_time(zero2, 1, tensors) == pytest.approx(2 * rate * 1e-6 * tensors)
+    lead = plan.num_micro_batches * cm.stage_costs(plan)[0]["lead"]
+    extra = cm.estimate(plan).step_time_s - cm0.estimate(plan).step_time_s
+    assert extra == pytest.approx(max(0.0, rate * 1e-6 * tensors - lead), rel=1e-6)
+    assert extra > 0
