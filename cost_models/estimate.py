@@ -337,7 +337,7 @@ class CostModel:
         host_s = fwd_host_s * (1.0 + replay) + bwd_host_s
         # how far the host runs ahead of the GPU over the segment; an expert layer's token-count read-back
         # drains the GPU queue in every forward, so only its backward (no read-back) builds a lead
-        synced = ep > 1 and seg.ep_alltoall_bytes and not compiled and h.ep_sync_s > 0
+        synced = ep > 1 and seg.ep_alltoall_bytes > 0 and not compiled and h.ep_sync_s > 0
         lead = (max(0.0, float(bwd_s) - bwd_host_s) if synced
                 else max(0.0, float(fwd_s + bwd_s + recompute_s) - host_s))
         return SegmentCost(
