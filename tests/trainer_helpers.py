@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+import shutil
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -207,12 +208,6 @@ class Config:
     meta: bool = False          # build on the meta device (ranks seeded differently): init_weights on shards
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _train(cfg: Config, out: Path, rank: int) -> dict[str, Any]:
     from autoparallel.trainer import AutoParallelTrainer
 
@@ -246,16 +241,18 @@ def _train(cfg: Config, out: Path, rank: int) -> dict[str, Any]:
     return {"losses": losses}
 
 
-def worker(rank: int, world: int, port: int, out: str, configs: list[Any], train: Any = None) -> None:
-    """train(cfg, out, rank) -> result dict, default _train (other test modules bring their own)."""
+def worker(rank: int, world: int, store: str, out: str, configs: list[Any], train: Any = None) -> None:
+    """train(cfg, out, rank) -> result dict, default _train (other test modules bring their own). The ranks
+    meet through a file (`store`, new for each group) rather than a TCP port: a port picked free in the
+    parent can be taken by another process before rank 0 binds it, which failed whole test modules."""
     import datetime
 
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
     outdir = Path(out)
     for cfg in configs:
         t0 = time.time()
@@ -273,15 +270,19 @@ def worker(rank: int, world: int, port: int, out: str, configs: list[Any], train
 def run_spawned(world: int, configs: list[Any], out: Path, timeout: float = 600.0, train: Any = None) -> None:
     import torch.multiprocessing as mp
 
-    ctx = mp.start_processes(worker, args=(world, free_port(), str(out), configs, train), nprocs=world, join=False,
+    store = Path(tempfile.mkdtemp(prefix="pg_")) / "store"  # absent until the group creates it
+    ctx = mp.start_processes(worker, args=(world, str(store), str(out), configs, train), nprocs=world, join=False,
                              start_method="spawn")
     deadline = time.time() + timeout
-    while not ctx.join(timeout=max(1.0, deadline - time.time())):
-        if time.time() > deadline:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
-            raise TimeoutError(f"spawned trainer group of {world} did not finish in {timeout:.0f}s")
+    try:
+        while not ctx.join(timeout=max(1.0, deadline - time.time())):
+            if time.time() > deadline:
+                for p in ctx.processes:
+                    if p.is_alive():
+                        p.kill()
+                raise TimeoutError(f"spawned trainer group of {world} did not finish in {timeout:.0f}s")
+    finally:
+        shutil.rmtree(store.parent, ignore_errors=True)
 
 
 def result(out: Path, name: str) -> dict[str, Any]:
