@@ -48,7 +48,11 @@ TINY_MOE = {"name": "tiny-moe", "model_type": "qwen2_moe", "vocab_size": 512, "h
 WIDE_LLAMA = {"name": "wide-llama", "model_type": "llama", "vocab_size": 32000, "hidden_size": 2048,
               "intermediate_size": 5632, "num_hidden_layers": 2, "num_attention_heads": 16,
               "num_key_value_heads": 4, "max_position_embeddings": 256}
-MODELS = {m["name"]: m for m in (TINY_LLAMA, TINY_MOE, WIDE_LLAMA)}
+# a GPT block holds 16 parameter tensors (biases, LayerNorm biases) to the llama's 9 at fewer ops: FSDP2's per-
+# tensor work (host_us_per_fsdp_tensor) moves apart from the per-op rates and the per-step term
+TINY_GPT = {"name": "tiny-gpt", "model_type": "gpt2", "vocab_size": 512, "n_positions": 256, "n_embd": 256,
+            "n_layer": 8, "n_head": 4}
+MODELS = {m["name"]: m for m in (TINY_LLAMA, TINY_MOE, WIDE_LLAMA, TINY_GPT)}
 SEQ = 128
 # the per-op rate keys the fit scales by one factor (their ratios stay the base profile's)
 RATE_KEYS = ("host_us_per_op", "host_us_per_op_fwd_bwd", "host_us_per_op_moe", "host_us_per_op_moe_fwd_bwd")
@@ -81,6 +85,8 @@ PROBES = (
     _p("llama-m4-op", "tiny-llama", 1, 4, recompute="op"),
     _p("llama-m4-compiled", "tiny-llama", 1, 4, compile=1),
     _p("wide-m4", "wide-llama", 1, 4),
+    _p("gpt-m1", "tiny-gpt", 1, 1),
+    _p("gpt-m4-compiled", "tiny-gpt", 1, 4, compile=1),
     _p("moe-m2", "tiny-moe", 1, 2),
     _p("llama-dp2-m2", "tiny-llama", 2, 4, dp=2, zero=2),
     _p("llama-dp2-zero3-m2", "tiny-llama", 2, 4, dp=2, zero=3),
