@@ -244,7 +244,7 @@ def _train(cfg: Config, out: Path, rank: int) -> dict[str, Any]:
 def worker(rank: int, world: int, store: str, out: str, configs: list[Any], train: Any = None) -> None:
     """train(cfg, out, rank) -> result dict, default _train (other test modules bring their own). The ranks
     meet through a file (`store`, new for each group) rather than a TCP port: a port picked free in the
-    parent can be taken by another process before rank 0 binds it, which failed whole test modules."""
+    parent can be taken by another process before rank 0 binds it, and that errors a whole module's fixture."""
     import datetime
 
     import torch.distributed as dist
