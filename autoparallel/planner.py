@@ -613,10 +613,10 @@ class Planner:
     def _with_compile(self, winner: Candidate) -> Candidate:
         """The best compiled version of the winner when compile is not pinned and the cost model predicts
         it at least COMPILE_MARGIN faster and still fitting. Measured on H200s (docs/trainer_sweep.md):
-        compiled dense blocks ran 14-18% faster than eager (1.3B and 7B llama); expert groups run eager
-        inside compiled blocks (graph breaks at the routing), which the cost model prices, so an MoE
-        gains little. The margin keeps compile off where the predicted gain is within the model's error
-        on compiled steps. The solver's objective and bound stay those of the eager search.
+        compiled dense blocks ran 14-18% faster than eager (1.3B and 7B llama); a block with grouped expert
+        GEMMs compiles whole, one with a per-expert loop runs eager (its graph breaks), as the cost model
+        prices them (CostModel._phase_times). The margin keeps compile off where the predicted gain is within
+        the model's error on compiled steps. The solver's objective and bound stay those of the eager search.
 
         Compiled blocks keep fewer activations (autoparallel.compiled_saved) and the compiled loss fewer
         logit buffers, so the eager winner's ZeRO stage and recompute may not be the best compiled ones:
@@ -1356,8 +1356,7 @@ class StageModel:
         """The ranks' meetings at one segment's FSDP collectives and its tensors' post-backward work: host
         work that the host's lead hides (CostModel.fsdp_collective_time, tail_host_time)."""
         seg = self.segs[name]
-        return self.cm.fsdp_collective_time(self.plan0, self.cm.fsdp_units(seg, self.plan0),
-                                            self.cm.fsdp_tensors(seg, self.plan0))
+        return self.cm.fsdp_collective_time(self.plan0, self.cm.fsdp_units(seg), self.cm.fsdp_tensors(seg))
 
     def option_lead(self, mix: tuple[int, int, int, str]) -> float:
         """SegmentCost.lead_s summed over a uniform rank option's blocks (none, partial, full counts)."""

@@ -377,7 +377,7 @@ class CostModel:
                 "op": seg.fwd.keep_op}.get(recompute)
         return 0 if keep is None else int(np.count_nonzero(~keep))
 
-    def fsdp_units(self, seg: Segment, plan: Plan) -> int:
+    def fsdp_units(self, seg: Segment) -> int:
         """FSDP2 units whose hooks run in the segment per micro-batch under the trainer
         (trainer/data_parallel.py): each block (and its expert group, wrapped apart), the root once, in
         "pre"; the final norm and head a unit of their own when no parameter is tied (under ZeRO-0 the head
@@ -604,8 +604,8 @@ class CostModel:
                     dense += s.dense_params
                     tp_params += s.tp_params
                     expert += s.expert_params
-                    acc["units"] += self.fsdp_units(s, plan)
-                    acc["tensors"] += self.fsdp_tensors(s, plan)
+                    acc["units"] += self.fsdp_units(s)
+                    acc["tensors"] += self.fsdp_tensors(s)
                 if p > 1:
                     t = self.boundary_time(plan, span["pp"])
                     acc["time"] += t
@@ -752,7 +752,7 @@ class CostModel:
         per_unit = m * (2 if plan.zero >= 3 else 1) + syncs
         return self.host.fsdp_collective_s * per_unit * units + reduce
 
-    def fsdp_tensors(self, seg: Segment, plan: Plan) -> int:
+    def fsdp_tensors(self, seg: Segment) -> int:
         """Parameter tensors FSDP2 handles for `seg` under the trainer, in its own units or the root's."""
         return seg.param_tensors if self.runtime == "trainer" else 0
 
