@@ -81,6 +81,7 @@ class HostWork:
     """The trainer's host work in one phase of a segment beyond the plain per-op dispatch [s]."""
     per_op_s: float = 0.0   # per op of the phase
     extra_s: float = 0.0    # once per phase
+    fsdp_s: float = 0.0     # once per phase, in FSDP2's hooks around the block: paid compiled or eager
 
 
 @dataclass(frozen=True)
@@ -241,10 +242,15 @@ class CostModel:
         g, f = len(seg.tp_collective_bytes), len(seg.tp_col_input_bytes)
         fwd_colls, bwd_colls = ((g + f, g + f) if sp else (g, f)) if tp > 1 else (0, 0)
         fwd_colls += len(seg.tp_gather_bytes) if tp > 1 else 0
+        # FSDP2's hooks loop over the unit's parameter tensors in every micro-batch and ZeRO mode: unshard
+        # before the forward, accumulate (in fp32) or reduce the gradients and reshard after the backward
+        # (cost_models.host host_us_per_fsdp_tensor), half charged to each phase
+        fsdp = 0.5 * h.fsdp_tensor_s * self.fsdp_tensors(seg)
         fwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1) + h.sac_op_s * (recompute == "op"),
-                            extra_s=h.tp_collective_s * fwd_colls)
+                            extra_s=h.tp_collective_s * fwd_colls, fsdp_s=fsdp)
         bwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1), extra_s=h.tp_collective_s * bwd_colls + (
-            h.checkpoint_s + h.recompute_op_s * self._recomputed_ops(seg, recompute) if checkpointed else 0.0))
+            h.checkpoint_s + h.recompute_op_s * self._recomputed_ops(seg, recompute) if checkpointed else 0.0),
+            fsdp_s=fsdp)
         fwd_t, fwd_flops, fwd_div, fwd_host_s = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8)
         bwd_t, bwd_flops, _, bwd_host_s = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8)
 
@@ -334,7 +340,7 @@ class CostModel:
         # host time of the replay: the forward's, in the share of its (stretched) time the replay re-runs
         fwd_sum = float(fwd_t.sum())
         replay = 1.0 if recompute == "full" else (float(recompute_s) / fwd_sum if fwd_sum > 0 else 0.0)
-        host_s = fwd_host_s * (1.0 + replay) + bwd_host_s
+        host_s = (fwd_host_s - fsdp) * (1.0 + replay) + fsdp + bwd_host_s  # FSDP's hooks are not replayed
         # how far the host runs ahead of the GPU over the segment; an expert layer's token-count read-back
         # drains the GPU queue in every forward, so only its backward (no read-back) builds a lead
         synced = ep > 1 and seg.ep_alltoall_bytes > 0 and not compiled and h.ep_sync_s > 0
@@ -425,10 +431,11 @@ class CostModel:
         # kernels while the grouped GEMMs stayed the same (benchmarks/results/raw/timeline_h200_d.jsonl).
         # A per-expert loop's data-dependent GEMMs break the graph, and such a block is priced as eager.
         if compiled and not dynamic_gemm.any():
-            floor = compiled_host_floor(len(t), self.host.compiled_op_s)
+            floor = compiled_host_floor(len(t), self.host.compiled_op_s) + host.fsdp_s
             return stretch_to(compiled_times(t, ops.matmul, self.profile), floor), flops, div, floor
         extra = n_fp8 * FP8_EAGER_KERNELS[fp8] if n_fp8 else 0.0
-        floor = host_floor(len(t), self.profile, phase, expert, dynamic_gemm, host.per_op_s, host.extra_s, extra)
+        floor = host_floor(len(t), self.profile, phase, expert, dynamic_gemm, host.per_op_s,
+                           host.extra_s + host.fsdp_s, extra)
         return stretch_to(t, floor), flops, div, floor
 
     # ---- whole plan ------------------------------------------------------------------------------------
@@ -576,7 +583,7 @@ class CostModel:
         for d in range(p):
             acc = dict(time=0.0, compute=0.0, tp_comm=0.0, ep_comm=0.0, cp_comm=0.0, recompute=0.0, p2p=0.0,
                        flops_model=0.0, flops_hw=0.0, bwd=0.0, fwd_bwd=0.0, units=0, fwd=0.0, wgrad=0.0,
-                       w_action=0.0, lead=0.0, tensors=0)
+                       w_action=0.0, lead=0.0)
             act = working = 0.0
             dense = tp_params = expert = 0.0
             for vs, seg_list in enumerate(stage_segments):
@@ -605,7 +612,6 @@ class CostModel:
                     tp_params += s.tp_params
                     expert += s.expert_params
                     acc["units"] += self.fsdp_units(s)
-                    acc["tensors"] += self.fsdp_tensors(s)
                 if p > 1:
                     t = self.boundary_time(plan, span["pp"])
                     acc["time"] += t
@@ -737,20 +743,17 @@ class CostModel:
         fp32 reduction, ZeRO-0): the sharding solver's per-parameter price of keeping a weight whole."""
         return self._update_seconds(1, 0, micro_batches, DTYPE_BYTES["bf16"], DTYPE_BYTES["fp32"]) / micro_batches
 
-    def fsdp_collective_time(self, plan: Plan, units: int, tensors: int) -> float:
-        """Per step, the host work at the FSDP2 collectives of `units` units holding `tensors` parameter
-        tensors that the host's lead can hide [s] (cost_models.host): the ranks' meetings, M_g + M_r per unit,
-        with M_g = M all-gathers (2M under ZeRO-3) and M_r = M reduce-scatters under ZeRO 2/3, else 1
-        (compute.fsdp_update_time counts the same), none when one rank holds everything; and
-        post_backward_reduce's per-tensor Python, M_r times per tensor, on any number of ranks. The optimizer
-        term carries it (linear in the units and tensors, so the planner adds it per block)."""
-        m = plan.num_micro_batches
-        syncs = m if plan.zero >= 2 else 1
-        reduce = self.host.fsdp_tensor_s * syncs * tensors
+    def fsdp_collective_time(self, plan: Plan, units: int) -> float:
+        """Per step, the host work at the FSDP2 collectives of `units` units that the host's lead can hide
+        [s] (cost_models.host): the ranks' meetings, M_g + M_r per unit, with M_g = M all-gathers (2M under
+        ZeRO-3) and M_r = M reduce-scatters under ZeRO 2/3, else 1 (compute.fsdp_update_time counts the
+        same), none when one rank holds everything. The optimizer term carries it (linear in the units, so
+        the planner adds it per block)."""
         if plan.dense_dp == 1 or not self.host.fsdp_collective_s:
-            return reduce
-        per_unit = m * (2 if plan.zero >= 3 else 1) + syncs
-        return self.host.fsdp_collective_s * per_unit * units + reduce
+            return 0.0
+        m = plan.num_micro_batches
+        per_unit = m * (2 if plan.zero >= 3 else 1) + (m if plan.zero >= 2 else 1)
+        return self.host.fsdp_collective_s * per_unit * units
 
     def fsdp_tensors(self, seg: Segment) -> int:
         """Parameter tensors FSDP2 handles for `seg` under the trainer, in its own units or the root's."""
@@ -807,7 +810,7 @@ class CostModel:
             window = window if self.overlap_grad_sync else 0.0
             exposed = max(0.0, total - window)
             opt = s["params"] * self.optimizer_seconds_per_param(plan) + \
-                self.tail_host_time(self.fsdp_collective_time(plan, s["units"], s["tensors"]), m * s["lead"])
+                self.tail_host_time(self.fsdp_collective_time(plan, s["units"]), m * s["lead"])
             worst_exposed, worst_total = max(worst_exposed, exposed), max(worst_total, total)
             worst_opt = max(worst_opt, opt)
         return worst_exposed, worst_total, worst_opt

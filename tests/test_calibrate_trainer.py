@@ -58,6 +58,19 @@ def test_fit_recovers_known_host_terms(h200, records):
     assert max(abs(r) for r in fit.residuals.values()) < 1e-3
 
 
+def test_records_of_several_passes_give_each_probe_its_median(records, tmp_path):
+    """calibrate --trainer measures the probe set in PASSES passes; the fit reads each probe's median, so
+    one pass in a slow phase of the VM does not move it (three passes: 1, 3 and 100 ms give 3 ms)."""
+    raw = tmp_path / "probes.jsonl"
+    lines = [json.dumps({"probe": r.probe.name, "pass": k, "plan": r.plan.to_dict(),
+                         "measured": {"step_time_s": t * (i + 1)}}) + "\n"
+             for k, t in enumerate((1e-3, 100e-3, 3e-3)) for i, r in enumerate(records)]
+    raw.write_text("".join(lines))
+    loaded = load_records([str(raw)])
+    assert [r.probe.name for r in loaded] == [r.probe.name for r in records]
+    assert [r.measured_s for r in loaded] == pytest.approx([3e-3 * (i + 1) for i in range(len(records))])
+
+
 def test_fit_writes_a_profile_the_loader_reads(h200, records, tmp_path):
     raw = tmp_path / "probes.jsonl"
     truth = np.array([1.2] + [100.0] * len(HOST_TERMS))
