@@ -212,8 +212,6 @@ def _ops_per_block(name: str, kind: str) -> float:
 
 def cmd_report(args: argparse.Namespace) -> int:
     recs = [json.loads(line) for line in Path(args.raw).read_text().splitlines() if line.strip()]
-    print("| model | blocks timed | host ms | GPU ms | forward ops a block (cost model) | host us per op |")
-    print("|---|---:|---:|---:|---:|---:|")
     from autoparallel.api import context
     from autoparallel.plan import Plan
     short = [r for r in recs if r.get("kind") == "short"]
@@ -231,11 +229,13 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(f"| {r['name']} | {m * 1e3:.1f} | {est.step_time_s * 1e3:.1f} | {est.step_time_s / m - 1:+.1%} |")
         print()
     for r in recs:
-        if r.get("kind") == "short":
-            continue
         if r["name"] == "launch":
             print(f"launch of a small kernel: {r['idle'] * 1e6:.1f} us with the GPU idle, "
                   f"{r['busy'] * 1e6:.1f} us behind a GEMM chain\n")
+    print("| model | blocks timed | host ms | GPU ms | forward ops a block (cost model) | host us per op |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in recs:
+        if r.get("kind") not in ("probe", "sweep"):
             continue
         ops = _ops_per_block(r["name"], r["kind"])
         host, gpu = statistics.median(r["host_s"]), statistics.median(r["gpu_s"])

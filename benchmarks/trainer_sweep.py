@@ -1363,7 +1363,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--only", default=None)
     m.add_argument("--skip", default=None, help="comma-separated configurations to leave out")
     m.add_argument("--warmup", type=int, default=3)
-    m.add_argument("--steps", type=int, default=6)
+    m.add_argument("--steps", type=int, default=8)
     m.add_argument("--profile", action="store_true", help="profile one step of the configurations marked so")
     m.add_argument("--profile-all", action="store_true", help="profile one step of every configuration")
     r = sub.add_parser("report")

@@ -18,13 +18,15 @@ drains the GPU queue. Each is one calibration term (microseconds), per unit of w
                                 the ranks meet at each collective, so whichever is behind holds the other;
                                 counted per step (`CostModel.fsdp_collective_time`), less the host's lead
                                 over a GPU-bound backward (`CostModel.tail_host_time`)
-  host_us_per_fsdp_tensor       per parameter tensor of an FSDP2 unit and gradient sync, on any number of ranks
-                                (the trainer shards with FSDP2 on one GPU too): post_backward_reduce's Python
-                                loops over the unit's tensors (views into the fp32 copy-in, the sharded
-                                gradient's accumulation); 1-1.6 ms a GPT block of 16 tensors in a one-GPU
-                                profile (docs/trainer_sweep_notes.md). A sync per step under ZeRO 0/1, per
-                                micro-batch under ZeRO 2/3; it runs while the backward's kernels drain, so
-                                it joins the FSDP meetings that the host's lead hides
+  host_us_per_fsdp_tensor       per parameter tensor of an FSDP2 unit and micro-batch, on any number of ranks
+                                (the trainer shards with FSDP2 on one GPU too) and in every ZeRO mode: the
+                                hooks loop over the unit's tensors before the forward (unshard: the copy-in
+                                views, the unsharded parameters set on the modules) and after the backward
+                                (the gradients accumulated in fp32, or reduced, then reshard). Half is host
+                                work of the segment's forward phase, half of its backward, compiled blocks
+                                included (the hooks run outside the graph). A tiny llama with a bias on every
+                                projection (16 tensors a block to 9, the same GEMMs) took 0.53 ms more per
+                                block forward on one VM (benchmarks/host_rate.py)
   host_us_per_checkpoint        per checkpointed region (a block under full/op, the attention core under
                                 selective) per micro-batch, charged to the backward phase that recomputes it
   host_us_per_recompute_op      per op the region re-runs, on top of its forward rate (saved-tensor
