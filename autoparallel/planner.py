@@ -1353,8 +1353,8 @@ class StageModel:
         return pa * self.cm.optimizer_seconds_per_param(self.plan0)
 
     def collective_time(self, name: str) -> float:
-        """The ranks' meetings at one segment's FSDP collectives: host
-        work that the host's lead hides (CostModel.fsdp_collective_time, tail_host_time)."""
+        """The ranks' meetings at one segment's FSDP collectives: host work that the host's lead hides
+        (CostModel.fsdp_collective_time, tail_host_time)."""
         seg = self.segs[name]
         return self.cm.fsdp_collective_time(self.plan0, self.cm.fsdp_units(seg))
 

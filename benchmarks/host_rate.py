@@ -6,13 +6,19 @@ time AutoParallelTrainer takes to issue the forward of its first blocks in the s
 (forward hooks, time.perf_counter, after a device synchronization, so no queue of earlier kernels holds
 the host back), next to the GPU time of the same span (CUDA events). `report` divides the host time by
 the ops the cost model counts in those blocks' forward (CostModel segments) and prints the per-op rate
-of each model beside the probes'.
+of each model beside the probes'. It also runs the sweep's own models at 32 tokens a row (`SHORT`), where
+the host paces every phase, and `report --profile` predicts them with a profile fitted from the same VM's
+probes: a held-out test of the host model on large models.
 
-It also times the launch of small kernels with the GPU idle and with it busy on a long GEMM chain: a
-launch into a non-empty queue may cost the host less than one into an idle GPU.
+It also times the launch of small kernels with the GPU idle and with it busy on a GEMM chain (whether a
+launch into a non-empty queue costs the host less; on one VM it did not: 7.8 against 7.2 us).
 
     python benchmarks/host_rate.py measure --out $OUT/host_rate.jsonl               # one GPU
-    python benchmarks/host_rate.py report --raw benchmarks/results/raw/host_rate_h200.jsonl
+    autoparallel calibrate --trainer --fit $OUT/probes.jsonl --base h200 --output fit.yaml   # that VM's probes
+    python benchmarks/host_rate.py report --raw benchmarks/results/raw/host_rate_h200.jsonl \
+        --profile benchmarks/results/h200_trainer_fit_s10.yaml
+
+Results: docs/trainer_sweep_notes.md, section "Host-bound steps across VMs".
 """
 
 from __future__ import annotations
