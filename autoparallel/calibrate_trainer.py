@@ -16,7 +16,9 @@ The fit (`fit_host_terms`) minimizes sum_i ((t_model_i - t_i) / t_i)^2 over the 
 t_model = CostModel.estimate of the probe's plan under the candidate terms: projected Gauss-Newton
 with non-negative terms, the Jacobian by finite differences of `estimate` itself, so the fitted
 numbers mean exactly what the cost model does with them. The per-op rates keep the profile's
-forward/backward (and MoE) ratios and are scaled by one factor.
+forward/backward (and MoE) ratios and are scaled by one factor. Each term is reported with its standard
+error from the probes' scatter (`HostFit.spread`), or as unmeasured where no probe of the set moves it
+(the two-GPU terms, from one-GPU probes alone).
 """
 
 from __future__ import annotations
@@ -221,6 +223,9 @@ class HostFit:
     terms: dict[str, float]        # calibration entries: the HOST_TERMS [us] and the scaled per-op rates
     scale: float                   # the per-op rate factor against the base profile
     residuals: dict[str, float]    # probe -> (model - measured) / measured at the fitted terms
+    # HOST_TERMS key -> one standard error [us] (None: no probe of the set moves the term, left at 0; nan:
+    # the probes leave too few degrees of freedom to say), from the probes' own scatter (`_standard_errors`)
+    spread: dict[str, float | None] = dataclasses.field(default_factory=dict)
 
 
 def load_records(paths: Sequence[str]) -> list[ProbeRecord]:
@@ -294,6 +299,26 @@ def _nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0.0)
 
 
+def _standard_errors(jac: np.ndarray, rel_residuals: np.ndarray, x: np.ndarray) -> list[float | None]:
+    """One standard error per unknown of the linearized fit: sigma^2 (J^T J)^-1 over the unknowns the fit
+    uses (nonzero), J the Jacobian of the relative errors, sigma^2 the residuals' sum of squares over the
+    degrees of freedom left. An unknown that no probe moves gets None; one held at its bound (0) gets the
+    error of a one-sided estimate on the same scale (its column alone). Probe sets that pin a term loosely
+    (no probe with more tensors per op, say) show up as a large error, not as a confident wrong value."""
+    moved = np.linalg.norm(jac, axis=0) > 1e-12
+    free = moved & (x > 0)
+    dof = len(rel_residuals) - int(free.sum())
+    sigma2 = float(rel_residuals @ rel_residuals) / dof if dof > 0 else float("nan")
+    out: list[float | None] = [None] * len(x)
+    if free.any():
+        cov = sigma2 * np.linalg.pinv(jac[:, free].T @ jac[:, free])
+        for k, v in zip(np.flatnonzero(free), np.sqrt(np.abs(np.diag(cov))), strict=True):
+            out[k] = float(v)
+    for k in np.flatnonzero(moved & ~free):
+        out[k] = float(np.sqrt(sigma2 / float(jac[:, k] @ jac[:, k])))
+    return out
+
+
 def fit_host_terms(records: Sequence[ProbeRecord], base: Any, iterations: int = 6) -> HostFit:
     """Projected Gauss-Newton on relative errors (module docstring); terms in us, scale unitless."""
     predict = _predictor(records, base)
@@ -311,8 +336,19 @@ def fit_host_terms(records: Sequence[ProbeRecord], base: Any, iterations: int = 
             break
         x = x_new
     y = predict(x)
+    jac = np.column_stack([(predict(x + np.eye(len(x))[k] * steps[k]) - y) / steps[k] for k in range(len(x))])
+    errors = _standard_errors(jac / t[:, None], (y - t) / t, x)
     return HostFit(calibration_for(base, x), float(x[0]),
-                   {r.probe.name: float((yi - r.measured_s) / r.measured_s) for r, yi in zip(records, y, strict=True)})
+                   {r.probe.name: float((yi - r.measured_s) / r.measured_s) for r, yi in zip(records, y, strict=True)},
+                   {key: (None if e is None else round(e, 3)) for key, e in zip(HOST_TERMS, errors[1:], strict=True)})
+
+
+def describe_terms(fit: HostFit) -> str:
+    """The fitted host terms with their standard errors, for the fit's report line."""
+    def one(key: str) -> str:
+        e = fit.spread.get(key, float("nan"))
+        return f"{key} {fit.terms[key]}" + (" (no probe measures it)" if e is None else f" (+-{e:.3g})")
+    return ", ".join(one(k) for k in HOST_TERMS)
 
 
 def run_trainer_calibration(base: str | None, output: str, raw: str | None, fit: Sequence[str] | None,
@@ -325,8 +361,7 @@ def run_trainer_calibration(base: str | None, output: str, raw: str | None, fit:
         Path(output).write_text(profile_to_yaml(profile, extra={"calibration": hf.terms}))
         for name, r in hf.residuals.items():
             say(f"  {name}: model {r:+.1%}")
-        say("fitted " + ", ".join(f"{k} {v}" for k, v in hf.terms.items() if k in HOST_TERMS)
-            + f"; per-op rate x{hf.scale:.3f}; wrote {output}")
+        say(f"fitted {describe_terms(hf)}; per-op rate x{hf.scale:.3f}; wrote {output}")
         return 0
     if raw is None:
         raise UserError("calibrate --trainer: give --raw FILE (measure the probes here) or --fit FILE... "

@@ -53,7 +53,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from h200_memory_time import MOE_1B  # noqa: E402  (the same models as the earlier H200 benchmarks)
 from h200_trainer_throughput import LLAMA_1_3B  # noqa: E402
 
-from autoparallel.calibrate_trainer import fit_host_terms, load_records, time_trainer_steps  # noqa: E402
+from autoparallel.calibrate_trainer import (  # noqa: E402
+    describe_terms,
+    fit_host_terms,
+    load_records,
+    time_trainer_steps,
+)
+from cost_models.host import HOST_TERMS  # noqa: E402
 
 PLANS = ROOT / "benchmarks" / "results" / "trainer_sweep_plans"
 RESULTS = ROOT / "benchmarks" / "results" / "trainer_sweep_h200.json"
@@ -403,7 +409,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     host = fit_host_terms(load_records(args.probes), base)
     for name, r in host.residuals.items():
         print(f"  probe {name}: model {r:+.1%}")
-    print("host terms: " + ", ".join(f"{k} {v}" for k, v in host.terms.items()), flush=True)
+    print("host terms: " + ", ".join(f"{k} {v}" for k, v in host.terms.items() if k not in HOST_TERMS)
+          + ", " + describe_terms(host), flush=True)
     base = dataclasses.replace(base, calibration={**base.calibration, **host.terms})
     measured = _measured(args.raw)
     fitted: dict[str, float] = {}

@@ -58,6 +58,29 @@ def test_fit_recovers_known_host_terms(h200, records):
     assert max(abs(r) for r in fit.residuals.values()) < 1e-3
 
 
+def test_fit_reports_each_terms_standard_error(h200, records):
+    """HostFit.spread: exact synthetic measurements leave no scatter (every error rounds to 0 at the
+    1e-3 us that `fit_host_terms` keeps, as the terms themselves do); with one probe 5%
+    off every term the probes move gets a positive error; with the one-GPU probes alone, the terms only
+    two-GPU probes move (TP, pipeline, expert read-backs, FSDP meetings between ranks) are reported as
+    unmeasured (None) instead of as a confident 0."""
+    truth = np.array([1.3] + [60.0 + 20 * i for i in range(len(HOST_TERMS))])
+    single = [r for r in records if r.probe.gpus == 1]
+    exact = _predictor(single, h200)(truth)
+    fit = fit_host_terms([dataclasses.replace(r, measured_s=float(t)) for r, t in zip(single, exact, strict=True)],
+                         h200)
+    two_gpu_only = {"host_us_per_op_dtensor", "host_us_per_tp_collective", "host_us_per_fsdp_collective",
+                    "host_us_per_pipeline_action", "host_us_per_ep_sync"}
+    assert {k for k, e in fit.spread.items() if e is None} == two_gpu_only
+    measured = {k: e for k, e in fit.spread.items() if e is not None}
+    assert all(e <= 1e-3 for e in measured.values()), measured
+    off = exact.copy()
+    off[1] *= 1.05
+    noisy = fit_host_terms([dataclasses.replace(r, measured_s=float(t)) for r, t in zip(single, off, strict=True)],
+                           h200)
+    assert all(noisy.spread[k] > 0 for k in measured)
+
+
 def test_records_of_several_passes_give_each_probe_its_median(records, tmp_path):
     """calibrate --trainer measures the probe set in PASSES passes; the fit reads each probe's median, so
     one pass in a slow phase of the VM does not move it (three passes: 1, 3 and 100 ms give 3 ms)."""
