@@ -12,6 +12,8 @@ Three steps, so that the GPUs only measure and every prediction is recomputed on
     python benchmarks/trainer_sweep.py losses --raw RAW.jsonl [RAW.jsonl ...]    # CPU: losses vs one GPU
     python benchmarks/trainer_sweep.py noise                    # CPU: rounding noise behind the loss tolerance
 
+`measure --passes N` runs the selection N times over (host-bound steps drift on a lent VM:
+docs/trainer_sweep_notes.md); every other command reads each configuration's median over its passes.
 `plans` writes benchmarks/results/trainer_sweep_plans/NAME.yaml with the planner of this checkout and
 the `h200` profile (the planner's own pick where a configuration pins nothing, else its best plan
 under the pins). `measure` builds each model once per process with the shared initial weights
@@ -302,10 +304,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
     rank = int(os.environ.get("RANK", "0"))
     out = Path(args.out)
     shared: dict[str, Any] = {}
-    for cfg in _selected(args.only, args.skip):
+    # passes over the whole selection, so that a slow phase of the VM lands on one pass of each
+    # configuration rather than on whole configurations (the report takes each one's median, `_measured`)
+    for n_pass, cfg in ((k, c) for k in range(args.passes) for c in _selected(args.only, args.skip)):
         if cfg.gpus != args.gpus:
             continue
-        rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus, "init": init_label(cfg.model)}
+        rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus, "init": init_label(cfg.model), "pass": n_pass}
         try:
             source = None if cfg.model in PER_RUN_INIT else _shared_init_model(cfg.model, shared)
             gc.collect()  # the previous configuration's trainer (and compiled graphs holding its tensors)
@@ -390,12 +394,26 @@ def mfu(cfg: SweepConfig, step_s: float) -> float:
 
 
 def _measured(raws: list[str]) -> dict[str, dict]:
+    """One record per configuration name: the last one measured, its step time the median over every
+    pass that measured the configuration (`measure --passes`; "passes" lists them) and its peak memory the
+    largest; a failed pass counts only when no pass measured."""
     out: dict[str, dict] = {}
+    runs: dict[str, list[dict]] = {}
     for raw in raws:
         for line in Path(raw).read_text().splitlines():
             if line.strip():
                 rec = json.loads(line)
-                out[rec["name"]] = rec
+                if "measured" in rec:
+                    runs.setdefault(rec["name"], []).append(rec["measured"])
+                    out[rec["name"]] = rec
+                elif rec["name"] not in runs:
+                    out[rec["name"]] = rec
+    for name, ms in runs.items():
+        if len(ms) > 1:
+            merged = dict(out[name]["measured"], step_time_s=statistics.median(m["step_time_s"] for m in ms),
+                          peak_memory_gib=max(m["peak_memory_gib"] for m in ms),
+                          passes=[m["step_time_s"] for m in ms])
+            out[name] = dict(out[name], measured=merged)
     return out
 
 
@@ -1371,6 +1389,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--skip", default=None, help="comma-separated configurations to leave out")
     m.add_argument("--warmup", type=int, default=3)
     m.add_argument("--steps", type=int, default=8)
+    m.add_argument("--passes", type=int, default=1, help="passes over the selection (the report takes medians)")
     m.add_argument("--profile", action="store_true", help="profile one step of the configurations marked so")
     m.add_argument("--profile-all", action="store_true", help="profile one step of every configuration")
     r = sub.add_parser("report")

@@ -1,0 +1,30 @@
+"""benchmarks/trainer_sweep.py's reading of raw records: several passes of one configuration become one
+record whose step time is their median (the passes listed) and whose peak memory is their largest; a
+failed pass does not hide a measured one."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import trainer_sweep as ts  # noqa: E402
+
+
+def test_passes_of_a_configuration_become_its_median(tmp_path):
+    raw = tmp_path / "single.jsonl"
+    recs = [{"name": "a", "gpus": 1, "pass": k, "measured": {"step_time_s": t, "peak_memory_gib": g}}
+            for k, (t, g) in enumerate([(0.30, 10.0), (0.90, 10.5), (0.31, 10.2)])]
+    recs.append({"name": "a", "gpus": 1, "pass": 3, "error": "RuntimeError('x')"})
+    recs.append({"name": "b", "gpus": 1, "pass": 0, "measured": {"step_time_s": 0.5, "peak_memory_gib": 3.0}})
+    recs.append({"name": "c", "gpus": 1, "pass": 0, "error": "RuntimeError('y')"})
+    raw.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    out = ts._measured([str(raw)])
+    assert out["a"]["measured"]["step_time_s"] == pytest.approx(0.31)
+    assert out["a"]["measured"]["peak_memory_gib"] == pytest.approx(10.5)
+    assert out["a"]["measured"]["passes"] == [0.30, 0.90, 0.31]
+    assert out["b"]["measured"] == {"step_time_s": 0.5, "peak_memory_gib": 3.0}  # one pass: as measured
+    assert "error" in out["c"] and "measured" not in out["c"]
