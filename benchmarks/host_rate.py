@@ -160,42 +160,34 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
     emit({"name": "launch", **launch_rates()})
     print(out.read_text().splitlines()[-1], flush=True)
-    shared: dict[str, Any] = {}
-    for probe in ct.PROBES:
-        if probe.name not in PROBE_NAMES:
-            continue
-        plan = ct.probe_plan(probe, "h200")
+
+    def fresh(model: Any, plan: Any, vocab: int, rows: int, seq: int) -> tuple[Any, list[Any]]:
+        """A trainer of its own (the previous one's graphs and memory released) and two random batches."""
         gc.collect()
+        torch._dynamo.reset()
         torch.cuda.empty_cache()
-        trainer = AutoParallelTrainer(ct.meta_model(ct.MODELS[probe.model]), optimizer=None, plan=plan)
         gen = torch.Generator().manual_seed(0)
-        batches = [torch.randint(0, ct.MODELS[probe.model]["vocab_size"], (probe.rows, ct.SEQ + 1), generator=gen)
-                   for _ in range(2)]
+        return (AutoParallelTrainer(model, optimizer=None, plan=plan),
+                [torch.randint(0, vocab, (rows, seq + 1), generator=gen) for _ in range(2)])
+
+    shared: dict[str, Any] = {}
+    for probe in (p for p in ct.PROBES if p.name in PROBE_NAMES):
+        spec = ct.MODELS[probe.model]
+        trainer, batches = fresh(ct.meta_model(spec), ct.probe_plan(probe, "h200"), spec["vocab_size"], probe.rows,
+                                 ct.SEQ)
         emit({"name": probe.name, "kind": "probe", **time_blocks(trainer, batches, args.steps, 5)})
         del trainer
     for name, model, rows, mb, comp in SHORT:
         plan = short_plan(model, rows, mb, comp)
-        source = ts._shared_init_model(model, shared)
-        gc.collect()
-        torch._dynamo.reset()
-        torch.cuda.empty_cache()
-        trainer = AutoParallelTrainer(source, optimizer=None, plan=plan)
-        gen = torch.Generator().manual_seed(0)
-        batches = [torch.randint(0, ts.MODELS[model]["vocab_size"], (rows, SHORT_SEQ + 1), generator=gen)
-                   for _ in range(2)]
+        trainer, batches = fresh(ts._shared_init_model(model, shared), plan, ts.MODELS[model]["vocab_size"], rows,
+                                 SHORT_SEQ)
         timing = ct.time_trainer_steps(trainer, batches, 5, 20)
         emit({"name": name, "kind": "short", "model": model, "plan": plan.to_dict(),
               "measured": {"step_time_s": timing.step_time_s, "step_times_s": timing.step_times_s}})
         print(f"{name}: {timing.step_time_s * 1e3:.1f} ms", flush=True)
         del trainer
     for cfg in ts._selected(",".join(SWEEP)):
-        source = ts._shared_init_model(cfg.model, shared)
-        gc.collect()
-        torch.cuda.empty_cache()
-        trainer = AutoParallelTrainer(source, optimizer=None, plan=cfg.plan_file)
-        gen = torch.Generator().manual_seed(0)
-        batches = [torch.randint(0, ts.MODELS[cfg.model]["vocab_size"], (cfg.rows, cfg.seq + 1), generator=gen)
-                   for _ in range(2)]
+        trainer, batches, _ = ts.sweep_trainer(cfg, shared)
         emit({"name": cfg.name, "kind": "sweep", **time_blocks(trainer, batches, args.steps, 3)})
         del trainer
     return 0

@@ -95,24 +95,13 @@ def time_steps(trainer: Any, batches: list[Any], steps: int, hold_gc: bool) -> d
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    import torch
 
-    from autoparallel import AutoParallelTrainer
     shared: dict[str, Any] = {}
     out = Path(args.out)
     for cfg in ts._selected(args.only):
         if cfg.gpus != 1:
             continue
-        source = None if cfg.model in ts.PER_RUN_INIT else ts._shared_init_model(cfg.model, shared)
-        gc.collect()
-        torch._dynamo.reset()
-        gc.collect()
-        torch.cuda.empty_cache()
-        trainer = AutoParallelTrainer(ts._meta_model(cfg) if source is None else source, optimizer=None,
-                                      plan=cfg.plan_file)
-        gen = torch.Generator().manual_seed(0)
-        vocab = ts.MODELS[cfg.model]["vocab_size"]
-        batches = [torch.randint(0, vocab, (cfg.rows, cfg.seq + 1), generator=gen) for _ in range(4)]
+        trainer, batches, _ = ts.sweep_trainer(cfg, shared)
         for _ in range(args.warmup):
             trainer.step(batches[0])
         for mode in ("gc", "held", "gc", "held"):  # interleaved: a drift of the VM hits both modes

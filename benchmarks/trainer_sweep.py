@@ -297,10 +297,29 @@ def _shared_init_model(model: str, cache: dict[str, Any]) -> Any:
     return cache[model]
 
 
-def cmd_measure(args: argparse.Namespace) -> int:
+def sweep_trainer(cfg: SweepConfig, shared: dict[str, Any]) -> tuple[Any, list[Any], int]:
+    """AutoParallelTrainer on `cfg`'s plan file (compiled as planned) with the shared initial weights, four
+    random batches, and the bytes an earlier configuration left allocated (peaks are taken above them)."""
     import torch
 
     from autoparallel import AutoParallelTrainer
+    source = None if cfg.model in PER_RUN_INIT else _shared_init_model(cfg.model, shared)
+    gc.collect()  # the previous configuration's trainer (and compiled graphs holding its tensors)
+    torch._dynamo.reset()  # each compiled configuration compiles afresh, within the recompile limit
+    gc.collect()
+    torch.cuda.empty_cache()
+    base = torch.cuda.memory_allocated()
+    trainer = AutoParallelTrainer(_meta_model(cfg) if source is None else source, optimizer=None, plan=cfg.plan_file)
+    # the source's broadcast buckets (2 x 256 MiB on the device) are freed: not kept reserved
+    torch.cuda.empty_cache()
+    gen = torch.Generator().manual_seed(0)
+    vocab = MODELS[cfg.model]["vocab_size"]
+    return trainer, [torch.randint(0, vocab, (cfg.rows, cfg.seq + 1), generator=gen) for _ in range(4)], base
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    import torch
+
     rank = int(os.environ.get("RANK", "0"))
     out = Path(args.out)
     shared: dict[str, Any] = {}
@@ -311,20 +330,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
             continue
         rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus, "init": init_label(cfg.model), "pass": n_pass}
         try:
-            source = None if cfg.model in PER_RUN_INIT else _shared_init_model(cfg.model, shared)
-            gc.collect()  # the previous configuration's trainer (and compiled graphs holding its tensors)
-            torch._dynamo.reset()  # each compiled configuration compiles afresh, within the recompile limit
-            gc.collect()
-            torch.cuda.empty_cache()
-            # what an earlier configuration left allocated is not this one's: peaks are taken above it
-            base = torch.cuda.memory_allocated()
-            model = _meta_model(cfg) if source is None else source
-            vocab = MODELS[cfg.model]["vocab_size"]
-            trainer = AutoParallelTrainer(model, optimizer=None, plan=cfg.plan_file)  # compile as planned
-            # the source's broadcast buckets (2 x 256 MiB on the device) are freed: not kept reserved
-            torch.cuda.empty_cache()
-            gen = torch.Generator().manual_seed(0)
-            batches = [torch.randint(0, vocab, (cfg.rows, cfg.seq + 1), generator=gen) for _ in range(4)]
+            trainer, batches, base = sweep_trainer(cfg, shared)
             t0 = time.perf_counter()
             timing = time_trainer_steps(trainer, batches, args.warmup, args.steps, base)
             rec["wall_s"] = time.perf_counter() - t0
