@@ -325,9 +325,12 @@ def fit_host_terms(records: Sequence[ProbeRecord], base: Any, iterations: int = 
     t = np.array([r.measured_s for r in records])
     x = np.array([1.0] + [0.0] * len(HOST_TERMS))
     steps = np.array([0.05] + [5.0] * len(HOST_TERMS))  # finite-difference steps: 5% of the rate, 5 us
+
+    def jacobian(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.column_stack([(predict(x + np.eye(len(x))[k] * steps[k]) - y) / steps[k] for k in range(len(x))])
     for _ in range(iterations):
         y = predict(x)
-        jac = np.column_stack([(predict(x + np.eye(len(x))[k] * steps[k]) - y) / steps[k] for k in range(len(x))])
+        jac = jacobian(x, y)
         # linearized: y + J (x' - x) ~ t, weighted by 1/t (relative errors), x' >= 0
         w = 1.0 / t
         x_new = _nnls(jac * w[:, None], (t - y + jac @ x) * w)
@@ -336,8 +339,7 @@ def fit_host_terms(records: Sequence[ProbeRecord], base: Any, iterations: int = 
             break
         x = x_new
     y = predict(x)
-    jac = np.column_stack([(predict(x + np.eye(len(x))[k] * steps[k]) - y) / steps[k] for k in range(len(x))])
-    errors = _standard_errors(jac / t[:, None], (y - t) / t, x)
+    errors = _standard_errors(jacobian(x, y) / t[:, None], (y - t) / t, x)
     return HostFit(calibration_for(base, x), float(x[0]),
                    {r.probe.name: float((yi - r.measured_s) / r.measured_s) for r, yi in zip(records, y, strict=True)},
                    {key: (None if e is None else round(e, 3)) for key, e in zip(HOST_TERMS, errors[1:], strict=True)})
