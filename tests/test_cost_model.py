@@ -292,10 +292,11 @@ def test_trainer_loss_and_zero3_memory_rules():
 @pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt"])
 def test_fsdp_host_work_counts_the_units_parameter_tensors(model):
     """FSDP2's per-tensor host work (cost_models.host host_us_per_fsdp_tensor): each segment counts the
-    parameter tensors of its modules (tied ones once), as the built model holds them; post_backward runs it
-    after every micro-batch's backward in every ZeRO mode, on one rank too, as host work of the backward
-    phase: a host-bound step (the rate is large enough that no kernel hides it) grows by exactly
-    rate x tensors x micro-batches, the same under ZeRO-0 and ZeRO-2."""
+    parameter tensors of its modules (tied ones once), as the built model holds them; the hooks run it in
+    every micro-batch and ZeRO mode, on one rank too (unshard before the forward, post_backward after the
+    backward), as host work of the two phases, outside compiled graphs as well: a host-bound step (the rate
+    is large enough that no kernel hides it) grows by exactly rate x tensors x micro-batches, under ZeRO-0
+    and ZeRO-2, eager and compiled."""
     import torch
 
     from autoparallel.api import make_cluster
@@ -318,8 +319,8 @@ def test_fsdp_host_work_counts_the_units_parameter_tensors(model):
                                                                                "host_us_per_fsdp_tensor": us}), 1))
     cm, cm0 = with_rate(rate), with_rate(0.0)
     tensors = len(list(module.parameters()))
-    for zero in (0, 2):
+    for zero, compiled in ((0, False), (2, False), (0, True)):
         plan = Plan(model=model, hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=128,
-                    micro_batch=2, zero=zero)
+                    micro_batch=2, zero=zero, compile=compiled)
         extra = cm.estimate(plan).step_time_s - cm0.estimate(plan).step_time_s
         assert extra == pytest.approx(rate * 1e-6 * tensors * plan.num_micro_batches, rel=1e-6)
