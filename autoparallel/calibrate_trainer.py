@@ -19,6 +19,12 @@ numbers mean exactly what the cost model does with them. The per-op rates keep t
 forward/backward (and MoE) ratios and are scaled by one factor. Each term is reported with its standard
 error from the probes' scatter (`HostFit.spread`), or as unmeasured where no probe of the set moves it
 (the two-GPU terms, from one-GPU probes alone).
+
+A fitted profile moves to another machine of the same accelerator without the full set: `--rescale`
+times three one-GPU probes there (`SPEED_PROBES`) and scales every host term by the one factor that
+makes the cost model match them (`fit_host_speed`):
+
+    autoparallel calibrate --trainer --rescale --base h200 --output h200-here.yaml
 """
 
 from __future__ import annotations
@@ -169,10 +175,11 @@ PASSES = 3
 
 
 def measure_probes(raw: Path, profile: str, warmup: int = 5, steps: int = 20,
-                   say: Callable[[str], None] = print, passes: int = PASSES) -> int:
-    """Run every probe for this world size with AutoParallelTrainer, `passes` times over the set; rank 0
-    appends one JSON line per probe and pass (its plan, the measured step time) to `raw`. Returns the
-    number of probe runs."""
+                   say: Callable[[str], None] = print, passes: int = PASSES,
+                   names: Sequence[str] | None = None) -> int:
+    """Run every probe for this world size (of `names`, when given) with AutoParallelTrainer, `passes`
+    times over the set; rank 0 appends one JSON line per probe and pass (its plan, the measured step time)
+    to `raw`. Returns the number of probe runs."""
     import os
 
     import torch
@@ -180,11 +187,11 @@ def measure_probes(raw: Path, profile: str, warmup: int = 5, steps: int = 20,
     from autoparallel import AutoParallelTrainer
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
+    probes = [p for p in PROBES if p.gpus == world and (names is None or p.name in names)]
+    plans = {p.name: probe_plan(p, profile) for p in probes}  # planned once: every pass runs the same plan
     run = 0
-    for n_pass, probe in ((k, p) for k in range(passes) for p in PROBES):
-        if probe.gpus != world:
-            continue
-        plan = probe_plan(probe, profile)
+    for n_pass, probe in ((k, p) for k in range(passes) for p in probes):
+        plan = plans[probe.name]
         gc.collect()
         torch.cuda.empty_cache()
         try:
@@ -353,14 +360,96 @@ def describe_terms(fit: HostFit) -> str:
     return ", ".join(one(k) for k in HOST_TERMS)
 
 
+# ------------------------------------------------------------------------------------ host speed (CPU)
+# The host terms describe one machine's CPU. Lent H200 VMs differed by up to 2x on the same probes (llama-m4:
+# 101 ms on one, 194 ms on another), and most of that is one factor on every host term: the shipped h200
+# terms (fitted on one VM) scaled by this factor to six other VMs predicted their held-out trainer
+# configurations within 8.1% mean, against 14.3% unscaled (benchmarks/host_transfer.py,
+# docs/host_transfer.md). Three eager one-GPU probes, all host-bound, dense and MoE, one and four micro-batches.
+SPEED_PROBES = ("llama-m1", "llama-m4", "moe-m2")
+REFERENCE_KEY = "host_probe_ms"  # calibration entry: the SPEED_PROBES' step times where the host terms were fitted
+
+
+@dataclass(frozen=True)
+class HostSpeed:
+    factor: float                  # every host_us_* entry of the base profile is multiplied by it
+    ratios: dict[str, float]       # probe -> its step time here / on the machine the base was fitted on
+
+
+def scale_host_terms(calibration: dict[str, Any], factor: float) -> dict[str, Any]:
+    """The host entries (every `host_us_*` key: HOST_TERMS, the per-op rates, the GEMM-shape costs) of
+    `calibration` multiplied by `factor`; the other entries are not host time and stay out."""
+    return {k: ([round(float(u) * factor, 3) for u in v] if isinstance(v, list) else round(float(v) * factor, 3))
+            for k, v in calibration.items() if k.startswith("host_us_")}
+
+
+def reference_times(records: Sequence[ProbeRecord]) -> dict[str, float]:
+    """The REFERENCE_KEY entry a fit writes: the records' SPEED_PROBES step times in ms."""
+    return {r.probe.name: round(r.measured_s * 1e3, 3) for r in records if r.probe.name in SPEED_PROBES}
+
+
+def fit_host_speed(records: Sequence[ProbeRecord], base: Any) -> HostSpeed:
+    """The geometric mean, over the SPEED_PROBES measured here and on the base's machine, of the ratio of
+    their step times. The probes are host-bound, so their times scale with the host terms; a ratio of
+    measured times also cancels whatever the base's fit left in their residuals (a cost-model fit of the
+    factor would carry those over: the shipped h200 terms predict its own VM's three probes 8% fast)."""
+    cal = dict(base.calibration or {})
+    ref = cal.get(REFERENCE_KEY)
+    if not isinstance(ref, dict) or not any(k.startswith("host_us_") and cal[k] for k in cal):
+        raise UserError(f"calibrate --trainer --rescale: profile {base.name} has no fitted host terms with the "
+                        f"probe times they were fitted at ({REFERENCE_KEY}); fit them with the full "
+                        f"`calibrate --trainer` (--raw, then --fit), which records both")
+    ratios = {r.probe.name: r.measured_s * 1e3 / float(ref[r.probe.name]) for r in records
+              if r.probe.name in SPEED_PROBES and r.probe.name in ref}
+    if not ratios:
+        raise UserError(f"calibrate --trainer --rescale: the records hold none of the probes "
+                        f"{', '.join(sorted(ref))} that {base.name}'s {REFERENCE_KEY} has; measure them with "
+                        f"`calibrate --trainer --rescale`")
+    return HostSpeed(statistics.geometric_mean(ratios.values()), ratios)
+
+
+def _write_rescaled(profile: Any, records: Sequence[ProbeRecord], output: str, say: Callable[[str], None]) -> None:
+    from hardware_profiles import profile_to_yaml
+    speed = fit_host_speed(records, profile)
+    cal = dict(profile.calibration or {})
+    note = f"{profile.name}'s host terms x {speed.factor:.3f} (the geometric mean of {REFERENCE_KEY}'s ratios)"
+    Path(output).write_text(profile_to_yaml(profile, extra={"calibration": {
+        **scale_host_terms(cal, speed.factor), REFERENCE_KEY: reference_times(records), "host_speed": note}}))
+    for name, r in speed.ratios.items():
+        say(f"  {name}: {r:.3f} x the base machine's")
+    say(f"host terms x {speed.factor:.3f} of {profile.name}'s; wrote {output}")
+
+
 def run_trainer_calibration(base: str | None, output: str, raw: str | None, fit: Sequence[str] | None,
-                            say: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True)) -> int:
-    """The CLI's `calibrate --trainer`: measure into `raw`, or fit the `fit` files into a profile at `output`."""
+                            say: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
+                            rescale: bool = False) -> int:
+    """The CLI's `calibrate --trainer`: measure into `raw`, or fit the `fit` files into a profile at `output`;
+    `rescale`: only the base profile's host speed, from the SPEED_PROBES of `fit` or measured here."""
     from hardware_profiles import load_profile, profile_to_yaml
+    if rescale:
+        profile = load_profile(base or "h200")
+        if fit:
+            _write_rescaled(profile, load_records(fit), output, say)
+            return 0
+        import os
+        import tempfile
+
+        import torch
+        if not torch.cuda.is_available():
+            raise UserError("calibrate --trainer --rescale: no CUDA device here; run it on the machine that "
+                            "will train, or pass --fit FILE with probes measured there")
+        if int(os.environ.get("WORLD_SIZE", "1")) != 1:
+            raise UserError("calibrate --trainer --rescale: its probes run on one GPU; run it without torchrun")
+        path = Path(raw) if raw else Path(tempfile.mkdtemp()) / "speed_probes.jsonl"
+        measure_probes(path, base or "h200", say=say, names=SPEED_PROBES)
+        _write_rescaled(profile, load_records([str(path)]), output, say)
+        return 0
     if fit:
         profile = load_profile(base or "h200")
-        hf = fit_host_terms(load_records(fit), profile)
-        Path(output).write_text(profile_to_yaml(profile, extra={"calibration": hf.terms}))
+        records = load_records(fit)
+        hf = fit_host_terms(records, profile)
+        Path(output).write_text(profile_to_yaml(profile, extra={"calibration": {
+            **hf.terms, REFERENCE_KEY: reference_times(records)}}))
         for name, r in hf.residuals.items():
             say(f"  {name}: model {r:+.1%}")
         say(f"fitted {describe_terms(hf)}; per-op rate x{hf.scale:.3f}; wrote {output}")

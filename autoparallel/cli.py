@@ -133,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "(with --raw: measure here; with --fit: fit measured probes into --output)")
     cal.add_argument("--raw", default=None, metavar="JSONL", help="--trainer: append the probes measured here")
     cal.add_argument("--fit", nargs="+", default=None, metavar="JSONL", help="--trainer: probe files to fit")
+    cal.add_argument("--rescale", action="store_true",
+                     help="--trainer: time three one-GPU probes here (under a minute) and scale --base's fitted "
+                          "host terms by one factor to this machine's CPU, instead of refitting them all "
+                          "(with --fit: from probes measured before)")
     return ap
 
 
@@ -247,16 +251,15 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    if args.trainer or args.raw or args.fit:
+    if args.trainer or args.raw or args.fit or args.rescale:
         if not args.trainer:
-            raise UserError("calibrate: --raw and --fit belong to --trainer; add --trainer")
+            raise UserError("calibrate: --raw, --fit and --rescale belong to --trainer; add --trainer")
         from autoparallel.calibrate_trainer import run_trainer_calibration
-        if args.fit:
+        if args.fit or args.rescale:
             check_output_path(args.output, "--output")
-        else:
-            if args.raw:
-                check_output_path(args.raw, "--raw")
-        return run_trainer_calibration(args.base, args.output, args.raw, args.fit)
+        if args.raw and not args.fit:
+            check_output_path(args.raw, "--raw")
+        return run_trainer_calibration(args.base, args.output, args.raw, args.fit, rescale=args.rescale)
     from autoparallel.calibrate import run_calibration
     check_output_path(args.output, "--output")  # before minutes of measuring
     run_calibration(base=args.base, output=args.output, quick=args.quick, measurements=args.from_measurements)

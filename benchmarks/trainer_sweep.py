@@ -56,9 +56,11 @@ from h200_memory_time import MOE_1B  # noqa: E402  (the same models as the earli
 from h200_trainer_throughput import LLAMA_1_3B  # noqa: E402
 
 from autoparallel.calibrate_trainer import (  # noqa: E402
+    REFERENCE_KEY,
     describe_terms,
     fit_host_terms,
     load_records,
+    reference_times,
     time_trainer_steps,
 )
 from cost_models.host import HOST_TERMS  # noqa: E402
@@ -430,12 +432,14 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     from hardware_profiles import load_profile, profile_to_yaml
     base = load_profile(PROFILE)
-    host = fit_host_terms(load_records(args.probes), base)
+    records = load_records(args.probes)
+    host = fit_host_terms(records, base)
     for name, r in host.residuals.items():
         print(f"  probe {name}: model {r:+.1%}")
     print("host terms: " + ", ".join(f"{k} {v}" for k, v in host.terms.items() if k not in HOST_TERMS)
           + ", " + describe_terms(host), flush=True)
-    base = dataclasses.replace(base, calibration={**base.calibration, **host.terms})
+    base = dataclasses.replace(base, calibration={**base.calibration, **host.terms,
+                                                  REFERENCE_KEY: reference_times(records)})
     measured = _measured(args.raw)
     fitted: dict[str, float] = {}
     fit_configs: list[str] = []
@@ -474,13 +478,18 @@ def cmd_ship(args: argparse.Namespace) -> int:
     from cost_models.host import HOST_TERMS
     fitted = yaml.safe_load(Path(args.profile).read_text())["calibration"]
     keys = ("fsdp_copy_fraction", "compiled_memory_fraction", *HOST_TERMS, "host_us_per_op", "host_us_per_op_moe",
-            "host_us_per_op_fwd_bwd", "host_us_per_op_moe_fwd_bwd")
+            "host_us_per_op_fwd_bwd", "host_us_per_op_moe_fwd_bwd", REFERENCE_KEY)
     path = ROOT / "hardware_profiles" / f"{PROFILE}.yaml"
     text = path.read_text()
     for key in keys:
         value = fitted[key]
-        line = (f"  {key}:\n" + "".join(f"  - {v}\n" for v in value)) if isinstance(value, list) else f"  {key}: {value}\n"
-        pattern = re.compile(rf"^  {key}:(?: [^\n]*\n|\n(?:  - [^\n]*\n)+)", re.M)
+        if isinstance(value, dict):  # REFERENCE_KEY: probe -> ms
+            line = f"  {key}:\n" + "".join(f"    {k}: {v}\n" for k, v in value.items())
+        elif isinstance(value, list):
+            line = f"  {key}:\n" + "".join(f"  - {v}\n" for v in value)
+        else:
+            line = f"  {key}: {value}\n"
+        pattern = re.compile(rf"^  {key}:(?: [^\n]*\n|\n(?:  (?:- |  )[^\n]*\n)+)", re.M)
         if pattern.search(text):
             text = pattern.sub(lambda _, line=line: line, text, count=1)
         else:  # a new term: after the fitted fractions

@@ -3,6 +3,9 @@
 # on the same machine (the host terms describe its CPU):
 #   bash benchmarks/device/trainer_sweep.sh probes-single   # host probes (1 and 2 GPUs) + the 1-GPU sweep
 #   bash benchmarks/device/trainer_sweep.sh dist            # the 2-GPU sweep (1.3B, 350M GPT, MoE; 7B alone)
+#   bash benchmarks/device/trainer_sweep.sh rescale-single  # one GPU: the shipped profile rescaled to this machine
+#                                                           # (calibrate --trainer --rescale), the sweep without the
+#                                                           # 7B, then the full one-GPU probes to compare
 # Results land in $OUT; `python benchmarks/trainer_sweep.py fit/report` turn them into the docs on any CPU.
 source "$(dirname "$0")/env.sh"
 case "${1:-}" in
@@ -17,5 +20,12 @@ case "${1:-}" in
       torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --only $c --out "$OUT/dist.jsonl" 2>&1 \
         | quiet | grep '^{' | cut -c1-160
     done ;;
-  *) echo "usage: $0 probes-single|dist" >&2; exit 2 ;;
+  rescale-single)
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -6
+    python benchmarks/trainer_sweep.py measure --gpus 1 --steps 8 --out "$OUT/single.jsonl" \
+      --skip 1g-llama7b-b8,1g-llama7b-b8-mb2x4,1g-llama7b-b8-compiled,1g-llama7b-b8-mb2x4-compiled 2>&1 \
+      | quiet | grep '^{' | cut -c1-160
+    python -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | quiet | tail -8 ;;
+  *) echo "usage: $0 probes-single|dist|rescale-single" >&2; exit 2 ;;
 esac

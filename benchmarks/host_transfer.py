@@ -1,0 +1,116 @@
+"""Do one machine's fitted host terms carry over to another machine, unscaled and with `--rescale`?
+
+Every lent H200 VM that measured both the trainer's probes (`autoparallel calibrate --trainer --raw`) and
+the sweep (`trainer_sweep.py measure`) is a held-out machine for a profile fitted elsewhere: its sweep
+configurations are predicted with the base profile's host terms as they are, then scaled by the factor
+`calibrate --trainer --rescale` fits from that VM's own SPEED_PROBES (`fit_host_speed`). Nothing of the
+target VM but those three probes enters the prediction. CPU only:
+
+    python benchmarks/host_transfer.py                       # base: the shipped h200 profile
+    python benchmarks/host_transfer.py --base benchmarks/results/h200_trainer_fit_s11.yaml --fitted-on s11 \\
+        --doc /tmp/host_transfer_s11.md --results /tmp/host_transfer_s11.json
+
+Writes docs/host_transfer.md and benchmarks/results/host_transfer.json (one record per VM and
+configuration: measured step time, predicted unscaled and rescaled). Configurations whose numbers the base
+took from a sweep (its `sweep_fit_configs`, else trainer_sweep.FIT's) are left out on every VM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import trainer_sweep as ts  # noqa: E402
+
+from autoparallel.calibrate_trainer import fit_host_speed, load_records, scale_host_terms  # noqa: E402
+
+RAW = ROOT / "benchmarks" / "results" / "raw"
+# VM -> its sweep files (every VM's probes are trainer_probes_<vm>.jsonl); s10 measured no sweep, s2-s3
+# ran plans of an older planner
+VMS = {"s4": ["single"], "s5": ["single", "dist"], "s6": ["single"], "s7": ["single"], "s8": ["single"],
+       "s9": ["single"], "s11": ["single"]}
+DOC = ROOT / "docs" / "host_transfer.md"
+RESULTS = ROOT / "benchmarks" / "results" / "host_transfer.json"
+
+
+def _summary(errors: list[float]) -> str:
+    return (f"{statistics.mean(errors):.1%} mean, {sum(e <= 0.10 for e in errors)} of {len(errors)} within 10%, "
+            f"max {max(errors):.1%}")
+
+
+def main() -> int:
+    from hardware_profiles import load_profile
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--base", default="h200", help="profile whose host terms travel (default: the shipped h200)")
+    ap.add_argument("--fitted-on", default=None, choices=sorted(VMS),
+                    help="the VM the base's host terms were fitted on, reported apart (h200: s4, its calibration says)")
+    ap.add_argument("--doc", default=str(DOC))
+    ap.add_argument("--results", default=str(RESULTS))
+    args = ap.parse_args()
+    base = load_profile(args.base)
+    home = args.fitted_on or ("s4" if args.base == "h200" else None)
+    fitted = set(base.calibration.get(ts.SWEEP_FIT_KEY, ts.FIT.values()))
+    configs = {c.name: c for c in ts.CONFIGS}
+    records, rows = [], []
+    errors: dict[str, list[float]] = {"unscaled": [], "rescaled": []}
+    for vm, kinds in VMS.items():
+        probes = load_records([str(RAW / f"trainer_probes_{vm}.jsonl")])
+        speed = fit_host_speed(probes, base)
+        scaled = dataclasses.replace(base, calibration={**base.calibration,
+                                                        **scale_host_terms(base.calibration, speed.factor)})
+        measured = ts._measured([str(RAW / f"trainer_sweep_{k}_{vm}.jsonl") for k in kinds])
+        vm_err: dict[str, list[float]] = {"unscaled": [], "rescaled": []}
+        for name, m in measured.items():
+            if name not in configs or "measured" not in m or name in fitted:
+                continue
+            t = m["measured"]["step_time_s"]
+            pred = {lab: ts.predict(configs[name], prof, m)[0]["step_time_s"]
+                    for lab, prof in (("unscaled", base), ("rescaled", scaled))}
+            records.append({"vm": vm, "name": name, "gpus": configs[name].gpus, "measured_s": t,
+                            "predicted_s": pred, "factor": speed.factor})
+            for lab in vm_err:
+                vm_err[lab].append(abs(pred[lab] / t - 1))
+        probe_ms = ", ".join(f"{r.probe.name} {r.measured_s * 1e3:.1f}" for r in probes
+                             if r.probe.name in speed.ratios)
+        rows.append(f"| {vm}{' (base fitted here)' if vm == home else ''} | {probe_ms} | {speed.factor:.3f} | {_summary(vm_err['unscaled'])} | "
+                    f"{_summary(vm_err['rescaled'])} |")
+        print(rows[-1], flush=True)
+        if vm != home:
+            for lab in errors:
+                errors[lab] += vm_err[lab]
+    held = [vm for vm in VMS if vm != home]
+    summary = (f"Over the {len(held)} VMs the base was not fitted on ({', '.join(held)}; {len(errors['unscaled'])} "
+               f"configurations): unscaled {_summary(errors['unscaled'])}; rescaled {_summary(errors['rescaled'])}.")
+    print(summary)
+    Path(args.results).write_text(json.dumps({"base": args.base, "records": records}, indent=1) + "\n")
+    rel = " ".join(f"--{k} {Path(v).resolve().relative_to(ROOT) if Path(v).resolve().is_relative_to(ROOT) else v}"
+                   for k, v, d in (("doc", args.doc, DOC), ("results", args.results, RESULTS))
+                   if Path(v).resolve() != d.resolve())
+    Path(args.doc).write_text(
+        "# Host terms across machines: as fitted, and rescaled by three probes\n\n"
+        f"Command: `python benchmarks/host_transfer.py{' --base ' + args.base if args.base != 'h200' else ''}"
+        f"{' --fitted-on ' + args.fitted_on if args.fitted_on else ''}"
+        f"{' ' + rel if rel else ''}` (CPU; raw data: benchmarks/results/raw/trainer_probes_<vm>.jsonl and "
+        "trainer_sweep_*_<vm>.jsonl; per-configuration records: "
+        f"{Path(args.results).name}).\n\n"
+        f"Base profile: `{args.base}`. Each row is one lent H200 VM. Its trainer sweep is predicted with the base's "
+        "host terms as they are (unscaled) and multiplied by the factor that `autoparallel calibrate --trainer "
+        "--rescale` fits from the VM's own one-GPU probes (`SPEED_PROBES`, their median step times in ms below; "
+        "autoparallel/calibrate_trainer.py `fit_host_speed`). Nothing else of the VM enters a prediction. "
+        f"Left out everywhere: {', '.join(sorted(fitted))} (the base took numbers from them). "
+        "Errors are |predicted / measured - 1| of the step time.\n\n"
+        "| VM | probes (ms) | factor | unscaled | rescaled |\n|---|---|---:|---|---|\n" + "\n".join(rows)
+        + f"\n\n{summary}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
