@@ -408,6 +408,36 @@ def fit_host_speed(records: Sequence[ProbeRecord], base: Any) -> HostSpeed:
     return HostSpeed(statistics.geometric_mean(ratios.values()), ratios)
 
 
+def pool_machines(machines: Sequence[Sequence[ProbeRecord]]) -> tuple[list[ProbeRecord], dict[str, float]]:
+    """Several machines' probe records as one machine's, for a fit that no one VM's drift or missing probes
+    decide: the reference speed is each SPEED_PROBE's geometric mean over the machines, each machine's times
+    are divided by its factor against it (`fit_host_speed`'s ratio), then each probe takes its median over
+    the machines that measured it. Returns the pooled records and the reference times (ms) they are at."""
+    if not machines:
+        raise UserError("pool_machines: no machines")
+    for n, records in enumerate(machines):
+        missing = set(SPEED_PROBES) - {r.probe.name for r in records}
+        if missing:
+            raise UserError(f"pool_machines: machine {n} lacks the speed probes {sorted(missing)}; its host speed "
+                            f"against the others is unknown")
+    ref = {p: statistics.geometric_mean(next(r.measured_s for r in m if r.probe.name == p) for m in machines) * 1e3
+           for p in SPEED_PROBES}
+    times: dict[str, list[float]] = {}
+    plans: dict[str, ProbeRecord] = {}
+    for records in machines:
+        factor = statistics.geometric_mean(r.measured_s * 1e3 / ref[r.probe.name] for r in records
+                                           if r.probe.name in SPEED_PROBES)
+        for r in records:
+            if r.probe.name in plans and plans[r.probe.name].plan != r.plan:
+                raise UserError(f"pool_machines: probe {r.probe.name} ran different plans on different machines; "
+                                f"pool records of one planner version")
+            times.setdefault(r.probe.name, []).append(r.measured_s / factor)
+            plans[r.probe.name] = r
+    pooled = [dataclasses.replace(plans[p.name], measured_s=statistics.median(times[p.name]))
+              for p in PROBES if p.name in plans]
+    return pooled, {p: round(v, 3) for p, v in ref.items()}
+
+
 def _write_rescaled(profile: Any, records: Sequence[ProbeRecord], output: str, say: Callable[[str], None]) -> None:
     from hardware_profiles import profile_to_yaml
     speed = fit_host_speed(records, profile)

@@ -10,6 +10,11 @@ target VM but those three probes enters the prediction. CPU only:
     python benchmarks/host_transfer.py --base benchmarks/results/h200_trainer_fit_s11.yaml --fitted-on s11 \\
         --doc /tmp/host_transfer_s11.md --results /tmp/host_transfer_s11.json
 
+`--pooled` asks the same of a profile fitted on many VMs at once (calibrate_trainer.pool_machines: each
+VM's probes brought to one host speed, then each probe's median): for each target VM the terms are fitted
+on every *other* VM's probes (leave one VM out), then rescaled to it. `--write-pooled FILE` writes the fit of
+all VMs (what `trainer_sweep.py ship` puts into hardware_profiles/h200.yaml).
+
 Writes docs/host_transfer.md and benchmarks/results/host_transfer.json (one record per VM and
 configuration: measured step time, predicted unscaled and rescaled). Configurations whose numbers the base
 took from a sweep (its `sweep_fit_configs`, else trainer_sweep.FIT's) are left out on every VM.
@@ -30,13 +35,21 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import trainer_sweep as ts  # noqa: E402
 
-from autoparallel.calibrate_trainer import fit_host_speed, load_records, scale_host_terms  # noqa: E402
+from autoparallel.calibrate_trainer import (  # noqa: E402
+    REFERENCE_KEY,
+    fit_host_speed,
+    fit_host_terms,
+    load_records,
+    pool_machines,
+    scale_host_terms,
+)
 
 RAW = ROOT / "benchmarks" / "results" / "raw"
 # VM -> its sweep files (every VM's probes are trainer_probes_<vm>.jsonl); s10 measured no sweep, s2-s3
 # ran plans of an older planner
 VMS = {"s4": ["single"], "s5": ["single", "dist"], "s6": ["single"], "s7": ["single"], "s8": ["single"],
-       "s9": ["single"], "s11": ["single"]}
+       "s9": ["single"], "s11": ["single"], "s12": ["single"]}
+PROBE_VMS = ("s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12")  # every VM's probe file
 DOC = ROOT / "docs" / "host_transfer.md"
 RESULTS = ROOT / "benchmarks" / "results" / "host_transfer.json"
 
@@ -46,26 +59,48 @@ def _summary(errors: list[float]) -> str:
             f"max {max(errors):.1%}")
 
 
+def probes_of(vm: str) -> list:
+    return load_records([str(RAW / f"trainer_probes_{vm}.jsonl")])
+
+
+def pooled_profile(base, vms: list[str]):
+    """`base` with host terms fitted on the pooled probes of `vms` and their reference times."""
+    records, reference = pool_machines([probes_of(vm) for vm in vms])
+    fit = fit_host_terms(records, base)
+    return dataclasses.replace(base, calibration={**base.calibration, **fit.terms, REFERENCE_KEY: reference})
+
+
 def main() -> int:
     from hardware_profiles import load_profile
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--base", default="h200", help="profile whose host terms travel (default: the shipped h200)")
     ap.add_argument("--fitted-on", default=None, choices=sorted(VMS),
                     help="the VM the base's host terms were fitted on, reported apart (h200: s4, its calibration says)")
+    ap.add_argument("--pooled", action="store_true",
+                    help="host terms fitted on the pooled probes of every other VM (leave one VM out)")
+    ap.add_argument("--write-pooled", default=None, metavar="FILE",
+                    help="write --base with the host terms of all VMs' pooled probes, and stop")
     ap.add_argument("--doc", default=str(DOC))
     ap.add_argument("--results", default=str(RESULTS))
     args = ap.parse_args()
     base = load_profile(args.base)
-    home = args.fitted_on or ("s4" if args.base == "h200" else None)
+    if args.write_pooled:
+        from hardware_profiles import profile_to_yaml
+        prof = pooled_profile(base, list(PROBE_VMS))
+        Path(args.write_pooled).write_text(profile_to_yaml(prof))
+        print(f"wrote the host terms of {', '.join(PROBE_VMS)} pooled into {args.write_pooled}")
+        return 0
+    home = None if args.pooled else args.fitted_on or ("s4" if args.base == "h200" else None)
     fitted = set(base.calibration.get(ts.SWEEP_FIT_KEY, ts.FIT.values()))
     configs = {c.name: c for c in ts.CONFIGS}
     records, rows = [], []
     errors: dict[str, list[float]] = {"unscaled": [], "rescaled": []}
     for vm, kinds in VMS.items():
-        probes = load_records([str(RAW / f"trainer_probes_{vm}.jsonl")])
-        speed = fit_host_speed(probes, base)
-        scaled = dataclasses.replace(base, calibration={**base.calibration,
-                                                        **scale_host_terms(base.calibration, speed.factor)})
+        probes = probes_of(vm)
+        terms = pooled_profile(base, [v for v in PROBE_VMS if v != vm]) if args.pooled else base
+        speed = fit_host_speed(probes, terms)
+        scaled = dataclasses.replace(terms, calibration={**terms.calibration,
+                                                         **scale_host_terms(terms.calibration, speed.factor)})
         measured = ts._measured([str(RAW / f"trainer_sweep_{k}_{vm}.jsonl") for k in kinds])
         vm_err: dict[str, list[float]] = {"unscaled": [], "rescaled": []}
         for name, m in measured.items():
@@ -73,7 +108,7 @@ def main() -> int:
                 continue
             t = m["measured"]["step_time_s"]
             pred = {lab: ts.predict(configs[name], prof, m)[0]["step_time_s"]
-                    for lab, prof in (("unscaled", base), ("rescaled", scaled))}
+                    for lab, prof in (("unscaled", terms), ("rescaled", scaled))}
             records.append({"vm": vm, "name": name, "gpus": configs[name].gpus, "measured_s": t,
                             "predicted_s": pred, "factor": speed.factor})
             for lab in vm_err:
@@ -97,11 +132,14 @@ def main() -> int:
     Path(args.doc).write_text(
         "# Host terms across machines: as fitted, and rescaled by three probes\n\n"
         f"Command: `python benchmarks/host_transfer.py{' --base ' + args.base if args.base != 'h200' else ''}"
-        f"{' --fitted-on ' + args.fitted_on if args.fitted_on else ''}"
+        f"{' --fitted-on ' + args.fitted_on if args.fitted_on else ''}{' --pooled' if args.pooled else ''}"
         f"{' ' + rel if rel else ''}` (CPU; raw data: benchmarks/results/raw/trainer_probes_<vm>.jsonl and "
         "trainer_sweep_*_<vm>.jsonl; per-configuration records: "
         f"{Path(args.results).name}).\n\n"
-        f"Base profile: `{args.base}`. Each row is one lent H200 VM. Its trainer sweep is predicted with the base's "
+        + (f"Host terms: fitted on the pooled probes of every VM of {', '.join(PROBE_VMS)} but the row's own "
+           f"(leave one VM out; `pool_machines`), over `{args.base}`'s other numbers. " if args.pooled
+           else f"Base profile: `{args.base}`. ")
+        + "Each row is one lent H200 VM. Its trainer sweep is predicted with those "
         "host terms as they are (unscaled) and multiplied by the factor that `autoparallel calibrate --trainer "
         "--rescale` fits from the VM's own one-GPU probes (`SPEED_PROBES`, their median step times in ms below; "
         "autoparallel/calibrate_trainer.py `fit_host_speed`). Nothing else of the VM enters a prediction. "

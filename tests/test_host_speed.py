@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from autoparallel.calibrate_trainer import (
     SPEED_PROBES,
     fit_host_speed,
     load_records,
+    pool_machines,
     reference_times,
     run_trainer_calibration,
     scale_host_terms,
@@ -29,7 +31,8 @@ from autoparallel.errors import UserError
 from hardware_profiles import load_profile
 
 RAW = Path(__file__).resolve().parents[1] / "benchmarks/results/raw"
-S4, S8 = RAW / "trainer_probes_s4.jsonl", RAW / "trainer_probes_s8.jsonl"
+RESULTS = RAW.parent
+S4, S8, S12 = (RAW / f"trainer_probes_{vm}.jsonl" for vm in ("s4", "s8", "s12"))
 HALF = 5e-4 + 1e-9  # round(x, 3) moves x by at most 5e-4; 1e-9 absorbs the float error of the product
 
 
@@ -87,14 +90,53 @@ def test_factor_is_the_geometric_mean_over_speed_probes_in_both(h200, tmp_path):
     assert fit_host_speed(records, base).factor == pytest.approx(math.sqrt(6), rel=1e-12)
 
 
-def test_the_base_machines_own_probes_give_factor_one(h200):
-    """h200's host_probe_ms are s4's speed-probe times rounded to 3 decimals."""
-    ref = h200.calibration[REFERENCE_KEY]
-    speed = fit_host_speed(load_records([str(S4)]), h200)
+def test_the_fitting_machines_own_probes_give_factor_one():
+    """A fit writes its records' speed-probe times (3 decimals) as the profile's reference: s12's fit file
+    (`trainer_sweep.py fit`), rescaled by s12's own probes, stays where it is."""
+    fitted = load_profile(str(RESULTS / "h200_trainer_fit_s12.yaml"))
+    ref = fitted.calibration[REFERENCE_KEY]
+    speed = fit_host_speed(load_records([str(S12)]), fitted)
     assert set(speed.ratios) == set(SPEED_PROBES)
     for name, r in speed.ratios.items():
         assert r == pytest.approx(1, abs=5e-4 / ref[name]), name
     assert speed.factor == pytest.approx(1, abs=5e-4 / min(ref.values()))
+
+
+def test_pooled_machines_are_brought_to_one_host_speed_then_take_each_probes_median():
+    """pool_machines: the reference is each speed probe's geometric mean over the machines; each machine's
+    times are divided by its factor against it; a probe's pooled time is the median over the machines."""
+    machines = [load_records([str(f)]) for f in (S4, S8, S12)]
+    pooled, ref = pool_machines(machines)
+    times = [{r.probe.name: r.measured_s for r in m} for m in machines]
+    exact = {name: 1e3 * math.prod(t[name] for t in times) ** (1 / 3) for name in SPEED_PROBES}
+    assert ref == pytest.approx(exact, abs=HALF)
+    factors = [math.prod(t[p] * 1e3 / exact[p] for p in SPEED_PROBES) ** (1 / 3) for t in times]
+    by_name = {r.probe.name: r for r in pooled}
+    for name, rec in by_name.items():
+        expected = statistics.median(t[name] / f for t, f in zip(times, factors, strict=True) if name in t)
+        assert rec.measured_s == pytest.approx(expected, rel=1e-12), name
+    # a probe only s4 measured (two-GPU ones) keeps s4's time at the pooled speed
+    assert by_name["llama-tp2-m2"].measured_s == pytest.approx(times[0]["llama-tp2-m2"] / factors[0], rel=1e-12)
+    # each machine, brought to the pooled speed, is at factor 1 against the pooled reference; the pooled
+    # probes (medians of those) lie between the machines' normalized ratios
+    h200 = load_profile("h200")
+    base = dataclasses.replace(h200, calibration={**h200.calibration, REFERENCE_KEY: exact})
+    for m, f in zip(machines, factors, strict=True):
+        normalized = [dataclasses.replace(r, measured_s=r.measured_s / f) for r in m]
+        assert fit_host_speed(normalized, base).factor == pytest.approx(1, rel=1e-12)
+    ratios = [t[p] * 1e3 / f / exact[p] for t, f in zip(times, factors, strict=True) for p in SPEED_PROBES]
+    assert min(ratios) <= fit_host_speed([by_name[n] for n in SPEED_PROBES], base).factor <= max(ratios)
+
+
+def test_pooling_refuses_a_machine_without_speed_probes_or_with_other_plans():
+    s4, s8 = load_records([str(S4)]), load_records([str(S8)])
+    with pytest.raises(UserError, match="lacks the speed probes"):
+        pool_machines([s4, [r for r in s8 if r.probe.name != "moe-m2"]])
+    other = load_records([str(S4)])
+    changed = [dataclasses.replace(r, plan=dataclasses.replace(r.plan, micro_batch=2)) if r.probe.name == "llama-m4"
+               else r for r in other]
+    with pytest.raises(UserError, match="different plans"):
+        pool_machines([s8, changed])
 
 
 def test_uniform_k_gives_k_and_a_profile_with_every_host_term_times_k(h200, tmp_path):
