@@ -48,8 +48,9 @@ RAW = ROOT / "benchmarks" / "results" / "raw"
 # VM -> its sweep files (every VM's probes are trainer_probes_<vm>.jsonl); s10 measured no sweep, s2-s3
 # ran plans of an older planner
 VMS = {"s4": ["single"], "s5": ["single", "dist"], "s6": ["single"], "s7": ["single"], "s8": ["single"],
-       "s9": ["single"], "s11": ["single"], "s12": ["single"]}
-PROBE_VMS = ("s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12")  # every VM's probe file
+       "s9": ["single"], "s11": ["single"], "s12": ["single"], "s13": ["single"]}
+# the VMs whose probes `--pooled` and `--write-pooled` pool: the shipped h200's; s13 measured after it shipped
+PROBE_VMS = ("s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12")
 DOC = ROOT / "docs" / "host_transfer.md"
 RESULTS = ROOT / "benchmarks" / "results" / "host_transfer.json"
 
@@ -96,7 +97,10 @@ def main() -> int:
     records, rows = [], []
     errors: dict[str, list[float]] = {"unscaled": [], "rescaled": []}
     for vm, kinds in VMS.items():
-        probes = probes_of(vm)
+        # the speed probes `calibrate --trainer --rescale` timed on the VM before its sweep, where it ran
+        # (s12 on), else those of its full probe set
+        speed_file = RAW / f"trainer_speed_{vm}.jsonl"
+        probes = load_records([str(speed_file)]) if speed_file.exists() else probes_of(vm)
         terms = pooled_profile(base, [v for v in PROBE_VMS if v != vm]) if args.pooled else base
         speed = fit_host_speed(probes, terms)
         scaled = dataclasses.replace(terms, calibration={**terms.calibration,
@@ -141,7 +145,9 @@ def main() -> int:
            else f"Base profile: `{args.base}`. ")
         + "Each row is one lent H200 VM. Its trainer sweep is predicted with those "
         "host terms as they are (unscaled) and multiplied by the factor that `autoparallel calibrate --trainer "
-        "--rescale` fits from the VM's own one-GPU probes (`SPEED_PROBES`, their median step times in ms below; "
+        "--rescale` fits from the VM's own one-GPU probes (`SPEED_PROBES`, their median step times in ms below: "
+        "from `--rescale`'s own run before the sweep where there is one (trainer_speed_<vm>.jsonl, s12 on), else "
+        "from the VM's full probe set; "
         "autoparallel/calibrate_trainer.py `fit_host_speed`). Nothing else of the VM enters a prediction. "
         f"Left out everywhere: {', '.join(sorted(fitted))} (the base took numbers from them). "
         "Errors are |predicted / measured - 1| of the step time.\n\n"

@@ -564,10 +564,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         f"Command: `python benchmarks/trainer_sweep.py report --raw {raws} --profile {_rel(args.profile)}{outputs}` "
         "(measured with the `measure` commands in the script's docstring on a lent H200 machine, one or two GPUs; plans "
         "from `plans`).\n\n"
-        "The profile is `fit`'s: the trainer's host terms fitted from the small probes of `autoparallel "
-        "calibrate --trainer` measured on the same machine (autoparallel/calibrate_trainer.py; none is a "
-        f"configuration below), then {fitted}; every other row is held out. Predicted memory "
-        "is rank 0's allocated peak (stage 0, without the allocator reserve) against "
+        + (f"The profile is `autoparallel calibrate --trainer --rescale`'s, run on the same machine before the "
+           f"sweep: {profile.calibration['host_speed']} (three host-bound probes; autoparallel/calibrate_trainer.py "
+           "`fit_host_speed`); nothing of this machine's sweep was fitted, and the rows marked (fit) gave the base "
+           "profile its two fractions on another VM. Predicted memory " if "host_speed" in profile.calibration else
+           "The profile is `fit`'s: the trainer's host terms fitted from the small probes of `autoparallel "
+           "calibrate --trainer` measured on the same machine (autoparallel/calibrate_trainer.py; none is a "
+           f"configuration below), then {fitted}; every other row is held out. Predicted memory ")
+        + "is rank 0's allocated peak (stage 0, without the allocator reserve) against "
         "torch.cuda.max_memory_allocated.\n\n" + "\n".join(lines) + f"\n\n{summary}\n\n"
         "What the errors say, mechanism by mechanism, and what is left: docs/trainer_sweep_notes.md.\n")
     return 0

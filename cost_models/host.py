@@ -43,7 +43,9 @@ drains the GPU queue. Each is one calibration term (microseconds), per unit of w
 Profiles without these keys (every uncalibrated one) charge nothing for them. `autoparallel calibrate
 --trainer` fits them, with the per-op rates, from AutoParallelTrainer's own steps on small host-bound
 models (autoparallel/calibrate_trainer.py). They describe the host CPU, which differs between machines
-of the same accelerator (up to 40% between lent H200 VMs), so they are fitted where the trainer runs.
+of the same accelerator (up to 2x between lent H200 VMs), mostly by one factor on all of them: `calibrate
+--trainer --rescale` measures that factor where the trainer runs (three probes) and scales a fitted profile's
+terms by it (docs/host_transfer.md).
 """
 
 from __future__ import annotations
