@@ -64,11 +64,20 @@ def probes_of(vm: str) -> list:
     return load_records([str(RAW / f"trainer_probes_{vm}.jsonl")])
 
 
+def sweep_files(vms: list[str]) -> list[str]:
+    return [str(RAW / f"trainer_sweep_{k}_{vm}.jsonl") for vm in vms if vm in VMS for k in VMS[vm]]
+
+
 def pooled_profile(base, vms: list[str]):
-    """`base` with host terms fitted on the pooled probes of `vms` and their reference times."""
+    """`base` with host terms fitted on the pooled probes of `vms` and their reference times, then the
+    sweep's runtime fractions (trainer_sweep.FIT) refitted under those terms from the configurations' median
+    over the sweeps of `vms` (GPU-paced configurations: they repeat within 1-3% across VMs)."""
     records, reference = pool_machines([probes_of(vm) for vm in vms])
     fit = fit_host_terms(records, base)
-    return dataclasses.replace(base, calibration={**base.calibration, **fit.terms, REFERENCE_KEY: reference})
+    prof = dataclasses.replace(base, calibration={**base.calibration, **fit.terms, REFERENCE_KEY: reference})
+    fractions, configs = ts.fit_sweep_terms(prof, ts._measured(sweep_files(vms)),
+                                            skip=[k for k in ts.FIT if fit.terms.get(k)], say=lambda _: None)
+    return dataclasses.replace(prof, calibration={**prof.calibration, **fractions, ts.SWEEP_FIT_KEY: configs})
 
 
 def main() -> int:
@@ -96,7 +105,7 @@ def main() -> int:
     configs = {c.name: c for c in ts.CONFIGS}
     records, rows = [], []
     errors: dict[str, list[float]] = {"unscaled": [], "rescaled": []}
-    for vm, kinds in VMS.items():
+    for vm in VMS:
         # the speed probes `calibrate --trainer --rescale` timed on the VM before its sweep, where it ran
         # (s12 on), else those of its full probe set
         speed_file = RAW / f"trainer_speed_{vm}.jsonl"
@@ -105,7 +114,7 @@ def main() -> int:
         speed = fit_host_speed(probes, terms)
         scaled = dataclasses.replace(terms, calibration={**terms.calibration,
                                                          **scale_host_terms(terms.calibration, speed.factor)})
-        measured = ts._measured([str(RAW / f"trainer_sweep_{k}_{vm}.jsonl") for k in kinds])
+        measured = ts._measured(sweep_files([vm]))
         vm_err: dict[str, list[float]] = {"unscaled": [], "rescaled": []}
         for name, m in measured.items():
             if name not in configs or "measured" not in m or name in fitted:

@@ -425,26 +425,16 @@ def _measured(raws: list[str]) -> dict[str, dict]:
     return out
 
 
-def cmd_fit(args: argparse.Namespace) -> int:
-    """Each runtime term by bisection so that its one fitting configuration is predicted exactly (the
-    step time is monotone in each term); prints the calibration entries for the profile."""
+def fit_sweep_terms(base: Any, measured: dict[str, dict], skip: list[str] = (),
+                    say: Any = print) -> tuple[dict[str, float], list[str]]:
+    """FIT's runtime terms over `base` (host terms in place), each by bisection so that its one fitting
+    configuration (measured: `_measured`'s records) is predicted exactly -- the step time is monotone in each
+    term; `skip`: keys the probes identified. Returns the fitted entries and the configurations used."""
     import dataclasses
-
-    from hardware_profiles import load_profile, profile_to_yaml
-    base = load_profile(PROFILE)
-    records = load_records(args.probes)
-    host = fit_host_terms(records, base)
-    for name, r in host.residuals.items():
-        print(f"  probe {name}: model {r:+.1%}")
-    print("host terms: " + ", ".join(f"{k} {v}" for k, v in host.terms.items() if k not in HOST_TERMS)
-          + ", " + describe_terms(host), flush=True)
-    base = dataclasses.replace(base, calibration={**base.calibration, **host.terms,
-                                                  REFERENCE_KEY: reference_times(records)})
-    measured = _measured(args.raw)
     fitted: dict[str, float] = {}
     fit_configs: list[str] = []
     for key, name in FIT.items():
-        if host.terms.get(key):  # the probes identified it (a run with a compiled probe)
+        if key in skip:
             continue
         cfg = next(c for c in CONFIGS if c.name == name)
         target = measured[name]["measured"]["step_time_s"]
@@ -460,7 +450,26 @@ def cmd_fit(args: argparse.Namespace) -> int:
             lo, hi = (mid, hi) if (step_time(mid) < target) == rising else (lo, mid)
         fitted[key] = round((lo + hi) / 2, 3)
         fit_configs.append(name)
-        print(f"{key}: {fitted[key]}  (from {name}: measured {target * 1e3:.1f} ms)", flush=True)
+        say(f"{key}: {fitted[key]}  (from {name}: measured {target * 1e3:.1f} ms)")
+    return fitted, fit_configs
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    """Each runtime term by bisection so that its one fitting configuration is predicted exactly (the
+    step time is monotone in each term); prints the calibration entries for the profile."""
+    import dataclasses
+
+    from hardware_profiles import load_profile, profile_to_yaml
+    base = load_profile(PROFILE)
+    records = load_records(args.probes)
+    host = fit_host_terms(records, base)
+    for name, r in host.residuals.items():
+        print(f"  probe {name}: model {r:+.1%}")
+    print("host terms: " + ", ".join(f"{k} {v}" for k, v in host.terms.items() if k not in HOST_TERMS)
+          + ", " + describe_terms(host), flush=True)
+    base = dataclasses.replace(base, calibration={**base.calibration, **host.terms,
+                                                  REFERENCE_KEY: reference_times(records)})
+    fitted, fit_configs = fit_sweep_terms(base, _measured(args.raw), skip=[k for k in FIT if host.terms.get(k)])
     # which configurations the fit used, for `report` to leave out of the held-out ones
     Path(args.output).write_text(profile_to_yaml(base, extra={"calibration": {**fitted,
                                                                                SWEEP_FIT_KEY: fit_configs}}))
