@@ -6,6 +6,8 @@
 #   bash benchmarks/device/trainer_sweep.sh rescale-single  # one GPU: the shipped profile rescaled to this machine
 #                                                           # (calibrate --trainer --rescale), the sweep without the
 #                                                           # 7B, then the full one-GPU probes to compare
+#   bash benchmarks/device/trainer_sweep.sh rescale-drift   # the same, but --rescale again after the sweep
+#                                                           # (speed_after.jsonl: how far the VM drifted)
 # Results land in $OUT; `python benchmarks/trainer_sweep.py fit/report` turn them into the docs on any CPU.
 source "$(dirname "$0")/env.sh"
 case "${1:-}" in
@@ -20,12 +22,17 @@ case "${1:-}" in
       torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --only $c --out "$OUT/dist.jsonl" 2>&1 \
         | quiet | grep '^{' | cut -c1-160
     done ;;
-  rescale-single)
+  rescale-single|rescale-drift)
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -6
     python benchmarks/trainer_sweep.py measure --gpus 1 --steps 8 --out "$OUT/single.jsonl" \
       --skip 1g-llama7b-b8,1g-llama7b-b8-mb2x4,1g-llama7b-b8-compiled,1g-llama7b-b8-mb2x4-compiled 2>&1 \
       | quiet | grep '^{' | cut -c1-160
-    python -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | quiet | tail -8 ;;
-  *) echo "usage: $0 probes-single|dist|rescale-single" >&2; exit 2 ;;
+    if [ "$1" = rescale-drift ]; then
+      python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
+        --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -6
+    else
+      python -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | quiet | tail -8
+    fi ;;
+  *) echo "usage: $0 probes-single|dist|rescale-single|rescale-drift" >&2; exit 2 ;;
 esac
