@@ -10,6 +10,7 @@ target VM but those three probes enters the prediction. CPU only:
     python benchmarks/host_transfer.py --base benchmarks/results/h200_trainer_fit_s11.yaml --fitted-on s11 \\
         --doc /tmp/host_transfer_s11.md --results /tmp/host_transfer_s11.json
 
+`--slopes` prints how each configuration's measured time follows the VMs' host factors, against the model.
 `--pooled` asks the same of a profile fitted on many VMs at once (calibrate_trainer.pool_machines: each
 VM's probes brought to one host speed, then each probe's median): for each target VM the terms are fitted
 on every *other* VM's probes (leave one VM out), then rescaled to it. `--write-pooled FILE` writes the fit of
@@ -81,6 +82,39 @@ def pooled_profile(base, vms: list[str]):
     return dataclasses.replace(prof, calibration={**prof.calibration, **fractions, ts.SWEEP_FIT_KEY: configs})
 
 
+def speed_records(vm: str) -> list:
+    """The speed probes `calibrate --trainer --rescale` timed on the VM before its sweep, where it ran (s12
+    on), else the VM's full probe set."""
+    speed_file = RAW / f"trainer_speed_{vm}.jsonl"
+    return load_records([str(speed_file)]) if speed_file.exists() else probes_of(vm)
+
+
+def print_slopes(base) -> int:
+    """Per one-GPU configuration: the least-squares slope of its measured step time against the VMs' host
+    factors (ms per unit of factor; r the correlation), and the model's slope (its prediction at factors
+    0.7 and 1.3). A model slope above the measured one: the model counts as host-paced work that the
+    configuration's time does not follow from VM to VM."""
+    factors = {vm: fit_host_speed(speed_records(vm), base).factor for vm in VMS if "single" in VMS[vm]}
+    measured = {vm: ts._measured(sweep_files([vm])) for vm in factors}
+
+    def scaled(f: float):
+        return dataclasses.replace(base, calibration={**base.calibration, **scale_host_terms(base.calibration, f)})
+    lo, hi = scaled(0.7), scaled(1.3)
+    print("| configuration | VMs | mean ms | measured slope (r) | model slope | model at factor 1 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for cfg in (c for c in ts.CONFIGS if c.gpus == 1):
+        pts = [(f, measured[vm][cfg.name]["measured"]["step_time_s"] * 1e3) for vm, f in factors.items()
+               if "measured" in measured[vm].get(cfg.name, {})]
+        if len(pts) < 4:
+            continue
+        xs, ys = zip(*pts, strict=True)
+        slope = statistics.linear_regression(xs, ys).slope
+        model = [ts.predict(cfg, prof)[0]["step_time_s"] * 1e3 for prof in (lo, hi, base)]
+        print(f"| {cfg.name} | {len(pts)} | {statistics.mean(ys):.1f} | {slope:.1f} ({statistics.correlation(xs, ys):+.2f}) "
+              f"| {(model[1] - model[0]) / 0.6:.1f} | {model[2]:.1f} |")
+    return 0
+
+
 def main() -> int:
     from hardware_profiles import load_profile
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -91,10 +125,15 @@ def main() -> int:
                     help="host terms fitted on the pooled probes of every other VM (leave one VM out)")
     ap.add_argument("--write-pooled", default=None, metavar="FILE",
                     help="write --base with the host terms of all VMs' pooled probes, and stop")
+    ap.add_argument("--slopes", action="store_true",
+                    help="print each one-GPU configuration's sensitivity to the host factor, measured across the "
+                         "VMs against the model's, and stop")
     ap.add_argument("--doc", default=str(DOC))
     ap.add_argument("--results", default=str(RESULTS))
     args = ap.parse_args()
     base = load_profile(args.base)
+    if args.slopes:
+        return print_slopes(base)
     if args.write_pooled:
         from hardware_profiles import profile_to_yaml
         prof = pooled_profile(base, list(PROBE_VMS))
@@ -107,10 +146,7 @@ def main() -> int:
     records, rows = [], []
     errors: dict[str, list[float]] = {"unscaled": [], "rescaled": []}
     for vm in VMS:
-        # the speed probes `calibrate --trainer --rescale` timed on the VM before its sweep, where it ran
-        # (s12 on), else those of its full probe set
-        speed_file = RAW / f"trainer_speed_{vm}.jsonl"
-        probes = load_records([str(speed_file)]) if speed_file.exists() else probes_of(vm)
+        probes = speed_records(vm)
         terms = pooled_profile(base, [v for v in PROBE_VMS if v != vm]) if args.pooled else base
         speed = fit_host_speed(probes, terms)
         scaled = dataclasses.replace(terms, calibration={**terms.calibration,
