@@ -21,8 +21,8 @@ error from the probes' scatter (`HostFit.spread`), or as unmeasured where no pro
 (the two-GPU terms, from one-GPU probes alone).
 
 A fitted profile moves to another machine of the same accelerator without the full set: `--rescale`
-times three one-GPU probes there (`SPEED_PROBES`) and scales every host term by the one factor that
-makes the cost model match them (`fit_host_speed`):
+times three one-GPU probes there (`SPEED_PROBES`) and scales every host term by one factor, their step
+times' ratio to the ones the profile was fitted at (`fit_host_speed`):
 
     autoparallel calibrate --trainer --rescale --base h200 --output h200-here.yaml
 """
@@ -362,10 +362,10 @@ def describe_terms(fit: HostFit) -> str:
 
 # ------------------------------------------------------------------------------------ host speed (CPU)
 # The host terms describe one machine's CPU. Lent H200 VMs differed by up to 2x on the same probes (llama-m4:
-# 101 ms on one, 194 ms on another), and most of that is one factor on every host term: the shipped h200
-# terms (fitted on one VM) scaled by this factor to six other VMs predicted their held-out trainer
-# configurations within 8.1% mean, against 14.3% unscaled (benchmarks/host_transfer.py,
-# docs/host_transfer.md). Three eager one-GPU probes, all host-bound, dense and MoE, one and four micro-batches.
+# 101 ms on one, 194 ms on another), and most of that is one factor on every host term: one VM's fitted
+# terms scaled by this factor to eight other VMs predicted their trainer sweeps within 8.0% mean, against
+# 13.5% unscaled (benchmarks/host_transfer.py, docs/host_transfer_s4.md). Three eager one-GPU probes, all
+# host-bound, dense and MoE, one and four micro-batches.
 SPEED_PROBES = ("llama-m1", "llama-m4", "moe-m2")
 REFERENCE_KEY = "host_probe_ms"  # calibration entry: the SPEED_PROBES' step times where the host terms were fitted
 
@@ -388,6 +388,12 @@ def reference_times(records: Sequence[ProbeRecord]) -> dict[str, float]:
     return {r.probe.name: round(r.measured_s * 1e3, 3) for r in records if r.probe.name in SPEED_PROBES}
 
 
+def _speed_ratios(records: Sequence[ProbeRecord], reference_ms: dict[str, float]) -> dict[str, float]:
+    """probe -> its step time in `records` over its reference time, for the SPEED_PROBES in both."""
+    return {r.probe.name: r.measured_s * 1e3 / float(reference_ms[r.probe.name]) for r in records
+            if r.probe.name in SPEED_PROBES and r.probe.name in reference_ms}
+
+
 def fit_host_speed(records: Sequence[ProbeRecord], base: Any) -> HostSpeed:
     """The geometric mean, over the SPEED_PROBES measured here and on the base's machine, of the ratio of
     their step times. The probes are host-bound, so their times scale with the host terms; a ratio of
@@ -399,8 +405,7 @@ def fit_host_speed(records: Sequence[ProbeRecord], base: Any) -> HostSpeed:
         raise UserError(f"calibrate --trainer --rescale: profile {base.name} has no fitted host terms with the "
                         f"probe times they were fitted at ({REFERENCE_KEY}); fit them with the full "
                         f"`calibrate --trainer` (--raw, then --fit), which records both")
-    ratios = {r.probe.name: r.measured_s * 1e3 / float(ref[r.probe.name]) for r in records
-              if r.probe.name in SPEED_PROBES and r.probe.name in ref}
+    ratios = _speed_ratios(records, ref)
     if not ratios:
         raise UserError(f"calibrate --trainer --rescale: the records hold none of the probes "
                         f"{', '.join(sorted(ref))} that {base.name}'s {REFERENCE_KEY} has; measure them with "
@@ -425,8 +430,7 @@ def pool_machines(machines: Sequence[Sequence[ProbeRecord]]) -> tuple[list[Probe
     times: dict[str, list[float]] = {}
     plans: dict[str, ProbeRecord] = {}
     for records in machines:
-        factor = statistics.geometric_mean(r.measured_s * 1e3 / ref[r.probe.name] for r in records
-                                           if r.probe.name in SPEED_PROBES)
+        factor = statistics.geometric_mean(_speed_ratios(records, ref).values())
         for r in records:
             if r.probe.name in plans and plans[r.probe.name].plan != r.plan:
                 raise UserError(f"pool_machines: probe {r.probe.name} ran different plans on different machines; "
@@ -465,6 +469,9 @@ def run_trainer_calibration(base: str | None, output: str, raw: str | None, fit:
         import tempfile
 
         import torch
+        if raw and Path(raw).is_file() and Path(raw).stat().st_size:
+            raise UserError(f"calibrate --trainer --rescale: --raw {raw} already holds records, which would mix "
+                            f"with this machine's; give a new file")
         if not torch.cuda.is_available():
             raise UserError("calibrate --trainer --rescale: no CUDA device here; run it on the machine that "
                             "will train, or pass --fit FILE with probes measured there")

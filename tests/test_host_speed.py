@@ -173,6 +173,8 @@ def test_a_profile_without_fitted_host_terms_or_probe_times_is_refused(h200, tmp
     (["calibrate", "--trainer", "--rescale", "--fit", "{probes}", "--base", "a100-sxm-80gb"], REFERENCE_KEY),
     (["calibrate", "--rescale"], "belong to --trainer"),
     (["calibrate", "--rescale", "--fit", "{probes}", "--base", "h200"], "belong to --trainer"),
+    # measuring into a file that holds records (any machine's) would take their medians with this one's
+    (["calibrate", "--trainer", "--rescale", "--raw", "{probes}", "--base", "h200"], "already holds records"),
 ])
 def test_bad_rescale_input_is_one_error_line(args, message, h200, tmp_path, capsys):
     probes = write_probes(tmp_path / "p.jsonl", scaled_reference(h200, 2))
