@@ -363,8 +363,8 @@ def describe_terms(fit: HostFit) -> str:
 # ------------------------------------------------------------------------------------ host speed (CPU)
 # The host terms describe one machine's CPU. Lent H200 VMs differed by up to 2x on the same probes (llama-m4:
 # 101 ms on one, 194 ms on another), and most of that is one factor on every host term: one VM's fitted
-# terms scaled by this factor to eight other VMs predicted their trainer sweeps within 8.0% mean, against
-# 13.5% unscaled (benchmarks/host_transfer.py, docs/host_transfer_s4.md). Three eager one-GPU probes, all
+# terms scaled by this factor to ten other VMs predicted their trainer sweeps within 7.9% mean, against
+# 12.9% unscaled (benchmarks/host_transfer.py, docs/host_transfer_s4.md). Three eager one-GPU probes, all
 # host-bound, dense and MoE, one and four micro-batches.
 SPEED_PROBES = ("llama-m1", "llama-m4", "moe-m2")
 REFERENCE_KEY = "host_probe_ms"  # calibration entry: the SPEED_PROBES' step times where the host terms were fitted
