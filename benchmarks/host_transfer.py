@@ -10,7 +10,8 @@ target VM but those three probes enters the prediction. CPU only:
     python benchmarks/host_transfer.py --base benchmarks/results/h200_trainer_fit_s11.yaml --fitted-on s11 \\
         --doc /tmp/host_transfer_s11.md --results /tmp/host_transfer_s11.json
 
-`--slopes` prints how each configuration's measured time follows the VMs' host factors, against the model.
+`--slopes` writes docs/host_transfer_slopes.md: how each configuration's measured time follows the VMs'
+host factors, against the model.
 `--pooled` asks the same of a profile fitted on many VMs at once (calibrate_trainer.pool_machines: each
 VM's probes brought to one host speed, then each probe's median): for each target VM the terms are fitted
 on every *other* VM's probes (leave one VM out), then rescaled to it. `--write-pooled FILE` writes the fit of
@@ -55,6 +56,7 @@ VMS = {"s4": ["single"], "s5": ["single", "dist"], "s6": ["single"], "s7": ["sin
 PROBE_VMS = ("s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12")
 DOC = ROOT / "docs" / "host_transfer.md"
 RESULTS = ROOT / "benchmarks" / "results" / "host_transfer.json"
+SLOPES_DOC = ROOT / "docs" / "host_transfer_slopes.md"
 
 
 def _summary(errors: list[float]) -> str:
@@ -89,7 +91,7 @@ def speed_records(vm: str) -> list:
     return load_records([str(speed_file)]) if speed_file.exists() else probes_of(vm)
 
 
-def print_slopes(base) -> int:
+def print_slopes(base, base_name: str = "h200") -> int:
     """Per one-GPU configuration: the least-squares slope of its measured step time against the VMs' host
     factors (ms per unit of factor; r the correlation), and the model's slope (its prediction at factors
     0.7 and 1.3). A model slope above the measured one: the model counts as host-paced work that the
@@ -100,8 +102,8 @@ def print_slopes(base) -> int:
     def scaled(f: float):
         return dataclasses.replace(base, calibration={**base.calibration, **scale_host_terms(base.calibration, f)})
     lo, hi = scaled(0.7), scaled(1.3)
-    print("| configuration | VMs | mean ms | measured slope (r) | model slope | model at factor 1 |")
-    print("|---|---:|---:|---:|---:|---:|")
+    lines = ["| configuration | VMs | mean ms | measured slope (r) | model slope | model at factor 1 |",
+             "|---|---:|---:|---:|---:|---:|"]
     for cfg in (c for c in ts.CONFIGS if c.gpus == 1):
         pts = [(f, measured[vm][cfg.name]["measured"]["step_time_s"] * 1e3) for vm, f in factors.items()
                if "measured" in measured[vm].get(cfg.name, {})]
@@ -110,8 +112,19 @@ def print_slopes(base) -> int:
         xs, ys = zip(*pts, strict=True)
         slope = statistics.linear_regression(xs, ys).slope
         model = [ts.predict(cfg, prof)[0]["step_time_s"] * 1e3 for prof in (lo, hi, base)]
-        print(f"| {cfg.name} | {len(pts)} | {statistics.mean(ys):.1f} | {slope:.1f} ({statistics.correlation(xs, ys):+.2f}) "
-              f"| {(model[1] - model[0]) / 0.6:.1f} | {model[2]:.1f} |")
+        lines.append(f"| {cfg.name} | {len(pts)} | {statistics.mean(ys):.1f} | {slope:.1f} "
+                     f"({statistics.correlation(xs, ys):+.2f}) | {(model[1] - model[0]) / 0.6:.1f} | {model[2]:.1f} |")
+    print("\n".join(lines))
+    SLOPES_DOC.write_text(
+        "# How each configuration's step time follows the host factor\n\n"
+        f"Command: `python benchmarks/host_transfer.py --slopes{'' if base_name == 'h200' else ' --base ' + base_name}` "
+        f"(CPU; profile `{base_name}`). Per one-GPU sweep "
+        "configuration: the least-squares slope of its measured step time (ms) against the VMs' host factors "
+        "(`fit_host_speed` of each VM's speed probes against the profile's reference; r the correlation), and the "
+        "model's slope: its prediction with the host terms scaled by 1.3 less that at 0.7, over 0.6. A model slope "
+        "above the measured one: the model counts as host-paced work that the configuration's time does not "
+        "follow from VM to VM (docs/trainer_sweep_notes.md, \"Host terms that travel\").\n\n"
+        f"VM factors: {', '.join(f'{vm} {f:.3f}' for vm, f in factors.items())}.\n\n" + "\n".join(lines) + "\n")
     return 0
 
 
@@ -133,7 +146,7 @@ def main() -> int:
     args = ap.parse_args()
     base = load_profile(args.base)
     if args.slopes:
-        return print_slopes(base)
+        return print_slopes(base, args.base)
     if args.write_pooled:
         from hardware_profiles import profile_to_yaml
         prof = pooled_profile(base, list(PROBE_VMS))
