@@ -28,3 +28,21 @@ def test_passes_of_a_configuration_become_its_median(tmp_path):
     assert out["a"]["measured"]["passes"] == [0.30, 0.90, 0.31]
     assert out["b"]["measured"] == {"step_time_s": 0.5, "peak_memory_gib": 3.0}  # one pass: as measured
     assert "error" in out["c"] and "measured" not in out["c"]
+
+
+def test_sweep_terms_are_recovered_from_the_step_times_they_produce():
+    """fit_sweep_terms bisects each FIT term until its configuration is predicted exactly: step times
+    predicted at known fractions give those fractions back. Tolerance: the bisection's interval after 30
+    halvings of FIT_RANGE (<= 1e-9) plus the 3-decimal rounding of the result (5e-4)."""
+    import dataclasses
+
+    from hardware_profiles import load_profile
+    base = load_profile("h200")
+    truth = {"fsdp_copy_fraction": 0.52, "compiled_memory_fraction": 0.21}
+    prof = dataclasses.replace(base, calibration={**base.calibration, **truth})
+    configs = {c.name: c for c in ts.CONFIGS}
+    measured = {name: {"measured": {"step_time_s": ts.predict(configs[name], prof)[0]["step_time_s"]}}
+                for key, name in ts.FIT.items() if key in truth}
+    fitted, used = ts.fit_sweep_terms(base, measured, skip=["host_us_per_op_compiled"], say=lambda _: None)
+    assert used == [ts.FIT[k] for k in truth]
+    assert fitted == pytest.approx(truth, abs=5e-4 + 1e-9)
