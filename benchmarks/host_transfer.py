@@ -141,6 +141,8 @@ def main() -> int:
     ap.add_argument("--slopes", action="store_true",
                     help="print each one-GPU configuration's sensitivity to the host factor, measured across the "
                          "VMs against the model's, and stop")
+    ap.add_argument("--power", type=float, default=1.0,
+                    help="scale the host terms by factor ** POWER (a damped factor below 1; default 1: as shipped)")
     ap.add_argument("--doc", default=str(DOC))
     ap.add_argument("--results", default=str(RESULTS))
     args = ap.parse_args()
@@ -162,8 +164,9 @@ def main() -> int:
         probes = speed_records(vm)
         terms = pooled_profile(base, [v for v in PROBE_VMS if v != vm]) if args.pooled else base
         speed = fit_host_speed(probes, terms)
+        factor = speed.factor ** args.power
         scaled = dataclasses.replace(terms, calibration={**terms.calibration,
-                                                         **scale_host_terms(terms.calibration, speed.factor)})
+                                                         **scale_host_terms(terms.calibration, factor)})
         measured = ts._measured(sweep_files([vm]))
         vm_err: dict[str, list[float]] = {"unscaled": [], "rescaled": []}
         for name, m in measured.items():
@@ -196,6 +199,7 @@ def main() -> int:
         "# Host terms across machines: as fitted, and rescaled by three probes\n\n"
         f"Command: `python benchmarks/host_transfer.py{' --base ' + args.base if args.base != 'h200' else ''}"
         f"{' --fitted-on ' + args.fitted_on if args.fitted_on else ''}{' --pooled' if args.pooled else ''}"
+        f"{f' --power {args.power:g}' if args.power != 1 else ''}"
         f"{' ' + rel if rel else ''}` (CPU; raw data: benchmarks/results/raw/trainer_probes_<vm>.jsonl and "
         "trainer_sweep_*_<vm>.jsonl; per-configuration records: "
         f"{Path(args.results).name}).\n\n"
