@@ -383,6 +383,12 @@ def scale_host_terms(calibration: dict[str, Any], factor: float) -> dict[str, An
             for k, v in calibration.items() if k.startswith("host_us_")}
 
 
+def rescaled(profile: Any, factor: float) -> Any:
+    """`profile` with its host terms multiplied by `factor` (scale_host_terms), in memory."""
+    cal = dict(profile.calibration or {})
+    return dataclasses.replace(profile, calibration={**cal, **scale_host_terms(cal, factor)})
+
+
 def reference_times(records: Sequence[ProbeRecord]) -> dict[str, float]:
     """The REFERENCE_KEY entry a fit writes: the records' SPEED_PROBES step times in ms."""
     return {r.probe.name: round(r.measured_s * 1e3, 3) for r in records if r.probe.name in SPEED_PROBES}

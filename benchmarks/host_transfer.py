@@ -43,7 +43,7 @@ from autoparallel.calibrate_trainer import (  # noqa: E402
     fit_host_terms,
     load_records,
     pool_machines,
-    scale_host_terms,
+    rescaled,
 )
 
 RAW = ROOT / "benchmarks" / "results" / "raw"
@@ -99,9 +99,7 @@ def print_slopes(base, base_name: str = "h200") -> int:
     factors = {vm: fit_host_speed(speed_records(vm), base).factor for vm in VMS if "single" in VMS[vm]}
     measured = {vm: ts._measured(sweep_files([vm])) for vm in factors}
 
-    def scaled(f: float):
-        return dataclasses.replace(base, calibration={**base.calibration, **scale_host_terms(base.calibration, f)})
-    lo, hi = scaled(0.7), scaled(1.3)
+    lo, hi = rescaled(base, 0.7), rescaled(base, 1.3)
     lines = ["| configuration | VMs | mean ms | measured slope (r) | model slope | model at factor 1 |",
              "|---|---:|---:|---:|---:|---:|"]
     for cfg in (c for c in ts.CONFIGS if c.gpus == 1):
@@ -164,9 +162,7 @@ def main() -> int:
         probes = speed_records(vm)
         terms = pooled_profile(base, [v for v in PROBE_VMS if v != vm]) if args.pooled else base
         speed = fit_host_speed(probes, terms)
-        factor = speed.factor ** args.power
-        scaled = dataclasses.replace(terms, calibration={**terms.calibration,
-                                                         **scale_host_terms(terms.calibration, factor)})
+        scaled = rescaled(terms, speed.factor ** args.power)
         measured = ts._measured(sweep_files([vm]))
         vm_err: dict[str, list[float]] = {"unscaled": [], "rescaled": []}
         for name, m in measured.items():
