@@ -451,10 +451,9 @@ def pool_machines(machines: Sequence[Sequence[ProbeRecord]]) -> tuple[list[Probe
 def _write_rescaled(profile: Any, records: Sequence[ProbeRecord], output: str, say: Callable[[str], None]) -> None:
     from hardware_profiles import profile_to_yaml
     speed = fit_host_speed(records, profile)
-    cal = dict(profile.calibration or {})
     note = f"{profile.name}'s host terms x {speed.factor:.3f} (the geometric mean of {REFERENCE_KEY}'s ratios)"
-    Path(output).write_text(profile_to_yaml(profile, extra={"calibration": {
-        **scale_host_terms(cal, speed.factor), REFERENCE_KEY: reference_times(records), "host_speed": note}}))
+    Path(output).write_text(profile_to_yaml(rescaled(profile, speed.factor), extra={"calibration": {
+        REFERENCE_KEY: reference_times(records), "host_speed": note}}))
     for name, r in speed.ratios.items():
         say(f"  {name}: {r:.3f} x the base machine's")
     say(f"host terms x {speed.factor:.3f} of {profile.name}'s; wrote {output}")
