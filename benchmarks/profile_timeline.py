@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import gzip
 import json
 import os
 import sys
@@ -65,6 +66,19 @@ def _top_kernels(kernels: list[dict], steps: int, n: int = 30) -> dict[str, floa
     return {k: round(v, 3) for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:n]}
 
 
+def _host_totals(regions: dict[Any, list[dict]], steps: int, n: int = 25) -> dict[str, float]:
+    """Host time per step by annotated region (FSDP's hooks, compiled graphs, the optimizer), the block
+    index dropped ("FSDP::post_backward_reduce (layers.3)" counts as "FSDP::post_backward_reduce")."""
+    total: dict[str, float] = {}
+    for events in regions.values():
+        for e in events:
+            if e.get("cat") != "user_annotation":
+                continue
+            name = e.get("name", "?").split(" (")[0][:80]
+            total[name] = total.get(name, 0.0) + e["dur"] / 1e3 / steps
+    return {k: round(v, 3) for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:n]}
+
+
 def summarize(trace: dict, steps: int) -> dict[str, Any]:
     kernels = sorted(_kernels(trace), key=lambda e: e["ts"])
     if not kernels:
@@ -98,10 +112,11 @@ def summarize(trace: dict, steps: int) -> dict[str, Any]:
                  for g, t in gaps[:25]],
         "kernel_count": round(len(ck) / steps),
         "top_kernels_ms": _top_kernels(ck, steps),
+        "host_regions_ms": _host_totals(regions, steps),
     }
 
 
-def profile_config(cfg: Any, warmup: int, steps: int) -> dict[str, Any]:
+def profile_config(cfg: Any, warmup: int, steps: int, save_trace: Path | None = None) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -132,6 +147,10 @@ def profile_config(cfg: Any, warmup: int, steps: int) -> dict[str, Any]:
         path = Path(d) / "trace.json"
         prof.export_chrome_trace(str(path))
         trace = json.loads(path.read_text())
+        if save_trace is not None:  # the whole trace, for questions the summary does not answer
+            save_trace.mkdir(parents=True, exist_ok=True)
+            with gzip.open(save_trace / f"{cfg.name}.json.gz", "wt") as f:
+                f.write(path.read_text())
     del trainer
     return {"step_ms": round(1e3 * sorted(times)[len(times) // 2], 2), "profiled_step_ms": round(1e3 * profiled, 2),
             **summarize(trace, steps)}
@@ -143,6 +162,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--save-trace", type=Path, default=None, help="folder for each configuration's gzipped trace")
     args = ap.parse_args()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -151,7 +171,7 @@ def main() -> int:
             continue
         rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus}
         try:
-            rec.update(profile_config(cfg, args.warmup, args.steps))
+            rec.update(profile_config(cfg, args.warmup, args.steps, args.save_trace if rank == 0 else None))
         except Exception as ex:  # one configuration's failure must not lose the others
             rec["error"] = repr(ex)[:500]
             rec["traceback"] = traceback.format_exc()[-2000:]

@@ -8,6 +8,9 @@
 #                                                           # 7B, then the full one-GPU probes to compare
 #   bash benchmarks/device/trainer_sweep.sh rescale-drift   # the same, but --rescale again after the sweep
 #                                                           # (speed_after.jsonl: how far the VM drifted)
+#   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
+#                                                           # timelines of host-paced and compiled MoE rows
+#                                                           # (profile_timeline.py; the compiled MoE's whole traces)
 # Results land in $OUT; `python benchmarks/trainer_sweep.py fit/report` turn them into the docs on any CPU.
 source "$(dirname "$0")/env.sh"
 case "${1:-}" in
@@ -34,5 +37,12 @@ case "${1:-}" in
     else
       python -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | quiet | tail -8
     fi ;;
-  *) echo "usage: $0 probes-single|dist|rescale-single|rescale-drift" >&2; exit 2 ;;
+  timeline)
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    timeout 300 python benchmarks/profile_timeline.py --only 1g-moe-auto,1g-moe-b16-compiled \
+      --out "$OUT/timeline.jsonl" --save-trace "$OUT/traces" 2>&1 | quiet | grep '^{' | cut -c1-200
+    timeout 240 python benchmarks/profile_timeline.py --only 1g-moe-b16-mb8x2,1g-llama-op,1g-gpt-eager,1g-llama-b16 \
+      --out "$OUT/timeline.jsonl" 2>&1 | quiet | grep '^{' | cut -c1-200 ;;
+  *) echo "usage: $0 probes-single|dist|rescale-single|rescale-drift|timeline" >&2; exit 2 ;;
 esac
