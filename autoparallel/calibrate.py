@@ -480,9 +480,22 @@ def _attention_times(b: int, h: int, hkv: int, s: int, d: int, device: torch.dev
     def fwd() -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=h != hkv)
 
-    t_f = time_call(lambda: fwd().detach(), device, plan.reps, plan.warmup)
-    t_fb = time_call(lambda: torch.autograd.grad(fwd(), (q, k, v), g), device, plan.reps, plan.warmup)
-    return t_f, t_fb
+    # The GPU's time, as in a training step where the host runs ahead: one call bracketed by events also
+    # times the host's dispatch of it (SDPA's Python and the autograd engine, tens of microseconds), which
+    # inflated the small shapes and so the curve's half-size (docs/trainer_sweep_notes.md, attention).
+    return (_device_seconds(lambda: fwd().detach(), device, plan),
+            _device_seconds(lambda: torch.autograd.grad(fwd(), (q, k, v), g), device, plan))
+
+
+def _device_seconds(fn: Callable[[], object], device: torch.device, plan: CalibrationPlan) -> float:
+    """`time_on_device` (graph replays); where the call cannot be captured, back-to-back calls filling
+    about 2 ms per repeat, which hide the host's dispatch whenever the kernels outlast it."""
+    try:
+        return time_on_device(fn, device, plan.reps, plan.warmup)
+    except RuntimeError:
+        one = time_call(fn, device, reps=3, warmup=plan.warmup)
+        inner = int(min(64, max(1, round(2e-3 / max(one, 1e-7)))))
+        return time_call(fn, device, plan.reps, 1, inner=inner)
 
 
 def measure_attention(device: torch.device, plan: CalibrationPlan, say: Say) -> list[AttentionSample]:

@@ -1,0 +1,97 @@
+"""Causal SDPA forward and backward times on the GPU, two ways, across shapes (device run).
+
+    python benchmarks/attention_timing.py --out $OUT/attention.json
+
+For each (batch, heads, kv heads, seq, head dim): one call bracketed by device events (how `autoparallel
+calibrate` timed attention until 2026-12-01: the host's dispatch of the call lands inside the window) and
+the GPU's time alone (`calibrate._device_seconds`: graph replays, as in a step where the host runs ahead).
+The shapes are the calibration's six plus the sweep models' own (1.3B llama 16/4 heads x 128, 350M GPT
+16 x 64, 1.2B MoE 16/8 x 64, 7B llama 32/8 x 128) at several micro-batches, and short and long sequences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CALIBRATION = ((8, 12, 12, 1024, 64), (4, 16, 16, 2048, 64), (4, 16, 16, 2048, 128), (2, 32, 8, 4096, 128),
+               (1, 32, 32, 8192, 128), (2, 16, 4, 8192, 128))
+SWEEP = ((1, 16, 4, 2048, 128), (2, 16, 4, 2048, 128), (4, 16, 4, 2048, 128), (8, 16, 4, 2048, 128),
+         (16, 16, 4, 2048, 128),                                        # 1.3B llama
+         (2, 16, 16, 2048, 64), (4, 16, 16, 2048, 64), (8, 16, 16, 2048, 64), (16, 16, 16, 2048, 64),  # GPT
+         (2, 16, 8, 2048, 64), (4, 16, 8, 2048, 64), (8, 16, 8, 2048, 64), (16, 16, 8, 2048, 64),      # MoE
+         (1, 32, 8, 4096, 128), (2, 32, 8, 4096, 128), (4, 32, 8, 4096, 128),                          # 7B
+         (32, 16, 16, 512, 64), (16, 16, 16, 1024, 128), (8, 32, 8, 1024, 128),                         # short
+         (1, 32, 8, 8192, 128), (1, 16, 4, 16384, 128), (1, 32, 8, 16384, 128))                         # long
+
+
+def time_shape(b: int, h: int, hkv: int, s: int, d: int, plan) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from autoparallel.calibrate import _device_seconds, _sdpa_flops, time_call
+
+    device = torch.device("cuda")
+    q = torch.randn(b, h, s, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(b, hkv, s, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(b, hkv, s, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(b, h, s, d, device=device, dtype=torch.bfloat16)
+
+    def fwd() -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=h != hkv)
+
+    def fwd_bwd() -> object:
+        return torch.autograd.grad(fwd(), (q, k, v), g)
+
+    ff, fb = _sdpa_flops((b, h, s, d), (b, hkv, s, d))
+    return {"shape": [b, h, hkv, s, d], "fwd_flops": ff, "bwd_flops": fb,
+            "event_fwd_s": time_call(lambda: fwd().detach(), device, plan.reps, plan.warmup),
+            "event_fwd_bwd_s": time_call(fwd_bwd, device, plan.reps, plan.warmup),
+            "device_fwd_s": _device_seconds(lambda: fwd().detach(), device, plan),
+            "device_fwd_bwd_s": _device_seconds(fwd_bwd, device, plan)}
+
+
+def measure(out: Path) -> int:
+    import torch
+
+    from autoparallel.calibrate import CalibrationPlan
+
+    plan = CalibrationPlan.quick()
+    rows = []
+    for b, h, hkv, s, d in CALIBRATION + SWEEP:
+        try:
+            rec = time_shape(b, h, hkv, s, d, plan)
+        except RuntimeError as e:  # one shape's failure must not lose the others
+            rec = {"shape": [b, h, hkv, s, d], "error": str(e).splitlines()[0][:200]}
+        torch.cuda.empty_cache()
+        rows.append(rec)
+        if "error" in rec:
+            print(f"B{b} H{h}/{hkv} S{s} D{d}: {rec['error']}", flush=True)
+            continue
+        print(f"B{b} H{h}/{hkv} S{s} D{d}: fwd {1e3 * rec['event_fwd_s']:.3f} / {1e3 * rec['device_fwd_s']:.3f} ms, "
+              f"fwd+bwd {1e3 * rec['event_fwd_bwd_s']:.3f} / {1e3 * rec['device_fwd_bwd_s']:.3f} ms (event / device)",
+              flush=True)
+    out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
+                              indent=1) + "\n")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=None, help="measure on this machine's GPU, write JSON here")
+    args = ap.parse_args()
+    if args.out is None:
+        ap.error("give --out")
+    return measure(args.out)
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    sys.exit(main())
