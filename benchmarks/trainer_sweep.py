@@ -169,6 +169,11 @@ CONFIGS = [
                                                      "schedule": "zero_bubble"}),
     _c("2g-llama-pp2-vpp2-zb", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 2, "micro_batch": 4, "compile": 0,
                                                           "schedule": "zero_bubble"}),
+    # the planner's two-GPU picks under the pooled h200 profile (2026-12-01): the GPT's moved from pp2 vpp6
+    # (2g-gpt-auto, as measured before) to dp2 ZeRO-2 compiled; the MoE's (no auto row: pinning compile=1
+    # alone makes the planner pick ep2 instead), the same
+    _c("2g-gpt-dp2-compiled", "gpt-350m", 2, 16, fix={"dp": 2, "zero": 2, "micro_batch": 8, "compile": 1}),
+    _c("2g-moe-dp2-compiled", "moe-1.2b-8e", 2, 16, fix={"dp": 2, "zero": 2, "micro_batch": 8, "compile": 1}),
     _c("2g-llama7b-eager", "llama-7b", 2, 8, seq=4096, fix={"compile": 0}),
     _c("2g-llama7b-compiled", "llama-7b", 2, 8, seq=4096, fix={"compile": 1}),
     # the 7B's one-GPU loss reference (full recompute: only that fits one H200 with unsharded optimizer
@@ -540,7 +545,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             rec["profile"] = m["profile"]
         records.append(rec)
     failed = sorted(n for n, m in measured.items() if "error" in m)
-    Path(args.results).write_text(json.dumps({"profile": PROFILE, "records": records, "failed": failed}, indent=1) + "\n")
+    picks = planner_picks(records, args.profile)
+    Path(args.results).write_text(json.dumps({"profile": PROFILE, "records": records, "failed": failed,
+                                              "planner_picks": picks}, indent=1) + "\n")
     lines = ["| configuration | gpus | plan | predicted ms | measured ms | error | predicted GiB | measured GiB | error "
              "| measured MFU |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in records:
@@ -581,9 +588,55 @@ def cmd_report(args: argparse.Namespace) -> int:
            "calibrate --trainer` measured on the same machine (autoparallel/calibrate_trainer.py; none is a "
            f"configuration below), then {fitted}; every other row is held out. Predicted memory ")
         + "is rank 0's allocated peak (stage 0, without the allocator reserve) against "
-        "torch.cuda.max_memory_allocated.\n\n" + "\n".join(lines) + f"\n\n{summary}\n\n"
+        "torch.cuda.max_memory_allocated.\n\n" + "\n".join(lines) + f"\n\n{summary}\n\n" + _picks_doc(picks) +
         "What the errors say, mechanism by mechanism, and what is left: docs/trainer_sweep_notes.md.\n")
     return 0
+
+
+def planner_picks(records: list[dict], profile: str) -> list[dict]:
+    """Per model, GPU count and batch with two or more measured plans: the plan the planner picks now under
+    `profile` (plan_model with nothing pinned, as AutoParallelTrainer plans on a GPU), the measured
+    configurations that ran exactly that plan, and the fastest measured plan of the group."""
+    from autoparallel.api import plan_model
+    by_name = {c.name: c for c in CONFIGS}
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        c = by_name[r["name"]]
+        groups.setdefault((c.model, c.gpus, c.rows, c.seq), []).append(r)
+    out = []
+    for (model, gpus, rows, seq), recs in groups.items():
+        if len(recs) < 2:
+            continue
+        cfg = by_name[recs[0]["name"]]
+        plan = plan_model(_meta_model(cfg), hardware=profile, gpus=gpus, gpus_per_node=gpus, global_batch=rows,
+                          seq_len=seq, max_memory_per_gpu=BUDGET)
+        pick = _describe(plan) + (" compiled" if plan.compile else "")
+        ran = [r for r in recs if r["plan"] + (" compiled" if r["compile"] else "") == pick]
+        fastest = min(recs, key=lambda r: r["measured"]["step_time_s"])
+        pick_s = min((r["measured"]["step_time_s"] for r in ran), default=None)
+        out.append({"model": model, "gpus": gpus, "rows": rows, "seq": seq, "pick": pick,
+                    "pick_configs": [r["name"] for r in ran], "pick_measured_s": pick_s,
+                    "fastest": fastest["name"], "fastest_s": fastest["measured"]["step_time_s"],
+                    "pick_over_fastest": None if pick_s is None else pick_s / fastest["measured"]["step_time_s"] - 1,
+                    "plans_measured": len(recs)})
+    return out
+
+
+def _picks_doc(picks: list[dict]) -> str:
+    if not picks:
+        return ""
+    def ms(x: float | None) -> str:
+        return "" if x is None else f"{x * 1e3:.1f}"
+
+    rows = [f"| {p['model']} | {p['gpus']} | {p['rows']} x {p['seq']} | {p['pick']} | "
+            f"{', '.join(p['pick_configs']) or 'not measured'} | {ms(p['pick_measured_s'])} | "
+            f"{p['fastest']} {ms(p['fastest_s'])} | "
+            + ("" if p["pick_over_fastest"] is None else f"{p['pick_over_fastest']:+.1%}") + f" | {p['plans_measured']} |"
+            for p in picks]
+    return ("The planner's pick against the measured plans (`planner_picks`: plan_model with nothing pinned under "
+            "the profile above, as the trainer plans on a GPU; a pick is measured when a configuration ran exactly "
+            "its plan):\n\n| model | GPUs | batch | pick | ran as | pick ms | fastest measured ms | pick / fastest "
+            "| plans measured |\n|---|---:|---|---|---|---:|---|---:|---:|\n" + "\n".join(rows) + "\n\n")
 
 
 # ============================================================================ losses (CPU)
