@@ -383,16 +383,16 @@ class CostModel:
                 "op": seg.fwd.keep_op}.get(recompute)
         return 0 if keep is None else int(np.count_nonzero(~keep))
 
-    def fsdp_units(self, seg: Segment) -> int:
+    def fsdp_units(self, seg: Segment, ep: int) -> int:
         """FSDP2 units whose hooks run in the segment per micro-batch under the trainer
-        (trainer/data_parallel.py): each block (and its expert group, wrapped apart), the root once, in
-        "pre"; the final norm and head a unit of their own when no parameter is tied (under ZeRO-0 the head
-        alone, the norm staying with the root: one unit at every ZeRO stage)."""
+        (trainer/data_parallel.py): each block (and under ep > 1 its expert group, wrapped apart on the
+        expert mesh), the root once, in "pre"; the final norm and head a unit of their own when no parameter
+        is tied (under ZeRO-0 the head alone, the norm staying with the root: one unit at every ZeRO stage)."""
         if self.runtime != "trainer":
             return 0
         if seg.name == "post":
             return int(not self.graph.has_tied_parameters)
-        return 1 + (seg.name != "pre" and seg.expert_params > 0)
+        return 1 + (seg.name != "pre" and seg.expert_params > 0 and ep > 1)
 
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,
                      host: HostWork | None = None, fp8: str = "none"):
@@ -611,7 +611,7 @@ class CostModel:
                     dense += s.dense_params
                     tp_params += s.tp_params
                     expert += s.expert_params
-                    acc["units"] += self.fsdp_units(s)
+                    acc["units"] += self.fsdp_units(s, plan.ep)
                 if p > 1:
                     t = self.boundary_time(plan, span["pp"])
                     acc["time"] += t

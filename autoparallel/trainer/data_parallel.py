@@ -61,8 +61,9 @@ def mixed_precision_policy(param_dtype: str, reduce_dtype: str) -> MixedPrecisio
 def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_mesh: DeviceMesh,
                         expert_mesh: DeviceMesh | None, expert_paths: list[str],
                         mp: MixedPrecisionPolicy, int8_grads: bool = False, tied: bool = False) -> FSDPModule:
-    """Wrap expert groups, then every block, then the final norm and head (no tied parameters: `tied`
-    says the model has some), then the root of `part` (bottom-up, as FSDP2 wants);
+    """Wrap expert groups (`expert_paths`: the trainer passes them under ep > 1 only), then every block, then
+    the final norm and head (no tied parameters: `tied` says the model has some), then the root of `part`
+    (bottom-up, as FSDP2 wants);
     int8_grads: every unit reduce-scatters through low_precision.Int8ReduceScatter (zero >= 1)."""
     if int8_grads and zero == 0 and dense_mesh.size() > 1:  # (one data rank reduces nothing: no hook needed)
         raise UserError("plan: grad_reduce_dtype=int8 needs zero >= 1 (ZeRO-0's all-reduce has no FSDP2 hook)")

@@ -440,6 +440,11 @@ class AutoParallelTrainer:
         else:
             parts = [(0, meta)]
         experts = self._expert_paths(plan)
+        # Expert groups become FSDP units of their own only when ep-sharded (on the expert mesh), as in
+        # torchtitan: FSDP2's hooks are opaque to Dynamo, so a nested unit splits a compiled block into five
+        # graphs (and a fully recomputed one runs eager), which cost a 1.2B MoE's one-GPU compiled step
+        # ~20% of host time (docs/trainer_sweep_notes.md). Under ep = 1 the experts join their block's unit.
+        units = experts if plan.ep > 1 else []
         mp = mixed_precision_policy(plan.param_dtype, plan.grad_reduce_dtype)
         self._fp8_modules = []
         # Vocab-sharded logits + parallel cross entropy when the default loss runs on a sharded head.
@@ -478,12 +483,12 @@ class AutoParallelTrainer:
             if plan.pp > 1 and tensor_parallel and plan.sequence_parallel:
                 add_sequence_boundary_hooks(part, layout, meshes.tp, v == 0, v == plan.pp * plan.vpp - 1)
             apply_recompute(part, layout, plan.recompute,
-                            [m for m in (get_submodule(part, p) for p in experts) if m is not None])
+                            [m for m in (get_submodule(part, p) for p in units) if m is not None])
             if compiled:
                 self._compile_blocks(part)
             if env.distributed:
                 apply_data_parallel(part, layout, plan.zero, meshes.dense_dp, meshes.expert_dp if plan.ep > 1 else None,
-                                    experts, mp, int8_grads=plan.grad_reduce_dtype == "int8", tied=bool(self._ties))
+                                    units, mp, int8_grads=plan.grad_reduce_dtype == "int8", tied=bool(self._ties))
             # each virtual stage draws from its own stream (seed + v): stages must not repeat weights
             part_source = source if source is None or not self._relayout else {
                 k: self._relayout[k].to_trainer(t) if k in self._relayout else t for k, t in source.items()}
