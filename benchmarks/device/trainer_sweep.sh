@@ -10,6 +10,8 @@
 #                                                           # (speed_after.jsonl: how far the VM drifted)
 #   bash benchmarks/device/trainer_sweep.sh dist-rescale    # two GPUs: the shipped profile rescaled to this machine,
 #                                                           # then the 2-GPU sweep without the 7B
+#   bash benchmarks/device/trainer_sweep.sh moe             # the MoE rows only (1 GPU; with two GPUs also 2-GPU),
+#                                                           # after the expert-unit change, and one compiled timeline
 #   bash benchmarks/device/trainer_sweep.sh attention-drift # causal SDPA timed two ways across shapes
 #                                                           # (attention_timing.py), then rescale-drift
 #   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
@@ -34,6 +36,18 @@ case "${1:-}" in
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
     timeout 480 torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --out "$OUT/dist.jsonl" \
       --skip 2g-llama7b-eager,2g-llama7b-compiled 2>&1 | quiet | grep '^{' | cut -c1-160 ;;
+  moe)
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    python benchmarks/trainer_sweep.py measure --gpus 1 --steps 8 --out "$OUT/single.jsonl" \
+      --only 1g-moe-eager,1g-moe-full,1g-moe-auto,1g-moe-b16,1g-moe-b16-mb8x2,1g-moe-b16-compiled 2>&1 \
+      | quiet | grep '^{' | cut -c1-160
+    if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+      torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --out "$OUT/dist.jsonl" \
+        --only 2g-moe-dp2,2g-moe-dp2-compiled,2g-moe-ep2,2g-moe-ep2-mb4x2 2>&1 | quiet | grep '^{' | cut -c1-160
+    fi
+    timeout 120 python benchmarks/profile_timeline.py --only 1g-moe-b16-compiled --out "$OUT/timeline.jsonl" 2>&1 \
+      | quiet | grep '^{' | cut -c1-200 ;;
   attention-drift)
     timeout 200 python benchmarks/attention_timing.py --out "$OUT/attention.json" 2>&1 | quiet | grep '^B'
     bash "$0" rescale-drift ;;
@@ -56,5 +70,5 @@ case "${1:-}" in
       --out "$OUT/timeline.jsonl" --save-trace "$OUT/traces" 2>&1 | quiet | grep '^{' | cut -c1-200
     timeout 240 python benchmarks/profile_timeline.py --only 1g-moe-b16-mb8x2,1g-llama-op,1g-gpt-eager,1g-llama-b16 \
       --out "$OUT/timeline.jsonl" 2>&1 | quiet | grep '^{' | cut -c1-200 ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|attention-drift|timeline" >&2; exit 2 ;;
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline" >&2; exit 2 ;;
 esac
