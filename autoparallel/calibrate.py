@@ -68,6 +68,7 @@ import torch
 from autoparallel.errors import UserError
 from autoparallel.limits import load_document
 from cost_models.comm import COLLECTIVES, collective_terms
+from cost_models.compute import ATTENTION_TERMS
 
 Say = Callable[[str], None]
 # Causal attention's counted FLOPs (flop_counter counts the masked half too) can be done at up to twice the
@@ -78,6 +79,17 @@ CAUSAL_MAX_FRACTION = 2.0
 # (50257 is GPT-2's odd vocabulary, which cuBLAS tiles less well).
 _NK = [(768, 768), (3072, 768), (768, 3072), (2048, 2048), (6144, 2048), (8192, 2048), (2048, 8192),
        (4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (32000, 2048), (50257, 768)]
+
+
+# (B, H, Hkv, S, D) of the full calibration's attention: batch 1-32, sequences 512-16384, head dims 64 and
+# 128, grouped and not (the four-term fit needs shapes that tell FLOPs, scores and rows apart)
+ATTENTION_SHAPES = ((8, 12, 12, 1024, 64), (4, 16, 16, 2048, 64), (4, 16, 16, 2048, 128), (2, 32, 8, 4096, 128),
+                    (1, 32, 32, 8192, 128), (2, 16, 4, 8192, 128),
+                    (1, 16, 4, 2048, 128), (2, 16, 4, 2048, 128), (4, 16, 4, 2048, 128), (8, 16, 4, 2048, 128),
+                    (16, 16, 4, 2048, 128), (2, 16, 16, 2048, 64), (8, 16, 16, 2048, 64), (16, 16, 16, 2048, 64),
+                    (2, 16, 8, 2048, 64), (4, 16, 8, 2048, 64), (8, 16, 8, 2048, 64), (16, 16, 8, 2048, 64),
+                    (1, 32, 8, 4096, 128), (4, 32, 8, 4096, 128), (32, 16, 16, 512, 64), (16, 16, 16, 1024, 128),
+                    (8, 32, 8, 1024, 128), (1, 32, 8, 8192, 128), (1, 16, 4, 16384, 128), (1, 32, 8, 16384, 128))
 
 
 @dataclass(frozen=True)
@@ -107,8 +119,7 @@ class CalibrationPlan:
                                (4096, 11008, 8192)),
             other_dtype_shapes=((4096, 4096, 4096), (8192, 2048, 8192)),
             bandwidth_bytes=tuple(2**20 * m for m in (1, 4, 16, 64, 256, 1024)),
-            attention_shapes=((8, 12, 12, 1024, 64), (4, 16, 16, 2048, 64), (4, 16, 16, 2048, 128),
-                              (2, 32, 8, 4096, 128), (1, 32, 32, 8192, 128), (2, 16, 4, 8192, 128)),
+            attention_shapes=ATTENTION_SHAPES,
             collective_bytes=tuple(2**20 * m for m in (1, 8, 64, 256, 1024)),
             # expert shapes: 8 x (1024 -> 2816) as the benchmark MoE, mixtral's 8 x (4096 -> 14336),
             # qwen3-30b-a3b's 128 x (2048 -> 768); both projection directions
@@ -805,6 +816,9 @@ class Fit:
     attention_bwd: float | None = None
     attention_fwd_half: float | None = None  # their curves' half-sizes [FLOPs]
     attention_bwd_half: float | None = None
+    # compute.attention_times' four terms per phase (fit_attention_terms), where enough shapes were timed
+    attention_fwd_terms: tuple[float, float, float, float] | None = None
+    attention_bwd_terms: tuple[float, float, float, float] | None = None
     collective_efficiency: float | None = None
     collective_latency_s: float | None = None
     collective_span: str = "intra"
@@ -862,6 +876,29 @@ def fit_gemm_curve(flops: np.ndarray, moved: np.ndarray, seconds: np.ndarray, pe
         g, h = g0, h0
     best = float(min(err2.min(), err.min()))
     return g, max(h, 1.0), math.sqrt(best)
+
+
+def fit_attention_terms(samples: list[AttentionSample], phase: str, peak: float, bw: float
+                        ) -> tuple[float, float, float, float]:
+    """compute.attention_times' (flop_max, score_ps, row_bytes, fixed_us) for `phase`: least squares in
+    relative error of t = F x0 + S2 x1 + E x2 + x3 (F counted FLOPs, S2 = B H S^2 score elements, E =
+    B H S D query elements), each coefficient kept >= 0 (a negative one is dropped and the rest refit: a
+    negative time per element fits noise). On an H200 the four terms met 28 shapes (B 1-32, S 512-16384,
+    D 64 and 128, GQA and not) within 7% forward and 10% backward, where one FLOP curve missed by 20-30%
+    (benchmarks/results/raw/attention_timing_h200_s17.json)."""
+    t = np.array([x.fwd_seconds if phase == "fwd" else x.bwd_seconds for x in samples])
+    cols = np.array([[x.fwd_flops if phase == "fwd" else x.bwd_flops, x.batch * x.heads * x.seq * x.seq,
+                      x.batch * x.heads * x.seq * x.head_dim, 1.0] for x in samples])
+    keep = [0, 1, 2, 3]
+    while True:
+        coef, *_ = np.linalg.lstsq(cols[:, keep] / t[:, None], np.ones_like(t), rcond=None)
+        if (coef >= 0).all() or len(keep) == 1:
+            break
+        keep.pop(int(np.argmin(coef)))
+    x = np.zeros(4)
+    x[keep] = np.maximum(coef, 0.0)
+    flop_max = 1.0 / (x[0] * peak) if x[0] > 0 else 1e3  # no FLOP term: an unbounded rate
+    return flop_max, x[1] * 1e12, x[2] * bw, x[3] * 1e6
 
 
 def fit_collectives(samples: list[CollectiveSample], link_bandwidth: float) -> tuple[float, float]:
@@ -934,8 +971,11 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
             continue
         if is_aligned(s):
             per_dtype[s.dtype] = max(per_dtype.get(s.dtype, 0.0), s.flops / s.seconds / p)
-    att_fwd = att_bwd = att_fwd_half = att_bwd_half = None
-    if meas.attention:
+    att_fwd = att_bwd = att_fwd_half = att_bwd_half = att_fwd_terms = att_bwd_terms = None
+    if len(meas.attention) >= 2 * len(ATTENTION_TERMS):
+        att_fwd_terms = fit_attention_terms(meas.attention, "fwd", peak, bw)
+        att_bwd_terms = fit_attention_terms(meas.attention, "bwd", peak, bw)
+    elif meas.attention:
         a = meas.attention
         moved = np.array([4.0 * x.batch * x.heads * x.seq * x.head_dim * 2 for x in a])  # q, k, v, out bf16
         # flash kernels saturate more slowly than GEMMs (their FLOPs grow with seq^2): a curve of their own
@@ -962,6 +1002,7 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
                collective_span=meas.collective_span, per_dtype_gemm=per_dtype, gemm_unaligned=u_max,
                gemm_grouped=g_max, gemm_grouped_half=g_half, gemm_fp8=g8,
                attention_fwd_half=att_fwd_half, attention_bwd_half=att_bwd_half,
+               attention_fwd_terms=att_fwd_terms, attention_bwd_terms=att_bwd_terms,
                memory_fractions=fractions, host_s_per_op=host, host_moe_s_per_op=host_moe)
 
 
@@ -991,6 +1032,11 @@ def profile_extra(base: Any, meas: Measurements, f: Fit) -> dict[str, Any]:
         "collectives": ("measured over " + str(meas.collectives[0].world) + " ranks" if meas.collectives
                         else "not measured (world size 1)"),
     }
+    if f.attention_fwd_terms is not None and f.attention_bwd_terms is not None:
+        cal["attention_fwd_terms"] = [_r(x, 4) for x in f.attention_fwd_terms]
+        cal["attention_bwd_terms"] = [_r(x, 4) for x in f.attention_bwd_terms]
+        cal["attention_flops"] = ("torch.utils.flop_counter convention: causal counted as full; terms "
+                                  + ", ".join(ATTENTION_TERMS) + " (cost_models.compute.attention_times)")
     if f.attention_fwd is not None:
         cal["attention_fwd_max"] = _r(f.attention_fwd, 3)
         cal["attention_bwd_max"] = _r(f.attention_bwd, 3)

@@ -1356,7 +1356,7 @@ class StageModel:
         """The ranks' meetings at one segment's FSDP collectives: host work that the host's lead hides
         (CostModel.fsdp_collective_time, tail_host_time)."""
         seg = self.segs[name]
-        return self.cm.fsdp_collective_time(self.plan0, self.cm.fsdp_units(seg, self.plan0.ep))
+        return self.cm.fsdp_collective_time(self.plan0, self.cm.fsdp_units(seg, self.plan0))
 
     def option_lead(self, mix: tuple[int, int, int, str]) -> float:
         """SegmentCost.lead_s summed over a uniform rank option's blocks (none, partial, full counts)."""

@@ -5,8 +5,9 @@
 For each (batch, heads, kv heads, seq, head dim): one call bracketed by device events (how `autoparallel
 calibrate` timed attention until 2026-12-01: the host's dispatch of the call lands inside the window) and
 the GPU's time alone (`calibrate._device_seconds`: graph replays, as in a step where the host runs ahead).
-The shapes are the calibration's six plus the sweep models' own (1.3B llama 16/4 heads x 128, 350M GPT
-16 x 64, 1.2B MoE 16/8 x 64, 7B llama 32/8 x 128) at several micro-batches, and short and long sequences.
+The shapes are the full calibration's (calibrate.ATTENTION_SHAPES: the sweep models' own, 1.3B llama 16/4
+heads x 128, 350M GPT 16 x 64, 1.2B MoE 16/8 x 64, 7B llama 32/8 x 128, at several micro-batches, and short
+and long sequences; the s17 run of 2026-12-01 also timed (4, 16, 16, 2048, 64) and (2, 32, 8, 4096, 128) twice).
 """
 
 from __future__ import annotations
@@ -20,17 +21,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-CALIBRATION = ((8, 12, 12, 1024, 64), (4, 16, 16, 2048, 64), (4, 16, 16, 2048, 128), (2, 32, 8, 4096, 128),
-               (1, 32, 32, 8192, 128), (2, 16, 4, 8192, 128))
-SWEEP = ((1, 16, 4, 2048, 128), (2, 16, 4, 2048, 128), (4, 16, 4, 2048, 128), (8, 16, 4, 2048, 128),
-         (16, 16, 4, 2048, 128),                                        # 1.3B llama
-         (2, 16, 16, 2048, 64), (4, 16, 16, 2048, 64), (8, 16, 16, 2048, 64), (16, 16, 16, 2048, 64),  # GPT
-         (2, 16, 8, 2048, 64), (4, 16, 8, 2048, 64), (8, 16, 8, 2048, 64), (16, 16, 8, 2048, 64),      # MoE
-         (1, 32, 8, 4096, 128), (2, 32, 8, 4096, 128), (4, 32, 8, 4096, 128),                          # 7B
-         (32, 16, 16, 512, 64), (16, 16, 16, 1024, 128), (8, 32, 8, 1024, 128),                         # short
-         (1, 32, 8, 8192, 128), (1, 16, 4, 16384, 128), (1, 32, 8, 16384, 128))                         # long
-
 
 def time_shape(b: int, h: int, hkv: int, s: int, d: int, plan) -> dict:
     import torch
@@ -61,11 +51,11 @@ def time_shape(b: int, h: int, hkv: int, s: int, d: int, plan) -> dict:
 def measure(out: Path) -> int:
     import torch
 
-    from autoparallel.calibrate import CalibrationPlan
+    from autoparallel.calibrate import ATTENTION_SHAPES, CalibrationPlan
 
     plan = CalibrationPlan.quick()
     rows = []
-    for b, h, hkv, s, d in CALIBRATION + SWEEP:
+    for b, h, hkv, s, d in ATTENTION_SHAPES:
         try:
             rec = time_shape(b, h, hkv, s, d, plan)
         except RuntimeError as e:  # one shape's failure must not lose the others

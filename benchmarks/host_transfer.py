@@ -50,7 +50,8 @@ RAW = ROOT / "benchmarks" / "results" / "raw"
 # VM -> its sweep files (every VM's probes are trainer_probes_<vm>.jsonl); s10 measured no sweep, s2-s3
 # ran plans of an older planner
 VMS = {"s4": ["single"], "s5": ["single", "dist"], "s6": ["single"], "s7": ["single"], "s8": ["single"],
-       "s9": ["single"], "s11": ["single"], "s12": ["single"], "s13": ["single"], "s14": ["single"], "s15": ["single"]}
+       "s9": ["single"], "s11": ["single"], "s12": ["single"], "s13": ["single"], "s14": ["single"], "s15": ["single"],
+       "s17": ["single"], "s18": ["dist"]}
 # the VMs whose probes `--pooled` and `--write-pooled` pool: the shipped h200's; s13-s15 measured after
 # (s14, s15 have no full probe set: `--rescale` before and after the sweep, trainer_speed[_after]_sN.jsonl)
 PROBE_VMS = ("s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "s12")

@@ -17,9 +17,16 @@ profile written by `autoparallel calibrate` may carry measured per-class values 
                     kernel over G groups): the curve is evaluated at the FLOPs of one group, F / G, with
                     half-size calibration.gemm_grouped_half_flops, so t = (F + G F_half) / (P max): each
                     group pays a fixed cost, as G separate GEMMs would (small experts run slowly)
-  attention_fwd/bwd max = calibration.attention_fwd_max / _bwd_max   fused attention kernels, on the FLOPs
-                    torch.utils.flop_counter counts for them (causal attention counted as full), with
-                    their own half-size calibration.attention_fwd_half_flops / _bwd_half_flops
+  attention_fwd/bwd fused attention kernels (`attention_times`), where the profile has the four terms
+                    calibration.attention_{fwd,bwd}_terms = [flop_max, score_ps, row_bytes, fixed_us]:
+                        t = F / (P flop_max) + S2 score_ps + E row_bytes / BW + fixed_us
+                    F the FLOPs torch.utils.flop_counter counts (causal counted as full), S2 = B H S_q S_k
+                    score elements (the softmax's exponentials: Hopper's special-function units bound
+                    them, whatever the head dimension), E = B H S_q D query elements (the per-row loads,
+                    stores and, backward, the dQ accumulation and GQA's head reduction): a sum, since one
+                    curve in F could not tell a batch of short heads from one long head (an H200's kernels
+                    ran the same FLOPs 2x apart). Older calibrations: calibration.attention_fwd_max /
+                    _bwd_max with half-size attention_fwd_half_flops / _bwd_half_flops, GEMM-like
   softmax, log_softmax, cast, dropout, layer_norm, rms_norm and their backwards, rms_norm_narrow
   (<= 256 features: qk-norm), index (row gather), index_put (its accumulating backward),
   broadcast_binary (an elementwise op with a broadcast input: RoPE, scaling by routing scores)
@@ -228,6 +235,37 @@ def op_times(flops: np.ndarray, bytes_moved: np.ndarray, matmul: np.ndarray, pro
         frac = memory_fraction(profile, "broadcast_copy")
         t = t + np.where(copy_bytes > 0, copy_bytes / (bw * frac) + eff.kernel_overhead_s, 0.0)
     return t
+
+
+ATTENTION_TERMS = ("flop_max", "score_ps", "row_bytes", "fixed_us")
+# FLOPs flop_counter counts per score element and head dimension: forward 2 products of 2 FLOPs each,
+# backward 2.5x that (the scores recomputed, four more products)
+ATTENTION_FLOPS_PER_SCORE = {"fwd": 4.0, "bwd": 10.0}
+
+
+def attention_terms(profile: HardwareProfile, phase: str) -> tuple[float, float, float, float] | None:
+    """(flop_max, seconds per score element, bytes per query element, fixed seconds) of the fused attention
+    kernels of `phase`, where the calibration has them (module docstring), else None."""
+    value = profile.calibration.get(f"attention_{phase}_terms") if profile.calibration else None
+    if not (isinstance(value, list) and len(value) == len(ATTENTION_TERMS)):
+        return None
+    flop_max, score_ps, row_bytes, fixed_us = (float(x) for x in value)
+    return flop_max, score_ps * 1e-12, row_bytes, fixed_us * 1e-6
+
+
+def attention_times(flops: np.ndarray, phase: str, seq: int, head_dim: int, profile: HardwareProfile,
+                    dtype: str) -> np.ndarray | None:
+    """Seconds of fused attention ops of `phase` that run `flops` (flop_counter FLOPs, on one rank) over
+    sequences of `seq` keys with heads of `head_dim`: the four-term sum of the module docstring, its score
+    and query elements read off the FLOPs (S2 = F / (k D), E = S2 D / S_k); None without the terms."""
+    terms = attention_terms(profile, phase)
+    if terms is None or seq <= 0 or head_dim <= 0:
+        return None
+    flop_max, score_s, row_bytes, fixed_s = terms
+    scores = flops / (ATTENTION_FLOPS_PER_SCORE[phase] * head_dim)
+    rows = scores * head_dim / seq
+    return np.where(flops > 0, flops / (profile.peak(dtype) * flop_max) + scores * score_s
+                    + rows * row_bytes / profile.memory_bandwidth + fixed_s, 0.0)
 
 
 def host_seconds_per_op(profile: HardwareProfile, phase: str, expert: bool = False) -> float:

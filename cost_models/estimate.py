@@ -44,6 +44,7 @@ from cost_models.comm import (
 from cost_models.compute import (
     CLASS_CODE,
     FP8_EAGER_KERNELS,
+    attention_times,
     compiled_host_floor,
     compiled_times,
     fp8_gemm_times,
@@ -54,7 +55,7 @@ from cost_models.compute import (
     stretch_to,
     update_time,
 )
-from cost_models.facts import attention_heads, num_experts, vocab_size
+from cost_models.facts import attention_geometry, attention_heads, num_experts, vocab_size
 from cost_models.graph import OpGraph
 from cost_models.host import HostTerms
 from cost_models.pipeline_schedule import RankTimes, pipeline_time
@@ -177,6 +178,7 @@ class CostModel:
         self.placement_solver: PlacementSolver | None = None
         self.block_class = block_classes(graph)          # class id per block, in block order
         self.heads, self.kv_heads = attention_heads(graph)
+        self.attention_seq, self.head_dim = attention_geometry(graph)
         self.num_experts = num_experts(graph)
         self.vocab_size = vocab_size(graph)
         self.host = HostTerms.of(self.profile) if runtime == "trainer" else HostTerms()
@@ -251,8 +253,9 @@ class CostModel:
         bwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1), extra_s=h.tp_collective_s * bwd_colls + (
             h.checkpoint_s + h.recompute_op_s * self._recomputed_ops(seg, recompute) if checkpointed else 0.0),
             fsdp_s=fsdp)
-        fwd_t, fwd_flops, fwd_div, fwd_host_s = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8)
-        bwd_t, bwd_flops, _, bwd_host_s = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8)
+        fwd_t, fwd_flops, fwd_div, fwd_host_s = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8,
+                                                                  cp)
+        bwd_t, bwd_flops, _, bwd_host_s = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8, cp)
 
         tp_link = link_for(self.profile, tp_span)
         tp_comm_fwd = tp_comm_bwd = 0.0
@@ -383,19 +386,21 @@ class CostModel:
                 "op": seg.fwd.keep_op}.get(recompute)
         return 0 if keep is None else int(np.count_nonzero(~keep))
 
-    def fsdp_units(self, seg: Segment, ep: int) -> int:
+    def fsdp_units(self, seg: Segment, plan: Plan) -> int:
         """FSDP2 units whose hooks run in the segment per micro-batch under the trainer
-        (trainer/data_parallel.py): each block (and under ep > 1 its expert group, wrapped apart on the
-        expert mesh), the root once, in "pre"; the final norm and head a unit of their own when no parameter
-        is tied (under ZeRO-0 the head alone, the norm staying with the root: one unit at every ZeRO stage)."""
+        (trainer/data_parallel.py): each block (and its expert group, wrapped apart under ep > 1 or a dense
+        data-parallel group of several ranks), the root once, in "pre"; the final norm and head a unit of
+        their own when no parameter is tied (under ZeRO-0 the head alone, the norm staying with the root: one
+        unit at every ZeRO stage)."""
         if self.runtime != "trainer":
             return 0
         if seg.name == "post":
             return int(not self.graph.has_tied_parameters)
-        return 1 + (seg.name != "pre" and seg.expert_params > 0 and ep > 1)
+        apart = plan.ep > 1 or plan.dense_dp > 1
+        return 1 + (seg.name != "pre" and seg.expert_params > 0 and apart)
 
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,
-                     host: HostWork | None = None, fp8: str = "none"):
+                     host: HostWork | None = None, fp8: str = "none", cp: int = 1):
         """Per-op times [s], per-op FLOPs, the per-op divisor (tp for sharded work) and the phase's host time
         [s] (its floor); eager ops pay the
         host floor with the trainer's host work `host`, compiled ones compute.compiled_times with the floor
@@ -415,6 +420,12 @@ class CostModel:
         # a grouped expert GEMM runs the E/ep local experts as its groups
         t = op_times(flops, moved, ops.matmul, self.profile, self.dtype, ops.op_class, ops.copy_bytes * b / div,
                      np.maximum(ops.groups / ep, 1.0))
+        attn = ops.op_class == CLASS_CODE[f"attention_{phase}"]
+        if attn.any():  # under context parallelism each ring step's kernel sees 1/cp of the keys
+            at = attention_times(flops[attn], phase, self.attention_seq // cp, self.head_dim, self.profile, self.dtype)
+            if at is not None:
+                t = t.copy()
+                t[attn] = at
         n_fp8 = 0
         if fp8 != "none" and len(ops.fp8_gemm) == len(t) and ops.fp8_gemm.any():
             sel = ops.fp8_gemm
@@ -611,7 +622,7 @@ class CostModel:
                     dense += s.dense_params
                     tp_params += s.tp_params
                     expert += s.expert_params
-                    acc["units"] += self.fsdp_units(s, plan.ep)
+                    acc["units"] += self.fsdp_units(s, plan)
                 if p > 1:
                     t = self.boundary_time(plan, span["pp"])
                     acc["time"] += t

@@ -21,6 +21,15 @@ def attention_heads(graph: OpGraph) -> tuple[int, int]:
     return heads, heads
 
 
+def attention_geometry(graph: OpGraph) -> tuple[int, int]:
+    """(key sequence length, head dimension) of the fused attention kernels, from the first one's output
+    [B, H, S, D]; (0, 0) without any (compute.attention_times then falls back to the FLOP curve)."""
+    for _, a in graph.nodes(phase="fwd"):
+        if "scaled_dot_product" in a["op"] and a["out_shapes"] and len(a["out_shapes"][0]) == 4:
+            return int(a["out_shapes"][0][2]), int(a["out_shapes"][0][3])
+    return 0, 0
+
+
 def num_experts(graph: OpGraph) -> int:
     return max((g.num_experts for g in graph.expert_groups.values()), default=0)
 

@@ -69,6 +69,67 @@ def test_grouped_gemm_fit_recovers_the_cost_model_curve():
     assert f.gemm_grouped_half == pytest.approx(7e8, rel=0.1)
 
 
+def _attention_profile(fwd: list[float], bwd: list[float]):
+    base = load_profile("h200")
+    return dataclasses.replace(base, calibration={**base.calibration, "attention_fwd_terms": fwd,
+                                                  "attention_bwd_terms": bwd})
+
+
+def _attention_samples(truth) -> list:
+    """Times of cal.ATTENTION_SHAPES as compute.attention_times prices them, from each shape's FLOPs, key
+    length and head dimension (the cost model's reading of a traced op), not from the shape's element counts
+    the fit uses: a round trip between the two."""
+    from cost_models.compute import attention_times
+    out = []
+    for b, h, hkv, s, d in cal.ATTENTION_SHAPES:
+        ff, fb = cal._sdpa_flops((b, h, s, d), (b, hkv, s, d))
+        tf = attention_times(np.array([ff]), "fwd", s, d, truth, "bf16")[0]
+        tb = attention_times(np.array([fb]), "bwd", s, d, truth, "bf16")[0]
+        out.append(cal.AttentionSample(b, h, hkv, s, d, ff, fb, float(tf), float(tb), "default"))
+    return out
+
+
+def test_attention_fit_recovers_the_cost_model_terms():
+    fwd, bwd = [2.1, 0.16, 3.7, 19.0], [1.6, 0.34, 31.0, 48.0]
+    truth = _attention_profile(fwd, bwd)
+    samples = _attention_samples(truth)
+    peak, bw = truth.peak("bf16"), truth.memory_bandwidth
+    # exact data, a well-posed linear least squares: recovered to rounding
+    assert cal.fit_attention_terms(samples, "fwd", peak, bw) == pytest.approx(fwd, rel=1e-6)
+    assert cal.fit_attention_terms(samples, "bwd", peak, bw) == pytest.approx(bwd, rel=1e-6)
+    # and what calibrate writes is what the cost model reads back
+    meas = cal.Measurements("cuda:0", "H200", "x", "today", gemm=[cal.GemmSample(4096, 4096, 4096, "bf16", "nn", 2e-4),
+                                                                  cal.GemmSample(1024, 1024, 1024, "bf16", "nn", 1e-5)],
+                            attention=samples, launch_graph_s=truth.efficiency.kernel_overhead_s,
+                            bandwidth=[cal.BandwidthSample("copy", 2**30, 2**30 / (bw * 0.8))])
+    f = cal.fit(meas, truth, TINY)
+    extra = cal.profile_extra(truth, meas, f)
+    assert extra["calibration"]["attention_fwd_terms"] == pytest.approx(fwd, rel=1e-3)  # 4 significant digits
+    assert extra["calibration"]["attention_bwd_terms"] == pytest.approx(bwd, rel=1e-3)
+
+
+def test_attention_fit_drops_a_term_that_would_be_negative():
+    """Times with no per-row cost and 1% noise (seed 0) under which the unconstrained least squares puts
+    that coefficient below zero: the term is dropped (exactly 0) and the other three refit, recovering the
+    truth to a few times the noise (0.1 relative: the noise's 1% over 26 shapes, amplified by the
+    near-collinearity of FLOPs and scores, which differ only through the head dimension)."""
+    truth = _attention_profile([2.0, 0.2, 0.0, 20.0], [1.6, 0.3, 0.0, 50.0])
+    samples = _attention_samples(truth)
+    rng = np.random.default_rng(0)
+    noisy = [dataclasses.replace(x, fwd_seconds=x.fwd_seconds * (1 + 0.01 * rng.standard_normal()))
+             for x in samples]
+    t = np.array([x.fwd_seconds for x in noisy])
+    cols = np.array([[x.fwd_flops, x.batch * x.heads * x.seq ** 2, x.batch * x.heads * x.seq * x.head_dim, 1.0]
+                     for x in noisy])
+    unconstrained, *_ = np.linalg.lstsq(cols / t[:, None], np.ones_like(t), rcond=None)
+    assert unconstrained[2] < 0  # the case under test
+    flop_max, score_ps, row_bytes, fixed_us = cal.fit_attention_terms(noisy, "fwd", truth.peak("bf16"),
+                                                                      truth.memory_bandwidth)
+    assert row_bytes == 0.0
+    assert flop_max == pytest.approx(2.0, rel=0.1) and score_ps == pytest.approx(0.2, rel=0.1)
+    assert fixed_us == pytest.approx(20.0, rel=0.1)
+
+
 def test_gemm_fit_is_robust_to_noise_and_reports_it():
     truth = _profile_with(0.80, 6.3e9, 0.8, 4e-6)
     rng = np.random.default_rng(0)

@@ -286,7 +286,21 @@ def test_trainer_loss_and_zero3_memory_rules():
     params = zero2.memory_breakdown_gib[0]["params"]
     assert params > 0 and zero3.memory_breakdown_gib[0]["params"] == 0
     post = cm.segments(cm.placements_for(base), False)["post"]
-    assert cm.fsdp_units(post, 1) == int(not ctx.graph.has_tied_parameters)
+    assert cm.fsdp_units(post, base) == int(not ctx.graph.has_tied_parameters)
+
+
+def test_expert_groups_are_units_of_their_own_where_the_trainer_wraps_them_so():
+    """An MoE block is one FSDP2 unit on one data-parallel rank and two (block, expert group) under ep > 1 or
+    a dense data-parallel group of several ranks (trainer._setup's `units`; the llama block always one)."""
+    ctx = context("tiny-moe", "h200", 2, 128)
+    cm = ctx.cost_model
+    one = Plan(model="tiny-moe", hardware="h200", gpus=2, gpus_per_node=2, global_batch=4, seq_len=128, tp=2,
+               micro_batch=4, placements=megatron_placements(ctx.graph, 2))
+    block = cm.segments(cm.placements_for(one), False)[cm.block_rep(0)]
+    assert block.expert_params > 0
+    assert cm.fsdp_units(block, one) == 1
+    assert cm.fsdp_units(block, replace(one, tp=1, dp=2, micro_batch=2, placements={})) == 2
+    assert cm.fsdp_units(block, replace(one, tp=1, ep=2, micro_batch=2, placements={})) == 2
 
 
 @pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt"])

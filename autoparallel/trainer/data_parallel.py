@@ -4,7 +4,8 @@ ZeRO stage -> what runs (every FSDP unit is one block; the root unit holds embed
 head, except in a model without tied parameters, where the final norm and the head form a unit of their
 own, as torchtitan groups them (under ZeRO-0 the head alone: replicate takes one module): their gradients
 are then reduced as soon as the backward has passed them, under the blocks' backward, not with the
-embeddings after all of it; an expert group is its own unit on the "dp" mesh when experts are ep-sharded):
+embeddings after all of it; an expert group is its own unit, on the expert mesh when experts are ep-sharded,
+and on the dense mesh when that has more than one rank; on one data-parallel rank it stays in its block's unit):
 
   zero 0  `replicate` (FSDP2-based DDP): parameters, gradients and optimizer state replicated;
           gradients all-reduced once per step (after the last micro-batch).
@@ -61,7 +62,7 @@ def mixed_precision_policy(param_dtype: str, reduce_dtype: str) -> MixedPrecisio
 def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_mesh: DeviceMesh,
                         expert_mesh: DeviceMesh | None, expert_paths: list[str],
                         mp: MixedPrecisionPolicy, int8_grads: bool = False, tied: bool = False) -> FSDPModule:
-    """Wrap expert groups (`expert_paths`: the trainer passes them under ep > 1 only), then every block, then
+    """Wrap expert groups (`expert_paths`: the trainer passes them under ep > 1 or dense dp > 1), then every block, then
     the final norm and head (no tied parameters: `tied` says the model has some), then the root of `part`
     (bottom-up, as FSDP2 wants);
     int8_grads: every unit reduce-scatters through low_precision.Int8ReduceScatter (zero >= 1)."""

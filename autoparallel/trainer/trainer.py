@@ -440,11 +440,14 @@ class AutoParallelTrainer:
         else:
             parts = [(0, meta)]
         experts = self._expert_paths(plan)
-        # Expert groups become FSDP units of their own only when ep-sharded (on the expert mesh), as in
-        # torchtitan: FSDP2's hooks are opaque to Dynamo, so a nested unit splits a compiled block into five
-        # graphs (and a fully recomputed one runs eager), which cost a 1.2B MoE's one-GPU compiled step
-        # ~20% of host time (docs/trainer_sweep_notes.md). Under ep = 1 the experts join their block's unit.
-        units = experts if plan.ep > 1 else []
+        # Expert groups are FSDP units of their own when ep-sharded (on the expert mesh) or when their data-
+        # parallel group has more than one rank, whose collectives then start as soon as the experts are done:
+        # a 1.2B MoE's two-GPU dp2 steps ran 3-10% faster so (s18 against s19). On one data-parallel rank
+        # there is nothing to overlap, and a nested unit costs: FSDP2's hooks are opaque to Dynamo, so it
+        # splits a compiled block into five graphs (a fully recomputed one runs eager), and the same MoE's
+        # one-GPU compiled steps ran 10-17% faster with the experts in their block's unit
+        # (docs/trainer_sweep_notes.md, "Expert units").
+        units = experts if plan.ep > 1 or plan.dense_dp > 1 else []
         mp = mixed_precision_policy(plan.param_dtype, plan.grad_reduce_dtype)
         self._fp8_modules = []
         # Vocab-sharded logits + parallel cross entropy when the default loss runs on a sharded head.
