@@ -34,11 +34,14 @@ What is fitted, with the cost model's own formulas (cost_models/compute.py, cost
   gemm_grouped_max, gemm_grouped_half_flops
                      the same curve for the grouped GEMMs on one group's FLOPs, bytes and time (F/G,
                      bytes/G, t/G), which is the cost model's t = (F + G F_half) / (P max)
-  attention_fwd / attention_bwd
-                     the same saturating curve's maximum for the attention kernels, on the FLOPs that
-                     torch.utils.flop_counter (and so the tracer) counts for them: it counts causal
-                     attention as if it were full (no halving), so these fractions may exceed what a
-                     kernel achieves on the work it actually does; kept under `calibration`
+  attention_fwd_terms / attention_bwd_terms
+                     compute.attention_times' four terms (flop_max, score_ps, row_bytes, fixed_us): least
+                     squares in relative error over the timed shapes (`fit_attention_terms`; at least 8
+                     shapes, as the full plan's 26), on the FLOPs torch.utils.flop_counter (and so the
+                     tracer) counts, causal attention as if it were full, so flop_max may exceed 1. With
+                     fewer shapes (the quick plan) the GEMM-like curve attention_fwd_max / _half_flops.
+                     Timed as the GPU spends it (`_device_seconds`: graph replays), as a step whose host
+                     runs ahead sees it; kept under `calibration`
   collective_intra | collective_inter and the link latency
                      least squares of t = f(n) S / (B e) + k(n) a over the collective samples
                      (f, k per comm.py: all-reduce 2(n-1)/n and 2(n-1), the others (n-1)/n and n-1)
