@@ -364,7 +364,7 @@ def test_derived_profile_takes_the_anchors_measured_values_and_says_so():
     h100, h200 = load_profile("h100-sxm"), load_profile("h200")
     assert h100.efficiency.gemm_max == h200.efficiency.gemm_max
     assert h100.efficiency.memory_bound == h200.efficiency.memory_bound
-    assert h100.calibration["attention_fwd_max"] == h200.calibration["attention_fwd_max"]
+    assert h100.calibration["attention_fwd_terms"] == h200.calibration["attention_fwd_terms"]
     assert "device" not in h100.calibration  # session facts of the anchor's measurement stay there
     assert h100.memory_bandwidth != h200.memory_bandwidth  # only fractions are inherited
     assert h100.provenance["gemm_max"] == "derived from h200"
