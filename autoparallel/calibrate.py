@@ -886,7 +886,7 @@ def fit_attention_terms(samples: list[AttentionSample], phase: str, peak: float,
     """compute.attention_times' (flop_max, score_ps, row_bytes, fixed_us) for `phase`: least squares in
     relative error of t = F x0 + S2 x1 + E x2 + x3 (F counted FLOPs, S2 = B H S^2 score elements, E =
     B H S D query elements), each coefficient kept >= 0 (a negative one is dropped and the rest refit: a
-    negative time per element fits noise). On an H200 the four terms met 28 shapes (B 1-32, S 512-16384,
+    negative time per element fits noise). On an H200 the four terms met 26 shapes (B 1-32, S 512-16384,
     D 64 and 128, GQA and not) within 7% forward and 10% backward, where one FLOP curve missed by 20-30%
     (benchmarks/results/raw/attention_timing_h200_s17.json)."""
     t = np.array([x.fwd_seconds if phase == "fwd" else x.bwd_seconds for x in samples])

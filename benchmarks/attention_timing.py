@@ -22,6 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+
 def time_shape(b: int, h: int, hkv: int, s: int, d: int, plan) -> dict:
     import torch
     import torch.nn.functional as F
