@@ -97,6 +97,14 @@ class Plan:
         return self.dp * self.cp * self.ep
 
     @property
+    def experts_apart(self) -> bool:
+        """Whether the trainer wraps each expert group as an FSDP unit of its own (on the expert mesh under
+        ep > 1, on the dense one with several data-parallel ranks, whose collectives then start as soon as the
+        experts are done); on one rank the experts stay in their block's unit, one compiled graph
+        (trainer._setup; CostModel.fsdp_units counts the units)."""
+        return self.ep > 1 or self.dense_dp > 1
+
+    @property
     def expert_dp(self) -> int:
         """Ranks over which an ep-sharded expert group is replicated (dp * cp)."""
         return self.dp * self.cp

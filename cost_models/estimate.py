@@ -396,8 +396,7 @@ class CostModel:
             return 0
         if seg.name == "post":
             return int(not self.graph.has_tied_parameters)
-        apart = plan.ep > 1 or plan.dense_dp > 1
-        return 1 + (seg.name != "pre" and seg.expert_params > 0 and apart)
+        return 1 + (seg.name != "pre" and seg.expert_params > 0 and plan.experts_apart)
 
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,
                      host: HostWork | None = None, fp8: str = "none", cp: int = 1):

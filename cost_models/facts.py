@@ -1,7 +1,10 @@
 """Model facts the cost model and planner need, read from the OpGraph (and its ModelSpec when traced
-from one): head counts for tensor-parallel divisibility, expert counts, vocabulary size."""
+from one): head counts for tensor-parallel divisibility, the attention kernels' geometry, expert counts,
+vocabulary size."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
 
 from cost_models.graph import OpGraph
 
@@ -14,20 +17,22 @@ def attention_heads(graph: OpGraph) -> tuple[int, int]:
     spec = getattr(graph, "spec", None)
     if spec is not None and getattr(spec, "num_heads", 0):
         return spec.num_heads, spec.num_kv_heads or spec.num_heads
-    heads = 0
-    for _, a in graph.nodes(phase="fwd"):
-        if "scaled_dot_product" in a["op"] and a["out_shapes"] and len(a["out_shapes"][0]) == 4:
-            heads = max(heads, int(a["out_shapes"][0][1]))
+    heads = max((int(shape[1]) for shape in _fused_attention_outputs(graph)), default=0)
     return heads, heads
 
 
 def attention_geometry(graph: OpGraph) -> tuple[int, int]:
     """(key sequence length, head dimension) of the fused attention kernels, from the first one's output
     [B, H, S, D]; (0, 0) without any (compute.attention_times then falls back to the FLOP curve)."""
+    shape = next(_fused_attention_outputs(graph), None)
+    return (0, 0) if shape is None else (int(shape[2]), int(shape[3]))
+
+
+def _fused_attention_outputs(graph: OpGraph) -> Iterator[Sequence[int]]:
+    """The [B, H, S, D] outputs of the forward's fused attention kernels, in graph order."""
     for _, a in graph.nodes(phase="fwd"):
         if "scaled_dot_product" in a["op"] and a["out_shapes"] and len(a["out_shapes"][0]) == 4:
-            return int(a["out_shapes"][0][2]), int(a["out_shapes"][0][3])
-    return 0, 0
+            yield a["out_shapes"][0]
 
 
 def num_experts(graph: OpGraph) -> int:

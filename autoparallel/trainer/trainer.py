@@ -447,7 +447,7 @@ class AutoParallelTrainer:
         # splits a compiled block into five graphs (a fully recomputed one runs eager), and the same MoE's
         # one-GPU compiled steps ran 10-17% faster with the experts in their block's unit
         # (docs/trainer_sweep_notes.md, "Expert units").
-        units = experts if plan.ep > 1 or plan.dense_dp > 1 else []
+        units = experts if plan.experts_apart else []
         mp = mixed_precision_policy(plan.param_dtype, plan.grad_reduce_dtype)
         self._fp8_modules = []
         # Vocab-sharded logits + parallel cross entropy when the default loss runs on a sharded head.
