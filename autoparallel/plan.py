@@ -161,6 +161,21 @@ class Plan:
             span[dim] = "intra" if size == 1 or aligned else "inter"
         return {d: span[d] for d in MESH_DIMS}
 
+    def ranks_per_node(self, dims: tuple[str, ...]) -> int:
+        """How many ranks of one process group over the mesh dims `dims` share a node.
+
+        Ranks are laid out with the last of MESH_DIMS fastest (rank = sum of coordinate x stride); the group
+        of rank 0 varies the coordinates of `dims` and holds the others at 0, and node 0 holds the ranks
+        below gpus_per_node. Only coordinates whose stride lands inside node 0 are enumerated."""
+        import itertools
+        stride, strides = 1, {}
+        for dim in reversed(MESH_DIMS):
+            strides[dim] = stride
+            stride *= self.mesh_shape[dim]
+        ranges = [range(min(self.mesh_shape[d], -(-self.gpus_per_node // strides[d]))) for d in dims]
+        return sum(1 for coords in itertools.product(*ranges)
+                   if sum(c * strides[d] for c, d in zip(coords, dims)) < self.gpus_per_node) or 1
+
     def validate(self, num_blocks: int | None = None) -> None:
         """Raise UserError naming the first inconsistent field (a self-consistent plan, which the cost
         model can estimate; `check_runnable` adds what the trainer needs to run it)."""

@@ -30,7 +30,6 @@ from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from autoparallel.placements import megatron_placements
 from autoparallel.plan import RECOMPUTE_MODES, TP_SHARDED, Plan
 from autoparallel.sharding import cost_model as sharding_cost_model
-from cost_models.comm import link_for
 from cost_models.estimate import (
     ALLOCATOR_RESERVE,
     DTYPE_BYTES,
@@ -945,16 +944,15 @@ class StageModel:
         gd = c.grad_reduce_dtype
         pb = DTYPE_BYTES.get(self.plan0.param_dtype, 2)
         qbw = self.cm.quant_bandwidth()
-        dense_span = "inter" if "inter" in (self.span["dp"], self.span["cp"], self.span["ep"]) else "intra"
-        exp_span = "inter" if "inter" in (self.span["dp"], self.span["cp"]) else "intra"
+        dense_link, exp_link = self.cm.data_parallel_links(self.plan0)
 
-        def lin(d: int, span: str) -> tuple[float, float]:
-            link, n = link_for(self.cm.profile, span), 1e9
+        def lin(d: int, link) -> tuple[float, float]:
+            n = 1e9
             a = dp_sync_time(n, d, link, c.zero, self.m, gd, pb, qbw)
             slope = (dp_sync_time(2 * n, d, link, c.zero, self.m, gd, pb, qbw) - a) / n
             return slope, a - slope * n
-        ds, dc = lin(c.dense_dp, dense_span)
-        es, ec = lin(c.expert_dp, exp_span)
+        ds, dc = lin(c.dense_dp, dense_link)
+        es, ec = lin(c.expert_dp, exp_link)
         return ds, dc, es, ec
 
     def cover(self, sc) -> float:

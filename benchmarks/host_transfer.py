@@ -19,7 +19,7 @@ all VMs (what `trainer_sweep.py ship` puts into hardware_profiles/h200.yaml).
 
 Writes docs/host_transfer.md and benchmarks/results/host_transfer.json (one record per VM and
 configuration: measured step time, predicted unscaled and rescaled). Configurations whose numbers the base
-took from a sweep (its `sweep_fit_configs`, else trainer_sweep.FIT's) are left out on every VM.
+took from a sweep (its `sweep_fit_configs`, else trainer_sweep.SWEEP_FIT_DEFAULT) are left out on every VM.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ RAW = ROOT / "benchmarks" / "results" / "raw"
 # ran plans of an older planner
 VMS = {"s4": ["single"], "s5": ["single", "dist"], "s6": ["single"], "s7": ["single"], "s8": ["single"],
        "s9": ["single"], "s11": ["single"], "s12": ["single"], "s13": ["single"], "s14": ["single"], "s15": ["single"],
-       "s17": ["single"], "s18": ["dist"], "s19": ["single"], "s20": ["single"]}
+       "s17": ["single"], "s18": ["dist"], "s19": ["single"], "s20": ["single"], "s21": ["single", "wide"]}
 # (s19's two-GPU MoE rows ran the experts in their block's FSDP unit under dp2, a runtime not shipped: left out)
 # the VMs whose probes `--pooled` and `--write-pooled` pool: the shipped h200's; s13-s15 measured after
 # (s14, s15 have no full probe set: `--rescale` before and after the sweep, trainer_speed[_after]_sN.jsonl)
@@ -75,15 +75,20 @@ def sweep_files(vms: list[str]) -> list[str]:
 
 
 def pooled_profile(base, vms: list[str]):
-    """`base` with host terms fitted on the pooled probes of `vms` and their reference times, then the
-    sweep's runtime fractions (trainer_sweep.FIT) refitted under those terms from the configurations' median
+    """`base` with host terms fitted on the pooled probes of `vms` and their reference times, those of
+    trainer_sweep.HOST_ANCHOR anchored on the VMs' sweeps (`fit_host_anchors`), then the sweep's runtime fractions (trainer_sweep.FIT) refitted under those terms from the configurations' median
     over the sweeps of `vms` (GPU-paced configurations: they repeat within 1-3% across VMs)."""
     records, reference = pool_machines([probes_of(vm) for vm in vms])
     fit = fit_host_terms(records, base)
     prof = dataclasses.replace(base, calibration={**base.calibration, **fit.terms, REFERENCE_KEY: reference})
+    # host terms anchored on real-width runs, each VM's measurement at its own host factor
+    runs = [(fit_host_speed(speed_records(vm), prof).factor, ts._measured(sweep_files([vm]))) for vm in vms if vm in VMS]
+    anchors, anchor_configs = ts.fit_host_anchors(prof, runs, say=lambda _: None)
+    prof = dataclasses.replace(prof, calibration={**prof.calibration, **anchors})
     fractions, configs = ts.fit_sweep_terms(prof, ts._measured(sweep_files(vms)),
                                             skip=[k for k in ts.FIT if fit.terms.get(k)], say=lambda _: None)
-    return dataclasses.replace(prof, calibration={**prof.calibration, **fractions, ts.SWEEP_FIT_KEY: configs})
+    return dataclasses.replace(prof, calibration={**prof.calibration, **fractions,
+                                                  ts.SWEEP_FIT_KEY: anchor_configs + configs})
 
 
 def speed_records(vm: str) -> list:
@@ -156,7 +161,7 @@ def main() -> int:
         print(f"wrote the host terms of {', '.join(PROBE_VMS)} pooled into {args.write_pooled}")
         return 0
     home = None if args.pooled else args.fitted_on or ("s4" if args.base == "h200" else None)
-    fitted = set(base.calibration.get(ts.SWEEP_FIT_KEY, ts.FIT.values()))
+    fitted = set(base.calibration.get(ts.SWEEP_FIT_KEY, ts.SWEEP_FIT_DEFAULT))
     configs = {c.name: c for c in ts.CONFIGS}
     records, rows = [], []
     errors: dict[str, list[float]] = {"unscaled": [], "rescaled": []}

@@ -15,7 +15,8 @@ INT8_BLOCK elements, dequantized and summed in fp32). The int8 reduction also ru
 dequantize kernels: memory-bound passes whose bytes per element `quantized_pass_bytes` states.
 
 A group whose ranks share a node uses the node's link (NVLink, xGMI, HCCS, ...); a group that
-crosses nodes is limited by each device's NIC (hierarchical collectives are bound by the slowest hop).
+crosses nodes is limited by the NICs: a ring collective by those of its ranks on each node, which NCCL
+drives in parallel (`link_for`), all-to-all and send/recv by each rank's own.
 """
 
 from __future__ import annotations
@@ -36,12 +37,23 @@ class Link:
         return self.bandwidth * self.efficiency
 
 
-def link_for(profile: HardwareProfile, span: str) -> Link:
-    """The link a mesh dimension's collectives run on: 'intra' (inside a node) or 'inter'."""
+def link_for(profile: HardwareProfile, span: str, ranks_per_node: int = 1) -> Link:
+    """The link a mesh dimension's collectives run on: 'intra' (inside a node) or 'inter'.
+
+    A ring collective (all-reduce, all-gather, reduce-scatter) of a group that crosses nodes with
+    `ranks_per_node` of its ranks on each node runs that many rings at once, each leaving the node through
+    another rank's NIC (NCCL maps one channel to each NIC; every other hop of a ring stays on the node's
+    links): each rank then moves its share at ranks_per_node NICs' bandwidth, up to what its intra-node link
+    carries. One rank per node (the data-parallel group of tp=8 on 8-GPU nodes) is bound by its own NIC.
+    All-to-all and send/recv leave through each rank's own NIC: call them with the default 1."""
     eff = profile.efficiency
     if span == "intra":
         return Link(profile.intra_bandwidth, profile.intra_latency, eff.collective_intra)
-    return Link(profile.inter_bandwidth, profile.inter_latency, eff.collective_inter)
+    nic = Link(profile.inter_bandwidth, profile.inter_latency, eff.collective_inter)
+    if ranks_per_node <= 1:
+        return nic
+    node = profile.intra_bandwidth * eff.collective_intra
+    return Link(min(ranks_per_node * nic.effective_bandwidth, node), profile.inter_latency, 1.0)
 
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cost_models.comm import (
+    Link,
     all_gather_time,
     all_reduce_time,
     all_to_all_time,
@@ -253,10 +254,6 @@ class CostModel:
         bwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1), extra_s=h.tp_collective_s * bwd_colls + (
             h.checkpoint_s + h.recompute_op_s * self._recomputed_ops(seg, recompute) if checkpointed else 0.0),
             fsdp_s=fsdp)
-        fwd_t, fwd_flops, fwd_div, fwd_host_s = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8,
-                                                                  cp)
-        bwd_t, bwd_flops, _, bwd_host_s = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8, cp)
-
         tp_link = link_for(self.profile, tp_span)
         tp_comm_fwd = tp_comm_bwd = 0.0
         if tp > 1:
@@ -267,16 +264,23 @@ class CostModel:
             else:  # Megatron's g (all-reduce forward) and f (all-reduce of the input gradient backward)
                 tp_comm_fwd = sum(all_reduce_time(x * b, tp, tp_link) for x in seg.tp_collective_bytes)
                 tp_comm_bwd = sum(all_reduce_time(x * b, tp, tp_link) for x in seg.tp_col_input_bytes)
-        ep_comm_fwd = 0.0
-        if ep > 1 and seg.ep_alltoall_bytes:
-            # dispatch + combine of every token copy routed by this rank
-            per_rank = seg.ep_alltoall_bytes * b
-            ep_comm_fwd = 2 * all_to_all_time(per_rank, ep, link_for(self.profile, ep_span))
-            ep_comm_fwd += 0.0 if compiled else h.ep_sync_s  # the token counts read back before dispatch
         # all-gathers of feature-sharded tensors entering replicated modules (layouts beyond Megatron's):
         # forward only, a gather's backward is a local slice
         gather = sum(all_gather_time(x * b, tp, tp_link) for x in seg.tp_gather_bytes) if tp > 1 else 0.0
         tp_comm_fwd += gather
+        a2a = 0.0
+        if ep > 1 and seg.ep_alltoall_bytes:
+            # dispatch + combine of every token copy routed by this rank
+            a2a = 2 * all_to_all_time(seg.ep_alltoall_bytes * b, ep, link_for(self.profile, ep_span))
+        # the token counts read back before dispatch: the GPU idles while the host refills its queue
+        ep_comm_fwd = a2a + (h.ep_sync_s if a2a > 0 and not compiled else 0.0)
+        # the GPU runs a phase's TP and EP collectives in line with its ops (the trainer overlaps neither), so
+        # the host sets the pace only when it issues slower than the ops and the collectives together
+        fwd_t, fwd_flops, fwd_div, fwd_host_s = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8,
+                                                                  cp, tp_comm_fwd + a2a)
+        bwd_t, bwd_flops, _, bwd_host_s = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8, cp,
+                                                        tp_comm_bwd + a2a)
+
         cp_comm_fwd = cp_comm_bwd = 0.0
         if cp > 1 and seg.attn_kv_bytes:
             cp_link = link_for(self.profile, cp_span)
@@ -399,7 +403,7 @@ class CostModel:
         return 1 + (seg.name != "pre" and seg.expert_params > 0 and plan.experts_apart)
 
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,
-                     host: HostWork | None = None, fp8: str = "none", cp: int = 1):
+                     host: HostWork | None = None, fp8: str = "none", cp: int = 1, comm_s: float = 0.0):
         """Per-op times [s], per-op FLOPs, the per-op divisor (tp for sharded work) and the phase's host time
         [s] (its floor); eager ops pay the
         host floor with the trainer's host work `host`, compiled ones compute.compiled_times with the floor
@@ -442,11 +446,11 @@ class CostModel:
         # A per-expert loop's data-dependent GEMMs break the graph, and such a block is priced as eager.
         if compiled and not dynamic_gemm.any():
             floor = compiled_host_floor(len(t), self.host.compiled_op_s) + host.fsdp_s
-            return stretch_to(compiled_times(t, ops.matmul, self.profile), floor), flops, div, floor
+            return stretch_to(compiled_times(t, ops.matmul, self.profile), floor - comm_s), flops, div, floor
         extra = n_fp8 * FP8_EAGER_KERNELS[fp8] if n_fp8 else 0.0
         floor = host_floor(len(t), self.profile, phase, expert, dynamic_gemm, host.per_op_s,
                            host.extra_s + host.fsdp_s, extra)
-        return stretch_to(t, floor), flops, div, floor
+        return stretch_to(t, floor - comm_s), flops, div, floor
 
     # ---- whole plan ------------------------------------------------------------------------------------
     def check_plan(self, plan: Plan) -> None:
@@ -803,19 +807,17 @@ class CostModel:
         for ZeRO-3; recompute is not counted as cover, so more recompute never buys less exposure.
         The optimizer step and the per-micro-batch gradient accumulation: compute.update_time.
         """
-        span = plan.mesh_span()
         d_dense, d_exp = plan.dense_dp, plan.expert_dp
         gd = plan.grad_reduce_dtype
         pb = DTYPE_BYTES.get(plan.param_dtype, 2)
         qbw = self.quant_bandwidth()
         m = plan.num_micro_batches
-        dense_span = "inter" if "inter" in (span["dp"], span["cp"], span["ep"]) else "intra"
-        exp_span = "inter" if "inter" in (span["dp"], span["cp"]) else "intra"
+        dense_link, exp_link = self.data_parallel_links(plan)
         worst_exposed = worst_total = worst_opt = 0.0
         for s in stages:
             dense, exp = s["params"] - s["expert_params"], s["expert_params"]
-            total = dp_sync_time(dense, d_dense, link_for(self.profile, dense_span), plan.zero, m, gd, pb, qbw) + \
-                dp_sync_time(exp, d_exp, link_for(self.profile, exp_span), plan.zero, m, gd, pb, qbw)
+            total = dp_sync_time(dense, d_dense, dense_link, plan.zero, m, gd, pb, qbw) + \
+                dp_sync_time(exp, d_exp, exp_link, plan.zero, m, gd, pb, qbw)
             window = {0: s["bwd"], 1: s["bwd"], 2: s["bwd"] * m}.get(plan.zero, s["fwd_bwd"] * m)
             window = window if self.overlap_grad_sync else 0.0
             exposed = max(0.0, total - window)
@@ -824,6 +826,16 @@ class CostModel:
             worst_exposed, worst_total = max(worst_exposed, exposed), max(worst_total, total)
             worst_opt = max(worst_opt, opt)
         return worst_exposed, worst_total, worst_opt
+
+    def data_parallel_links(self, plan: Plan) -> tuple[Link, Link]:
+        """The links of the dense parameters' sync group (dp x cp x ep ranks) and the expert parameters'
+        (dp x cp), each inside a node or across nodes with its ranks per node (comm.link_for)."""
+        span = plan.mesh_span()
+        links = []
+        for dims in (("dp", "cp", "ep"), ("dp", "cp")):
+            inter = "inter" in (span[d] for d in dims)
+            links.append(link_for(self.profile, "inter" if inter else "intra", plan.ranks_per_node(dims) if inter else 1))
+        return links[0], links[1]
 
     def quant_bandwidth(self) -> float:
         """Bytes/s of the int8 quantize / dequantize passes: memory-bound elementwise casts, at the

@@ -83,6 +83,47 @@ def test_alpha_beta_collectives():
     assert all_reduce_time(1e9, 1, link) == 0.0
 
 
+def test_a_ring_across_nodes_uses_the_nics_of_its_ranks_on_each_node():
+    """link_for('inter', g): g rings at once, one leaving through each rank's NIC, so g NICs' bandwidth
+    per rank up to the node's link; one rank per node keeps its own NIC. The data-parallel sync of dp64 on
+    8-GPU nodes then moves its bytes 8x as fast as that of dp8 with tp8 (one rank per node)."""
+    prof = load_profile("h100-sxm")
+    nic = prof.inter_bandwidth * prof.efficiency.collective_inter
+    node = prof.intra_bandwidth * prof.efficiency.collective_intra
+    assert link_for(prof, "inter").effective_bandwidth == pytest.approx(nic)
+    assert link_for(prof, "inter", 4).effective_bandwidth == pytest.approx(min(4 * nic, node))
+    assert link_for(prof, "inter", 8).effective_bandwidth == pytest.approx(min(8 * nic, node))
+    assert link_for(prof, "intra", 8).effective_bandwidth == pytest.approx(node)
+    ctx = context("tiny-llama", "h100-sxm", 64, 128)
+    wide = Plan(model="tiny-llama", hardware="h100-sxm", gpus=64, gpus_per_node=8, global_batch=64, seq_len=128, dp=64)
+    dense, _ = ctx.cost_model.data_parallel_links(wide)
+    assert dense.effective_bandwidth == pytest.approx(min(8 * nic, node))
+    dense, _ = ctx.cost_model.data_parallel_links(replace(wide, dp=8, tp=8))
+    assert dense.effective_bandwidth == pytest.approx(nic)
+
+
+def test_a_host_paced_phase_absorbs_its_collectives():
+    """The trainer runs a phase's TP collectives in line with its kernels, so a phase takes max(host,
+    kernels + collectives), not max(host, kernels) + collectives: for any collective time c the stretched
+    kernels plus c come to max(host floor, unstretched kernels + c). The unstretched kernels are those of a
+    call whose c exceeds the floor (nothing left to stretch)."""
+    ctx = context("tiny-llama", "h200", 2, 128)
+    cm = ctx.cost_model
+    plan = Plan(model="tiny-llama", hardware="h200", gpus=2, gpus_per_node=2, global_batch=4, seq_len=128, tp=2,
+                micro_batch=4, placements=megatron_placements(ctx.graph, 2))
+    seg = cm.segments(cm.placements_for(plan), False)[cm.block_rep(0)]
+    from cost_models.estimate import HostWork
+    host = HostWork(per_op_s=cm.host.dtensor_op_s, extra_s=4 * cm.host.tp_collective_s)
+    *_, floor = cm._phase_times(seg.fwd, "fwd", 2, 1, False, 4.0, False, host)
+    assert floor > 0
+    raw = float(cm._phase_times(seg.fwd, "fwd", 2, 1, False, 4.0, False, host, comm_s=2 * floor)[0].sum())
+    assert raw < floor  # host-paced without collectives, kernel-paced with the largest c below
+    for c in (0.0, 0.25 * floor, 0.5 * floor, floor):
+        t = cm._phase_times(seg.fwd, "fwd", 2, 1, False, 4.0, False, host, comm_s=c)[0]
+        assert float(t.sum()) + c == pytest.approx(max(floor, raw + c), rel=1e-12)
+
+
+H, A, S, L, V = 1024, 16, 512, 2, 1024
 H, A, S, L, V = 1024, 16, 512, 2, 1024
 
 

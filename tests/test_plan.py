@@ -24,6 +24,27 @@ def test_mesh_span(kw, expected):
     assert _plan(**kw).mesh_span() == expected
 
 
+def _ranks_per_node_by_enumeration(plan: Plan, dims: tuple[str, ...]) -> int:
+    """Every rank's mesh coordinates (last of MESH_DIMS fastest), the group of rank 0 over `dims` (the other
+    coordinates 0), counted on node 0: the layout torch's DeviceMesh(arange(gpus).reshape(shape)) makes."""
+    import itertools
+
+    from autoparallel.plan import MESH_DIMS
+    shape = [plan.mesh_shape[d] for d in MESH_DIMS]
+    group = [r for r, coords in enumerate(itertools.product(*map(range, shape)))
+             if all(c == 0 for c, d in zip(coords, MESH_DIMS) if d not in dims)]
+    return sum(r < plan.gpus_per_node for r in group)
+
+
+@pytest.mark.parametrize("kw", [dict(dp=64), dict(dp=8, tp=8), dict(dp=32, tp=2), dict(dp=2, ep=4, tp=1, pp=8),
+                                dict(dp=4, ep=2, tp=8), dict(gpus=48, dp=1, tp=6, pp=8), dict(dp=16, cp=2, tp=2),
+                                dict(gpus=24, gpus_per_node=4, dp=3, tp=8), dict(dp=8, pp=8)])
+@pytest.mark.parametrize("dims", [("dp", "cp", "ep"), ("dp", "cp"), ("tp",), ("ep",)])
+def test_ranks_per_node_counts_a_groups_ranks_on_one_node(kw, dims):
+    plan = _plan(**kw)
+    assert plan.ranks_per_node(dims) == _ranks_per_node_by_enumeration(plan, dims)
+
+
 def test_validate_names_the_field():
     with pytest.raises(UserError, match="does not equal gpus"):
         _plan(dp=3, tp=2, pp=8).validate()

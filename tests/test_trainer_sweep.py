@@ -46,3 +46,25 @@ def test_sweep_terms_are_recovered_from_the_step_times_they_produce():
     fitted, used = ts.fit_sweep_terms(base, measured, skip=["host_us_per_op_compiled"], say=lambda _: None)
     assert used == [ts.FIT[k] for k in truth]
     assert fitted == pytest.approx(truth, abs=5e-4 + 1e-9)
+
+
+def test_host_anchor_is_recovered_across_machines_of_different_host_speed():
+    """fit_host_anchors bisects each HOST_ANCHOR term until its configuration, predicted with every host
+    term rescaled to each machine's factor, matches the machines' times in geometric mean: times predicted
+    at a known term on two machines (factors 0.8 and 1.25) give it back. Tolerance: 30 halvings of the
+    range (5000 us / 2^30 < 1e-5) plus the 3-decimal rounding (5e-4)."""
+    import dataclasses
+
+    from autoparallel.calibrate_trainer import rescaled
+    from hardware_profiles import load_profile
+    base = load_profile("h200")
+    (key, (name, _)), = ts.HOST_ANCHOR.items()
+    truth = 700.0
+    cfg = next(c for c in ts.CONFIGS if c.name == name)
+    prof = dataclasses.replace(base, calibration={**base.calibration, key: truth})
+    runs = [(f, {name: {"measured": {"step_time_s": ts.predict(cfg, rescaled(prof, f))[0]["step_time_s"]}}})
+            for f in (0.8, 1.25)]
+    fitted, used = ts.fit_host_anchors(base, runs + [(1.0, {})], say=lambda _: None)
+    assert used == [name]
+    assert fitted[key] == pytest.approx(truth, abs=5e-4 + 1e-5)
+    assert ts.fit_host_anchors(base, [(1.0, {})], say=lambda _: None) == ({}, [])  # none measured: the probes'

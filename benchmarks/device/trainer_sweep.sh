@@ -14,11 +14,15 @@
 #                                                           # after the expert-unit change, and one compiled timeline
 #   bash benchmarks/device/trainer_sweep.sh attention-drift # causal SDPA timed two ways across shapes
 #                                                           # (attention_timing.py), then rescale-drift
+#   bash benchmarks/device/trainer_sweep.sh wide            # one GPU: host factor, Llama 3 8B's widths at seq 8192
+#                                                           # (the WIDE rows), then two host-paced timelines
 #   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
 #                                                           # timelines of host-paced and compiled MoE rows
 #                                                           # (profile_timeline.py; the compiled MoE's whole traces)
 # Results land in $OUT; `python benchmarks/trainer_sweep.py fit/report` turn them into the docs on any CPU.
 source "$(dirname "$0")/env.sh"
+WIDE=1g-l3w-op,1g-l3w-op-compiled,1g-l3w-none,1g-l3w-compiled,1g-l3w-full-mb1
+SKIP_SINGLE=1g-llama7b-b8,1g-llama7b-b8-mb2x4,1g-llama7b-b8-compiled,1g-llama7b-b8-mb2x4-compiled,$WIDE
 case "${1:-}" in
   probes-single)
     python -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | quiet | tail -8
@@ -55,7 +59,7 @@ case "${1:-}" in
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -6
     python benchmarks/trainer_sweep.py measure --gpus 1 --steps 8 --out "$OUT/single.jsonl" \
-      --skip 1g-llama7b-b8,1g-llama7b-b8-mb2x4,1g-llama7b-b8-compiled,1g-llama7b-b8-mb2x4-compiled 2>&1 \
+      --skip "$SKIP_SINGLE" 2>&1 \
       | quiet | grep '^{' | cut -c1-160
     if [ "$1" = rescale-drift ]; then
       python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
@@ -70,5 +74,13 @@ case "${1:-}" in
       --out "$OUT/timeline.jsonl" --save-trace "$OUT/traces" 2>&1 | quiet | grep '^{' | cut -c1-200
     timeout 240 python benchmarks/profile_timeline.py --only 1g-moe-b16-mb8x2,1g-llama-op,1g-gpt-eager,1g-llama-b16 \
       --out "$OUT/timeline.jsonl" 2>&1 | quiet | grep '^{' | cut -c1-200 ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline" >&2; exit 2 ;;
+  wide)
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    timeout 330 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 5 --out "$OUT/wide.jsonl" --only "$WIDE" 2>&1 \
+      | quiet | grep '^{' | cut -c1-160
+    timeout 150 python benchmarks/profile_timeline.py --only 1g-llama-mb2x4,1g-moe-full --out "$OUT/timeline.jsonl" 2>&1 \
+      | quiet | grep '^{' | cut -c1-200 ;;
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide" >&2
+     exit 2 ;;
 esac
