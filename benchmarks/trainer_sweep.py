@@ -83,7 +83,23 @@ LLAMA_7B = {"name": "llama-7b", "model_type": "llama", "vocab_size": 32000, "hid
 LLAMA3_8B_8L = {"name": "llama3-8b-8l", "model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
                 "intermediate_size": 14336, "num_hidden_layers": 8, "num_attention_heads": 32,
                 "num_key_value_heads": 8, "max_position_embeddings": 8192, "rope_theta": 500000.0}
-MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L)}
+# other families the fits never saw (2026-12-01): Qwen3 1.7B (qk-norm, head_dim 128 over hidden 2048, tied
+# 152k vocabulary), Qwen2.5 1.5B (q/k/v biases, 12/2 heads) and Qwen3-30B-A3B's MoE layers on 4 of its 48 (128
+# experts of width 768, 8 routed a token)
+QWEN3_1_7B = {"name": "qwen3-1.7b", "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2048,
+              "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+              "head_dim": 128, "max_position_embeddings": 40960, "tie_word_embeddings": True, "rope_theta": 1000000.0}
+QWEN2_5_1_5B = {"name": "qwen2.5-1.5b", "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 1536,
+                "intermediate_size": 8960, "num_hidden_layers": 28, "num_attention_heads": 12,
+                "num_key_value_heads": 2, "max_position_embeddings": 32768, "tie_word_embeddings": True,
+                "rope_theta": 1000000.0}
+QWEN3_MOE_4L = {"name": "qwen3-30b-a3b-4l", "model_type": "qwen3_moe", "vocab_size": 151936, "hidden_size": 2048,
+                "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 4,
+                "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+                "num_experts_per_tok": 8, "norm_topk_prob": True, "max_position_embeddings": 40960,
+                "rope_theta": 1000000.0}
+MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
+                                 QWEN3_MOE_4L)}
 
 
 @dataclass(frozen=True)
@@ -196,6 +212,14 @@ CONFIGS = [
     _c("1g-l3w-none", "llama3-8b-8l", 1, 2, seq=8192, fix={"micro_batch": 2, "recompute": "none", "compile": 0}),
     _c("1g-l3w-compiled", "llama3-8b-8l", 1, 2, seq=8192, fix={"micro_batch": 2, "recompute": "none", "compile": 1}),
     _c("1g-l3w-full-mb1", "llama3-8b-8l", 1, 2, seq=8192, fix={"micro_batch": 1, "recompute": "full", "compile": 0}),
+    _c("1g-qwen3-eager", "qwen3-1.7b", 1, 4, seq=4096, fix={"micro_batch": 4, "recompute": "none", "compile": 0}),
+    _c("1g-qwen3-compiled", "qwen3-1.7b", 1, 4, seq=4096, fix={"micro_batch": 4, "recompute": "none", "compile": 1}),
+    _c("1g-qwen3-mb2x2-op", "qwen3-1.7b", 1, 4, seq=4096, fix={"micro_batch": 2, "recompute": "op", "compile": 0}),
+    _c("1g-qwen25-eager", "qwen2.5-1.5b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}),
+    _c("1g-qwen25-compiled", "qwen2.5-1.5b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}),
+    _c("1g-qwen3moe-eager", "qwen3-30b-a3b-4l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}),
+    _c("1g-qwen3moe-compiled", "qwen3-30b-a3b-4l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}),
+    _c("1g-qwen3moe-full", "qwen3-30b-a3b-4l", 1, 8, fix={"micro_batch": 4, "recompute": "full", "compile": 0}),
 ]
 
 

@@ -16,13 +16,17 @@
 #                                                           # (attention_timing.py), then rescale-drift
 #   bash benchmarks/device/trainer_sweep.sh wide            # one GPU: host factor, Llama 3 8B's widths at seq 8192
 #                                                           # (the WIDE rows), then two host-paced timelines
+#   bash benchmarks/device/trainer_sweep.sh families        # one GPU: host factor, Qwen3, Qwen2.5 and Qwen3-MoE
+#                                                           # rows (the FAMILIES: model families no fit saw)
 #   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
 #                                                           # timelines of host-paced and compiled MoE rows
 #                                                           # (profile_timeline.py; the compiled MoE's whole traces)
 # Results land in $OUT; `python benchmarks/trainer_sweep.py fit/report` turn them into the docs on any CPU.
 source "$(dirname "$0")/env.sh"
 WIDE=1g-l3w-op,1g-l3w-op-compiled,1g-l3w-none,1g-l3w-compiled,1g-l3w-full-mb1
-SKIP_SINGLE=1g-llama7b-b8,1g-llama7b-b8-mb2x4,1g-llama7b-b8-compiled,1g-llama7b-b8-mb2x4-compiled,$WIDE
+FAMILIES=1g-qwen3-eager,1g-qwen3-compiled,1g-qwen3-mb2x2-op,1g-qwen25-eager,1g-qwen25-compiled,1g-qwen3moe-eager
+FAMILIES=$FAMILIES,1g-qwen3moe-compiled,1g-qwen3moe-full
+SKIP_SINGLE=1g-llama7b-b8,1g-llama7b-b8-mb2x4,1g-llama7b-b8-compiled,1g-llama7b-b8-mb2x4-compiled,$WIDE,$FAMILIES
 case "${1:-}" in
   probes-single)
     python -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | quiet | tail -8
@@ -81,6 +85,11 @@ case "${1:-}" in
       | quiet | grep '^{' | cut -c1-160
     timeout 150 python benchmarks/profile_timeline.py --only 1g-llama-mb2x4,1g-moe-full --out "$OUT/timeline.jsonl" 2>&1 \
       | quiet | grep '^{' | cut -c1-200 ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide" >&2
+  families)
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    timeout 480 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 6 --out "$OUT/families.jsonl" \
+      --only "$FAMILIES" 2>&1 | quiet | grep '^{' | cut -c1-160 ;;
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families" >&2
      exit 2 ;;
 esac
