@@ -30,6 +30,7 @@ from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from autoparallel.placements import megatron_placements
 from autoparallel.plan import RECOMPUTE_MODES, TP_SHARDED, Plan
 from autoparallel.sharding import cost_model as sharding_cost_model
+from cost_models.comm import Link
 from cost_models.estimate import (
     ALLOCATOR_RESERVE,
     DTYPE_BYTES,
@@ -946,7 +947,7 @@ class StageModel:
         qbw = self.cm.quant_bandwidth()
         dense_link, exp_link = self.cm.data_parallel_links(self.plan0)
 
-        def lin(d: int, link) -> tuple[float, float]:
+        def lin(d: int, link: Link) -> tuple[float, float]:
             n = 1e9
             a = dp_sync_time(n, d, link, c.zero, self.m, gd, pb, qbw)
             slope = (dp_sync_time(2 * n, d, link, c.zero, self.m, gd, pb, qbw) - a) / n

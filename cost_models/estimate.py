@@ -409,7 +409,8 @@ class CostModel:
         host floor with the trainer's host work `host`, compiled ones compute.compiled_times with the floor
         compute.compiled_host_floor; under an FP8 recipe the linear GEMMs take compute.fp8_gemm_times (their
         casts are memory passes of their own, which compiled_times does not shrink further) and their extra
-        eager kernels join the host floor."""
+        eager kernels join the host floor. `comm_s`: the phase's collectives, which the GPU runs in line with
+        its ops: the ops are stretched until ops + collectives meet the floor."""
         expert = ops.expert
         # sharded ops run 1/tp; replicated ones 1/tp of the sequence under SP; experts run whole
         div = np.where(ops.tp_sharded, tp, np.where(expert, 1, tp if sp else 1)).astype(float)
