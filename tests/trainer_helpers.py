@@ -267,8 +267,16 @@ def worker(rank: int, world: int, store: str, out: str, configs: list[Any], trai
     dist.destroy_process_group()
 
 
-def run_spawned(world: int, configs: list[Any], out: Path, timeout: float = 600.0, train: Any = None) -> None:
+# The spawned group's deadline is a hang guard, not a speed claim: a stalled collective already raises after
+# the group's 120 s gloo timeout. A configuration takes ~12 s on a slow two-core VM (51 Hugging Face
+# configurations in 550-650 s, four processes on two cores), so 60 s each is 5x that; 600 s at least.
+SECONDS_PER_CONFIG = 60.0
+
+
+def run_spawned(world: int, configs: list[Any], out: Path, timeout: float | None = None, train: Any = None) -> None:
     import torch.multiprocessing as mp
+
+    timeout = timeout if timeout is not None else max(600.0, SECONDS_PER_CONFIG * len(configs))
 
     store = Path(tempfile.mkdtemp(prefix="pg_")) / "store"  # absent until the group creates it
     ctx = mp.start_processes(worker, args=(world, str(store), str(out), configs, train), nprocs=world, join=False,
