@@ -76,7 +76,8 @@ def sweep_files(vms: list[str]) -> list[str]:
 
 def pooled_profile(base, vms: list[str]):
     """`base` with host terms fitted on the pooled probes of `vms` and their reference times, those of
-    trainer_sweep.HOST_ANCHOR anchored on the VMs' sweeps (`fit_host_anchors`), then the sweep's runtime fractions (trainer_sweep.FIT) refitted under those terms from the configurations' median
+    trainer_sweep.HOST_ANCHOR anchored on the VMs' sweeps (`fit_host_anchors`), then the sweep's runtime
+    fractions (trainer_sweep.FIT) refitted under those terms from the configurations' median
     over the sweeps of `vms` (GPU-paced configurations: they repeat within 1-3% across VMs)."""
     records, reference = pool_machines([probes_of(vm) for vm in vms])
     fit = fit_host_terms(records, base)

@@ -472,6 +472,15 @@ def _measured(raws: list[str]) -> dict[str, dict]:
     return out
 
 
+def _bisect(g: Any, lo: float, hi: float) -> float:
+    """The root of `g`, monotone on [lo, hi], after 30 halvings, rounded to 3 decimals (a profile's precision)."""
+    rising = g(hi) > g(lo)
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if (g(mid) < 0) == rising else (lo, mid)
+    return round((lo + hi) / 2, 3)
+
+
 def fit_sweep_terms(base: Any, measured: dict[str, dict], skip: list[str] = (),
                     say: Any = print) -> tuple[dict[str, float], list[str]]:
     """FIT's runtime terms over `base` (host terms in place), each by bisection so that its one fitting
@@ -491,11 +500,7 @@ def fit_sweep_terms(base: Any, measured: dict[str, dict], skip: list[str] = (),
             prof = dataclasses.replace(base, calibration={**base.calibration, **fitted, key: value})
             return predict(cfg, prof, raw)[0]["step_time_s"]
 
-        rising = step_time(hi) > step_time(lo)
-        for _ in range(30):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if (step_time(mid) < target) == rising else (lo, mid)
-        fitted[key] = round((lo + hi) / 2, 3)
+        fitted[key] = _bisect(lambda v, step_time=step_time, target=target: step_time(v) - target, lo, hi)
         fit_configs.append(name)
         say(f"{key}: {fitted[key]}  (from {name}: measured {target * 1e3:.1f} ms)")
     return fitted, fit_configs
@@ -524,11 +529,7 @@ def fit_host_anchors(base: Any, runs: list[tuple[float, dict[str, dict]]],
             return sum(math.log(predict(cfg, rescaled(prof, f), raw)[0]["step_time_s"]
                                 / raw["measured"]["step_time_s"]) for f, raw in seen)
 
-        rising = log_error(hi) > log_error(lo)
-        for _ in range(30):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if (log_error(mid) < 0) == rising else (lo, mid)
-        fitted[key] = round((lo + hi) / 2, 3)
+        fitted[key] = _bisect(log_error, lo, hi)
         used.append(name)
         say(f"{key}: {fitted[key]}  (from {name} on {len(seen)} machine(s))")
     return fitted, used
