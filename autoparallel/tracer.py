@@ -56,7 +56,7 @@ _NORM_CLASSES: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.RMSNorm, nn.Group
 def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
           dtype: torch.dtype = torch.bfloat16, example_inputs: Any = None,
           loss_fn: Callable[..., torch.Tensor] | None = None,
-          model_name: str | None = None, replicate_blocks: bool = True) -> OpGraph:
+          model_name: str | None = None, replicate_blocks: bool = True, compiled_saved: bool = True) -> OpGraph:
     """Trace one training step (forward + loss + backward) of `model` into an OpGraph.
 
     model: an nn.Module (real or meta weights: it is never modified, and real weights are not
@@ -72,6 +72,10 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     replicate_blocks: trace one representative of each run of identical blocks and copy its ops to
         the others (autoparallel.replicate; the same graph, in time independent of depth). False
         traces every block (for a model whose forward treats identical blocks differently by position).
+    compiled_saved: run AOTAutograd's partitioner on each block class for what its compiled form saves
+        (OpGraph.compiled_saved: most of a small model's trace time). False leaves it empty, so compiled
+        blocks are priced with eager's saved bytes: for callers that read only the graph's structure (a
+        placement derivation).
     """
     if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
         raise UserError(f"trace: batch must be a positive integer, got {batch!r}")
@@ -106,7 +110,8 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     _fill_parameters(graph, meta_model, blocks)
     if error is None:
         _build_op_graph(graph, tr)
-        _fill_compiled_saved(graph, meta_model, tr.block_inputs)
+        if compiled_saved:
+            _fill_compiled_saved(graph, meta_model, tr.block_inputs)
     else:
         msg = (f"{name}: traced at module level only ({type(error).__name__}: "
                f"{str(error).splitlines()[0] if str(error) else 'no message'}); data-dependent control "

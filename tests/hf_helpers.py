@@ -114,7 +114,22 @@ def batches(steps: int = STEPS, masked: bool = False) -> list[dict[str, torch.Te
 def placements(model: nn.Module, sp: bool) -> dict[str, str]:
     """Megatron's layout derived from the model's traced operator graph (autoparallel.placements):
     what the planner hands the trainer, no per-family name table."""
-    return megatron_placements(trace(model, batch=1, seq_len=SEQ), sequence_parallel=sp)
+    config = getattr(model, "config", None)
+    key = (type(model).__name__, model_fingerprint(model), config.to_json_string() if config is not None else "")
+    return _traced_placements(model, key, sp)
+
+
+# A spawned rank runs ~50 configurations over a dozen architectures, and the graph is a function of the
+# architecture alone (class, parameter names and shapes, config): each rank traces each architecture once,
+# without the compiled blocks' partition (placements read only the graph's structure; the partition is most
+# of a tiny model's trace time).
+_GRAPHS: dict[tuple[str, str, str], Any] = {}
+
+
+def _traced_placements(model: nn.Module, key: tuple[str, str, str], sp: bool) -> dict[str, str]:
+    if key not in _GRAPHS:
+        _GRAPHS[key] = trace(model, batch=1, seq_len=SEQ, compiled_saved=False)
+    return megatron_placements(_GRAPHS[key], sequence_parallel=sp)
 
 
 def _placements(model: nn.Module, sp: bool, replicate_all: bool) -> dict[str, str]:

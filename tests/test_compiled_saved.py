@@ -134,3 +134,12 @@ def test_keeping_block_inputs_adds_no_traced_op(tiny_llama_graph, monkeypatch):
     ops = [a["op"] for _, a in tiny_llama_graph.nodes()]
     assert ops == [a["op"] for _, a in bare.nodes()]
     assert bare.compiled_saved == {}  # no inputs kept, no partition: eager accounting
+
+
+def test_a_trace_without_the_partition_is_the_same_graph(tiny_llama_graph):
+    """trace(compiled_saved=False) skips only the partitioner: the same ops, edges and saved bytes, and no
+    compiled entry (the cost model then prices compiled blocks with eager's saved bytes)."""
+    bare = trace("tiny-llama", batch=BATCH, seq_len=SEQ, compiled_saved=False)
+    assert tiny_llama_graph.compiled_saved and bare.compiled_saved == {}
+    assert list(bare.nodes()) == list(tiny_llama_graph.nodes())
+    assert sorted(bare.g.edges) == sorted(tiny_llama_graph.g.edges)
