@@ -283,12 +283,16 @@ def calibration_for(base: Any, x: np.ndarray) -> dict[str, Any]:
 def _predictor(records: Sequence[ProbeRecord], base: Any) -> Callable[[np.ndarray], np.ndarray]:
     from autoparallel.api import make_cluster, trace_model
     from autoparallel.sharding import cost_model
+    from cost_models.segments import SegmentCache
     graphs = {r.probe.model: trace_model(meta_model(MODELS[r.probe.model]), seq_len=SEQ) for r in records}
+    # every trial profile prices the same plans of the same graphs: one segment analysis each
+    caches = {name: SegmentCache(graph) for name, graph in graphs.items()}
 
     def predict(x: np.ndarray) -> np.ndarray:
         prof = dataclasses.replace(base, calibration={**(base.calibration or {}), **calibration_for(base, x)})
-        return np.array([cost_model(graphs[r.probe.model], make_cluster(prof, r.probe.gpus, r.probe.gpus))
-                         .estimate(r.plan).step_time_s for r in records])
+        return np.array([cost_model(graphs[r.probe.model], make_cluster(prof, r.probe.gpus, r.probe.gpus),
+                                    segment_cache=caches[r.probe.model]).estimate(r.plan).step_time_s
+                         for r in records])
     return predict
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import gc
 import json
 import math
@@ -415,19 +416,37 @@ SWEEP_FIT_DEFAULT = (*(name for name, _ in HOST_ANCHOR.values()), *FIT.values())
 FITTED_PROFILE = ROOT / "benchmarks" / "results" / "h200_trainer_fit.yaml"
 
 
+# The fits price the same plans of the same models under hundreds of trial profiles: each model's graph (and
+# its segment analyses, which read no profile) and each plan file are read once per process.
+@functools.cache
+def _graph(model: str, seq: int) -> tuple[Any, Any]:
+    from autoparallel.api import trace_model
+    from cost_models.segments import SegmentCache
+    graph = trace_model(_meta_model(SweepConfig("", model, 1, 1, seq)), seq_len=seq)
+    return graph, SegmentCache(graph)
+
+
+@functools.cache
+def _plan(path: Path, mtime_ns: int) -> Any:
+    from autoparallel.plan import Plan
+    return Plan.load(path)
+
+
 def predict(cfg: SweepConfig, profile: Any = PROFILE, raw: dict | None = None) -> tuple[dict[str, float], Any]:
     """Predicted step time and rank-0 allocated peak (stage 0; without the allocator reserve, which
     torch.cuda.max_memory_allocated does not see) of the configuration's plan; `raw`: the measured
     record, whose `compile` says how it ran when that differs from the plan file (older runs)."""
     import dataclasses
 
-    from autoparallel.api import context
-    from autoparallel.plan import Plan
-    plan = Plan.load(cfg.plan_file)
+    from autoparallel.api import make_cluster
+    from autoparallel.sharding import cost_model
+    from autoparallel.units import parse_bytes
+    plan = _plan(cfg.plan_file, cfg.plan_file.stat().st_mtime_ns)
     if raw is not None and "compile" in raw:
         plan = dataclasses.replace(plan, compile=bool(raw["compile"]))
-    ctx = context(_meta_model(cfg), profile, cfg.gpus, cfg.seq, gpus_per_node=cfg.gpus, max_memory_per_gpu=BUDGET)
-    est = ctx.cost_model.estimate(plan, ctx.budget_bytes)
+    graph, segments = _graph(cfg.model, cfg.seq)
+    cm = cost_model(graph, make_cluster(profile, cfg.gpus, cfg.gpus), segment_cache=segments)
+    est = cm.estimate(plan, cm._budget(parse_bytes(BUDGET)))
     stage0 = est.memory_breakdown_gib[0]
     allocated = sum(v for k, v in stage0.items() if k != "allocator")
     return {"step_time_s": est.step_time_s, "peak_memory_gib": allocated}, est

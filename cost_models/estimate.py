@@ -60,7 +60,7 @@ from cost_models.facts import attention_geometry, attention_heads, num_experts, 
 from cost_models.graph import OpGraph
 from cost_models.host import HostTerms
 from cost_models.pipeline_schedule import RankTimes, pipeline_time
-from cost_models.segments import Segment, block_classes, split_segments
+from cost_models.segments import Segment, SegmentCache, block_classes
 from hardware_profiles import Cluster
 from hardware_profiles.errors import UserError
 
@@ -156,13 +156,15 @@ class CostModel:
     of a plan's cost that planner objective and `autoparallel estimate` share."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster, dtype: str = "bf16", overlap_grad_sync: bool = True,
-                 runtime: str = "trainer"):
+                 runtime: str = "trainer", segment_cache: SegmentCache | None = None):
         """overlap_grad_sync: the runtime overlaps the data-parallel gradient reduction with the
         backward pass (PyTorch DDP/FSDP2, torchtitan, Megatron-LM since 2023 do; Megatron-LM of 2021
         reduced after the backward pass).
         runtime: "trainer" (AutoParallelTrainer: FSDP2 mixed precision, gradients freed by
         zero_grad(set_to_none=True) and born again in each step's backward) or "megatron" (Megatron-LM:
-        a persistent fp32 gradient buffer); see `grads_resident`."""
+        a persistent fp32 gradient buffer); see `grads_resident`.
+        segment_cache: the graph's segment analyses, shared with other cost models of the same graph (they
+        read no profile); a new one when not given."""
         if runtime not in RUNTIMES:
             raise UserError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
         self.overlap_grad_sync = overlap_grad_sync
@@ -171,8 +173,9 @@ class CostModel:
         self.cluster = cluster
         self.profile = cluster.profile
         self.dtype = dtype
-        self._segments: dict[tuple, dict[str, Segment]] = {}
-        self._seg_keys: dict[tuple, tuple] = {}
+        if segment_cache is not None and segment_cache.graph is not graph:
+            raise ValueError("CostModel: segment_cache belongs to another graph")
+        self.segment_cache = segment_cache or SegmentCache(graph)
         self._solved_placements: dict[tuple[int, bool], dict[str, str]] = {}
         # (tp, sequence parallel) -> placements of a plan that has none: handed in by the layer above
         # (autoparallel.sharding.cost_model), so cost models never import the solver
@@ -195,19 +198,11 @@ class CostModel:
         return self.graph.blocks[self.block_class.index(cls)]
 
     def segments(self, placements: dict[str, str], sp: bool) -> dict[str, Segment]:
-        return self._segments[self.segments_key(placements, sp)]
+        return self.segment_cache[self.segments_key(placements, sp)]
 
     def segments_key(self, placements: dict[str, str], sp: bool) -> tuple:
-        """Cache key of a (placements, sequence-parallel) analysis; builds the analysis on first use.
-        Placement dicts are keyed by identity first: sorting a 1000-entry dict per query is slow."""
-        ident = (id(placements), sp)
-        if ident in self._seg_keys and self._seg_keys[ident][0] is placements:
-            return self._seg_keys[ident][1]
-        key = (tuple(sorted(placements.items())), sp)
-        if key not in self._segments:
-            self._segments[key] = split_segments(self.graph, placements, sp)
-        self._seg_keys[ident] = (placements, key)
-        return key
+        """Cache key of a (placements, sequence-parallel) analysis (SegmentCache.key)."""
+        return self.segment_cache.key(placements, sp)
 
     # ---- one segment ---------------------------------------------------------------------------------
     def _segment_cost(self, placements_key: tuple, name: str, tp: int, ep: int, sp: bool, micro_batch: int,
@@ -234,7 +229,7 @@ class CostModel:
         (compute.fp8_gemm_times).
         A compiled block without recompute keeps what AOTAutograd's partitioner saves (`_compiled_saved`).
         """
-        seg = self._segments[placements_key][name]
+        seg = self.segment_cache[placements_key][name]
         b = float(micro_batch) / cp
         # the trainer's host work around the ops (cost_models.host): per-op dispatch of DTensor and of per-op
         # checkpointing; the backward recomputes each checkpointed region

@@ -114,6 +114,32 @@ def _segment_of_module(module: str, blocks: list[str]) -> str | None:
     return None
 
 
+@dataclass
+class SegmentCache:
+    """`split_segments` of one graph per (placements, sequence parallelism), built on first use. The analysis
+    reads the graph and the placements only, no profile, so cost models of one graph under other profiles (a
+    calibration fit prices hundreds) share one cache instead of each analysing the graph again."""
+
+    graph: OpGraph
+    _segments: dict[tuple, dict[str, Segment]] = field(default_factory=dict)
+    _keys: dict[tuple, tuple] = field(default_factory=dict)
+
+    def key(self, placements: dict[str, str], sp: bool) -> tuple:
+        """Key of a (placements, sequence-parallel) analysis; builds the analysis on first use. Placement
+        dicts are keyed by identity first: sorting a 1000-entry dict per query is slow."""
+        ident = (id(placements), sp)
+        if ident in self._keys and self._keys[ident][0] is placements:
+            return self._keys[ident][1]
+        key = (tuple(sorted(placements.items())), sp)
+        if key not in self._segments:
+            self._segments[key] = split_segments(self.graph, placements, sp)
+        self._keys[ident] = (placements, key)
+        return key
+
+    def __getitem__(self, key: tuple) -> dict[str, Segment]:
+        return self._segments[key]
+
+
 def block_classes(graph: OpGraph) -> list[int]:
     """Identical-block class id of each block, in block order."""
     return [graph.block_class[b] for b in graph.blocks]
