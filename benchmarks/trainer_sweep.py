@@ -99,8 +99,22 @@ QWEN3_MOE_4L = {"name": "qwen3-30b-a3b-4l", "model_type": "qwen3_moe", "vocab_si
                 "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
                 "num_experts_per_tok": 8, "norm_topk_prob": True, "max_position_embeddings": 40960,
                 "rope_theta": 1000000.0}
+# and three more (2026-12-01, tenth session), each predicted before it ran: Mixtral 8x7B's layers (8 experts of width
+# 14336, 2 routed a token; 2 of its 32 layers, seq 4096), Qwen1.5-MoE-A2.7B's (60 experts of width 1408, 4 routed,
+# a gated shared expert of width 5632; 4 of its 24 layers) and GPT-2 XL whole (48 layers of width 1600, 25 heads,
+# the odd 50257 vocabulary, learned positions, seq 1024)
+MIXTRAL_8X7B_2L = {"name": "mixtral-8x7b-2l", "model_type": "mixtral", "vocab_size": 32000, "hidden_size": 4096,
+                   "intermediate_size": 14336, "num_hidden_layers": 2, "num_attention_heads": 32,
+                   "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2,
+                   "max_position_embeddings": 32768, "rope_theta": 1000000.0}
+QWEN1_5_MOE_4L = {"name": "qwen1.5-moe-a2.7b-4l", "model_type": "qwen2_moe", "vocab_size": 151936, "hidden_size": 2048,
+                  "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+                  "num_experts": 60, "num_experts_per_tok": 4, "num_hidden_layers": 4, "num_attention_heads": 16,
+                  "num_key_value_heads": 16, "max_position_embeddings": 8192, "rope_theta": 1000000.0}
+GPT2_XL = {"name": "gpt2-xl", "model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "n_embd": 1600,
+           "n_layer": 48, "n_head": 25}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
-                                 QWEN3_MOE_4L)}
+                                 QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL)}
 
 
 @dataclass(frozen=True)
@@ -221,6 +235,16 @@ CONFIGS = [
     _c("1g-qwen3moe-eager", "qwen3-30b-a3b-4l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}),
     _c("1g-qwen3moe-compiled", "qwen3-30b-a3b-4l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}),
     _c("1g-qwen3moe-full", "qwen3-30b-a3b-4l", 1, 8, fix={"micro_batch": 4, "recompute": "full", "compile": 0}),
+    _c("1g-mixtral-eager", "mixtral-8x7b-2l", 1, 4, seq=4096, fix={"micro_batch": 4, "recompute": "none", "compile": 0}),
+    _c("1g-mixtral-compiled", "mixtral-8x7b-2l", 1, 4, seq=4096,
+       fix={"micro_batch": 4, "recompute": "none", "compile": 1}),
+    _c("1g-mixtral-mb2x2-op", "mixtral-8x7b-2l", 1, 4, seq=4096, fix={"micro_batch": 2, "recompute": "op", "compile": 0}),
+    _c("1g-qwen15moe-eager", "qwen1.5-moe-a2.7b-4l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}),
+    _c("1g-qwen15moe-compiled", "qwen1.5-moe-a2.7b-4l", 1, 8,
+       fix={"micro_batch": 8, "recompute": "none", "compile": 1}),
+    _c("1g-gpt2xl-eager", "gpt2-xl", 1, 16, seq=1024, fix={"micro_batch": 16, "recompute": "none", "compile": 0}),
+    _c("1g-gpt2xl-compiled", "gpt2-xl", 1, 16, seq=1024, fix={"micro_batch": 16, "recompute": "none", "compile": 1}),
+    _c("1g-gpt2xl-mb8x2-full", "gpt2-xl", 1, 16, seq=1024, fix={"micro_batch": 8, "recompute": "full", "compile": 0}),
 ]
 
 

@@ -18,6 +18,8 @@
 #                                                           # (the WIDE rows), then two host-paced timelines
 #   bash benchmarks/device/trainer_sweep.sh families        # one GPU: host factor, Qwen3, Qwen2.5 and Qwen3-MoE
 #                                                           # rows (the FAMILIES: model families no fit saw)
+#   bash benchmarks/device/trainer_sweep.sh families2       # one GPU: host factor, Mixtral, Qwen1.5-MoE and GPT-2 XL
+#                                                           # rows (FAMILIES2), the host factor again after them
 #   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
 #                                                           # timelines of host-paced and compiled MoE rows
 #                                                           # (profile_timeline.py; the compiled MoE's whole traces)
@@ -26,7 +28,9 @@ source "$(dirname "$0")/env.sh"
 WIDE=1g-l3w-op,1g-l3w-op-compiled,1g-l3w-none,1g-l3w-compiled,1g-l3w-full-mb1
 FAMILIES=1g-qwen3-eager,1g-qwen3-compiled,1g-qwen3-mb2x2-op,1g-qwen25-eager,1g-qwen25-compiled,1g-qwen3moe-eager
 FAMILIES=$FAMILIES,1g-qwen3moe-compiled,1g-qwen3moe-full
-SKIP_SINGLE=1g-llama7b-b8,1g-llama7b-b8-mb2x4,1g-llama7b-b8-compiled,1g-llama7b-b8-mb2x4-compiled,$WIDE,$FAMILIES
+FAMILIES2=1g-mixtral-eager,1g-mixtral-compiled,1g-mixtral-mb2x2-op,1g-qwen15moe-eager,1g-qwen15moe-compiled
+FAMILIES2=$FAMILIES2,1g-gpt2xl-eager,1g-gpt2xl-compiled,1g-gpt2xl-mb8x2-full
+SKIP_SINGLE=1g-llama7b-b8,1g-llama7b-b8-mb2x4,1g-llama7b-b8-compiled,1g-llama7b-b8-mb2x4-compiled,$WIDE,$FAMILIES,$FAMILIES2
 case "${1:-}" in
   probes-single)
     python -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | quiet | tail -8
@@ -90,6 +94,13 @@ case "${1:-}" in
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
     timeout 480 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 6 --out "$OUT/families.jsonl" \
       --only "$FAMILIES" 2>&1 | quiet | grep '^{' | cut -c1-160 ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families" >&2
+  families2)
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    timeout 450 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 6 --out "$OUT/families2.jsonl" \
+      --only "$FAMILIES2" 2>&1 | quiet | grep '^{' | cut -c1-160
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
+      --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -3 ;;
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2" >&2
      exit 2 ;;
 esac
