@@ -646,8 +646,13 @@ def _rel(path: str) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from hardware_profiles import load_profile
     profile = load_profile(args.profile)
+    overrides = dict(_calibration_override(text) for text in args.calibration or ())
+    if overrides:  # a what-if: the profile with some calibration entries replaced (said in the doc's command)
+        profile = dataclasses.replace(profile, calibration={**profile.calibration, **overrides})
     fit_configs = set(profile.calibration.get(SWEEP_FIT_KEY, SWEEP_FIT_DEFAULT))
     measured = _measured(args.raw)
     records = []
@@ -668,7 +673,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             rec["profile"] = m["profile"]
         records.append(rec)
     failed = sorted(n for n, m in measured.items() if "error" in m)
-    picks = planner_picks(records, args.profile)
+    picks = planner_picks(records, profile)
     Path(args.results).write_text(json.dumps({"profile": PROFILE, "records": records, "failed": failed,
                                               "planner_picks": picks}, indent=1) + "\n")
     lines = ["| configuration | gpus | plan | predicted ms | measured ms | error | predicted GiB | measured GiB | error "
@@ -698,6 +703,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     fitted = ", ".join(f"`{k}` from {v}" for k, v in FIT.items() if v in fit_configs) or "nothing from the sweep"
     outputs = "".join(f" --{k} {_rel(v)}" for k, v, default in (("doc", args.doc, DOC), ("results", args.results, RESULTS))
                       if Path(v).resolve() != default.resolve())
+    outputs += "".join(f" --calibration {k}={v}" for k, v in overrides.items())
     Path(args.doc).write_text(
         "# AutoParallelTrainer against the cost model (H200)\n\n"
         f"Command: `python benchmarks/trainer_sweep.py report --raw {raws} --profile {_rel(args.profile)}{outputs}` "
@@ -716,7 +722,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def planner_picks(records: list[dict], profile: str) -> list[dict]:
+def _calibration_override(text: str) -> tuple[str, float]:
+    key, _, value = text.partition("=")
+    try:
+        if key.strip():
+            return key.strip(), float(value)
+    except ValueError:
+        pass
+    raise SystemExit(f"--calibration {text!r}: give KEY=NUMBER, e.g. fsdp_copy_fraction=0.6")
+
+
+def planner_picks(records: list[dict], profile: Any) -> list[dict]:
     """Per model, GPU count and batch with two or more measured plans: the plan the planner picks now under
     `profile` (plan_model with nothing pinned, as AutoParallelTrainer plans on a GPU), the measured
     configurations that ran exactly that plan, and the fastest measured plan of the group."""
@@ -1601,6 +1617,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--profile", default=str(FITTED_PROFILE), help="the profile `fit` wrote (default: %(default)s)")
     r.add_argument("--doc", default=str(DOC), help="the report (default: %(default)s)")
     r.add_argument("--results", default=str(RESULTS), help="the pairs as JSON (default: %(default)s)")
+    r.add_argument("--calibration", action="append", metavar="KEY=NUMBER",
+                   help="a what-if: replace this calibration entry of the profile (repeatable)")
     sh = sub.add_parser("ship", help="write fit's terms into hardware_profiles/h200.yaml")
     sh.add_argument("--profile", default=str(FITTED_PROFILE))
     f = sub.add_parser("fit")
