@@ -249,11 +249,16 @@ CONFIGS = [
 
 
 def _meta_model(cfg: SweepConfig):
+    return _meta(cfg.model)
+
+
+def _meta(model: str):
+    """MODELS[model] built on the meta device."""
     import torch
 
     from autoparallel.models import build_model, load_model_spec
     with torch.device("meta"):
-        return build_model(load_model_spec(MODELS[cfg.model]))
+        return build_model(load_model_spec(MODELS[model]))
 
 
 # ============================================================================ plans (CPU)
@@ -446,7 +451,7 @@ FITTED_PROFILE = ROOT / "benchmarks" / "results" / "h200_trainer_fit.yaml"
 def _graph(model: str, seq: int) -> tuple[Any, Any]:
     from autoparallel.api import trace_model
     from cost_models.segments import SegmentCache
-    graph = trace_model(_meta_model(SweepConfig("", model, 1, 1, seq)), seq_len=seq)
+    graph = trace_model(_meta(model), seq_len=seq)
     return graph, SegmentCache(graph)
 
 

@@ -114,7 +114,7 @@ def _segment_of_module(module: str, blocks: list[str]) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(eq=False)  # identity: two caches are never equal by contents (the graph is not compared)
 class SegmentCache:
     """`split_segments` of one graph per (placements, sequence parallelism), built on first use. The analysis
     reads the graph and the placements only, no profile, so cost models of one graph under other profiles (a

@@ -268,8 +268,9 @@ def worker(rank: int, world: int, store: str, out: str, configs: list[Any], trai
 
 
 # The spawned group's deadline is a hang guard, not a speed claim: a stalled collective already raises after
-# the group's 120 s gloo timeout. A configuration takes ~12 s on a slow two-core VM (51 Hugging Face
-# configurations in 550-650 s, four processes on two cores), so 60 s each is 5x that; 600 s at least.
+# the group's 120 s gloo timeout. A configuration took up to ~12 s on a slow two-core VM (51 Hugging Face
+# configurations in 550-650 s, four processes on two cores, before each rank traced each model once: ~200 s
+# since), so 60 s each is at least 5x that; 600 s at least.
 SECONDS_PER_CONFIG = 60.0
 
 
