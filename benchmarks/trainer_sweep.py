@@ -113,8 +113,24 @@ QWEN1_5_MOE_4L = {"name": "qwen1.5-moe-a2.7b-4l", "model_type": "qwen2_moe", "vo
                   "num_key_value_heads": 16, "max_position_embeddings": 8192, "rope_theta": 1000000.0}
 GPT2_XL = {"name": "gpt2-xl", "model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "n_embd": 1600,
            "n_layer": 48, "n_head": 25}
+# and three Hugging Face models passed as they are (2026-12-01, twelfth session; "hf": transformers'
+# AutoModelForCausalLM.from_config with sdpa attention, not the catalog's implementation), each predicted before
+# it ran: Phi-3-mini's layers (fused qkv and gate_up projections, 32 heads of 96; 16 of its 32 layers, seq 4096),
+# Gemma 2B (GeGLU of width 16384, one KV head of 256, a tied 256k vocabulary, embeddings scaled by sqrt(h)) and
+# Pythia 1.4B (GPT-NeoX: parallel attention and MLP, rotary on a quarter of each head, LayerNorm with biases)
+PHI3_MINI_16L = {"name": "phi3-mini-16l", "hf": True, "model_type": "phi3", "vocab_size": 32064, "hidden_size": 3072,
+                 "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+                 "num_key_value_heads": 32, "max_position_embeddings": 4096, "pad_token_id": 32000,
+                 "bos_token_id": 1, "eos_token_id": 32000}
+GEMMA_2B = {"name": "gemma-2b", "hf": True, "model_type": "gemma", "vocab_size": 256000, "hidden_size": 2048,
+            "intermediate_size": 16384, "num_hidden_layers": 18, "num_attention_heads": 8, "num_key_value_heads": 1,
+            "head_dim": 256, "max_position_embeddings": 8192, "hidden_act": "gelu_pytorch_tanh"}
+PYTHIA_1_4B = {"name": "pythia-1.4b", "hf": True, "model_type": "gpt_neox", "vocab_size": 50304, "hidden_size": 2048,
+               "intermediate_size": 8192, "num_hidden_layers": 24, "num_attention_heads": 16,
+               "max_position_embeddings": 2048, "rotary_pct": 0.25, "use_parallel_residual": True}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
-                                 QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL)}
+                                 QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
+                                 PYTHIA_1_4B)}
 
 
 @dataclass(frozen=True)
@@ -245,6 +261,14 @@ CONFIGS = [
     _c("1g-gpt2xl-eager", "gpt2-xl", 1, 16, seq=1024, fix={"micro_batch": 16, "recompute": "none", "compile": 0}),
     _c("1g-gpt2xl-compiled", "gpt2-xl", 1, 16, seq=1024, fix={"micro_batch": 16, "recompute": "none", "compile": 1}),
     _c("1g-gpt2xl-mb8x2-full", "gpt2-xl", 1, 16, seq=1024, fix={"micro_batch": 8, "recompute": "full", "compile": 0}),
+    _c("1g-phi3-eager", "phi3-mini-16l", 1, 4, seq=4096, fix={"micro_batch": 4, "recompute": "none", "compile": 0}),
+    _c("1g-phi3-compiled", "phi3-mini-16l", 1, 4, seq=4096, fix={"micro_batch": 4, "recompute": "none", "compile": 1}),
+    _c("1g-phi3-mb2x2-op", "phi3-mini-16l", 1, 4, seq=4096, fix={"micro_batch": 2, "recompute": "op", "compile": 0}),
+    _c("1g-gemma-mb4x2", "gemma-2b", 1, 8, fix={"micro_batch": 4, "recompute": "none", "compile": 0}),
+    _c("1g-gemma-mb4x2-compiled", "gemma-2b", 1, 8, fix={"micro_batch": 4, "recompute": "none", "compile": 1}),
+    _c("1g-pythia-eager", "pythia-1.4b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}),
+    _c("1g-pythia-compiled", "pythia-1.4b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}),
+    _c("1g-pythia-mb4x2-full", "pythia-1.4b", 1, 8, fix={"micro_batch": 4, "recompute": "full", "compile": 0}),
 ]
 
 
@@ -255,10 +279,20 @@ def _meta_model(cfg: SweepConfig):
 def _meta(model: str):
     """MODELS[model] built on the meta device."""
     import torch
-
-    from autoparallel.models import build_model, load_model_spec
     with torch.device("meta"):
-        return build_model(load_model_spec(MODELS[model]))
+        return _build(model)
+
+
+def _build(model: str) -> Any:
+    """MODELS[model] on the current default device: the catalog's implementation, or for an "hf" entry the
+    Hugging Face model a user builds from that config (sdpa attention, transformers' own initialization)."""
+    from autoparallel.models import build_model, load_model_spec
+    spec = MODELS[model]
+    if not spec.get("hf"):
+        return build_model(load_model_spec(spec))
+    from transformers import AutoConfig, AutoModelForCausalLM
+    config = AutoConfig.for_model(**{k: v for k, v in spec.items() if k not in ("name", "hf")})
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
 
 
 # ============================================================================ plans (CPU)
@@ -354,17 +388,19 @@ def _shared_init_model(model: str, cache: dict[str, Any]) -> Any:
     all plans see the same numbers), then moved to the host before the configuration's memory baseline
     is taken (the device copy is freed by the empty_cache before it)."""
     import torch
-
-    from autoparallel.models import build_model, load_model_spec
     if model not in cache:
-        with torch.device("meta"):
-            m = build_model(load_model_spec(MODELS[model]))
         # this process's own GPU (LOCAL_RANK: before the trainer sets the device, "cuda" is GPU 0, where
         # every rank would then create a context)
-        m.to_empty(device=torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-                   if torch.cuda.is_available() else "cpu")
-        with torch.no_grad():
-            m.init_weights(seed=SHARED_INIT_SEED)
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if torch.cuda.is_available() else "cpu"
+        if MODELS[model].get("hf"):  # transformers initializes it as it builds it, from the global generator
+            torch.manual_seed(SHARED_INIT_SEED)
+            with torch.device(device):
+                m = _build(model)
+        else:
+            m = _meta(model)
+            m.to_empty(device=device)
+            with torch.no_grad():
+                m.init_weights(seed=SHARED_INIT_SEED)
         cache[model] = m.to("cpu")
         del m
     return cache[model]
@@ -425,16 +461,93 @@ def cmd_measure(args: argparse.Namespace) -> int:
     return 0
 
 
+# ============================================================================ update-rates (CPU)
+# The trainer's per-parameter update, read from its own profiled steps (`measure --profile-all`: one-GPU,
+# one-micro-batch, ZeRO-0 plans, so one unshard and one reduction of every parameter; compute.fsdp_update_time):
+# the fused AdamW kernel's device time (aten::_fused_adamw_) and the device spans of FSDP2's unshard and
+# reduction ranges (FSDP::pre_forward*, FSDP::post_backward_reduce*: casts, concatenations, one-rank
+# collectives, copy-outs). A span also holds the device's idle time while the host runs FSDP's per-tensor
+# work (host_us_per_fsdp_tensor, priced as host time): only models whose mean tensor outlasts that work at
+# full bandwidth, mean size >= 0.5 * host_us_per_fsdp_tensor * BW / gather bytes, give the copies' rate.
+UPDATE_RATES_DOC = ROOT / "docs" / "trainer_update_rates.md"
+
+
+def update_rates(records: list[dict], profile: Any) -> tuple[list[dict], dict[str, float]]:
+    """Per profiled record: its model's parameters and tensors, and the AdamW and copy time per parameter
+    [s]; and the calibration entries they give: memory_fraction.adamw (median over every model) and
+    fsdp_copy_fraction (median over the large-tensor models), fractions of the profile's bandwidth."""
+    from cost_models.compute import ADAM_BYTES, FSDP_GATHER_BYTES, FSDP_REDUCE_BYTES
+    from cost_models.host import HostTerms
+    bw = profile.memory_bandwidth
+    gather, reduce = sum(FSDP_GATHER_BYTES), sum(FSDP_REDUCE_BYTES)  # one rank: d = 1
+    min_tensor = 0.5 * HostTerms.of(profile).fsdp_tensor_s * bw / gather
+    rows = []
+    for r in records:
+        cfg = next(c for c in CONFIGS if c.name == r["name"])
+        ops = r["profile"]["ops"]
+        params = list(_meta(cfg.model).parameters())
+        n = sum(p.numel() for p in params)
+        span = {k: sum(v[1] for name, v in ops.items() if name.startswith(k))
+                for k in ("FSDP::pre_forward", "FSDP::post_backward_reduce")}
+        rows.append({"name": r["name"], "model": cfg.model, "params": n, "tensors": len(params),
+                     "adamw_s": ops["aten::_fused_adamw_"][1] / n, "gather_s": span["FSDP::pre_forward"] / n,
+                     "reduce_s": span["FSDP::post_backward_reduce"] / n, "large": n / len(params) >= min_tensor})
+    large = [x for x in rows if x["large"]]
+    if not large:
+        raise SystemExit(f"update-rates: no profiled model has a mean tensor of >= {min_tensor / 1e6:.1f}M parameters")
+    fractions = {"adamw": statistics.median(ADAM_BYTES / (bw * x["adamw_s"]) for x in rows),
+                 "fsdp_copy_fraction": statistics.median((gather + reduce) / (bw * (x["gather_s"] + x["reduce_s"]))
+                                                         for x in large),
+                 "min_tensor": min_tensor}
+    return rows, fractions
+
+
+def cmd_update_rates(args: argparse.Namespace) -> int:
+    from hardware_profiles import load_profile
+    profile = load_profile(args.profile)
+    records = [json.loads(line) for path in args.raw for line in Path(path).read_text().splitlines()
+               if line.strip() and "profile" in json.loads(line)]
+    rows, fr = update_rates(records, profile)
+    lines = ["| configuration | parameters | tensors | mean tensor | fused AdamW | unshard | reduction | copies' fraction |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for x in rows:
+        copies = x["gather_s"] + x["reduce_s"]
+        lines.append(f"| {x['name']}{'' if x['large'] else ' (small tensors)'} | {x['params'] / 1e9:.2f}B | "
+                     f"{x['tensors']} | {x['params'] / x['tensors'] / 1e6:.1f}M | {x['adamw_s'] * 1e12:.2f} ps | "
+                     f"{x['gather_s'] * 1e12:.2f} ps | {x['reduce_s'] * 1e12:.2f} ps | "
+                     f"{28 / (profile.memory_bandwidth * copies):.3f} |")
+    entries = f"memory_fraction.adamw: {fr['adamw']:.3f}, fsdp_copy_fraction: {fr['fsdp_copy_fraction']:.3f}"
+    print("\n".join(lines))
+    print(entries)
+    raws = " ".join(_rel(r) for r in args.raw)
+    UPDATE_RATES_DOC.write_text(
+        "# The trainer's update rates, from its own profiled steps\n\n"
+        f"Command: `python benchmarks/trainer_sweep.py update-rates --raw {raws}` (CPU; the records' `profile`: one "
+        "profiled step each, `measure --profile-all` on a lent H200).\n\n"
+        "Per parameter of one-GPU, one-micro-batch, ZeRO-0 steps (one unshard and one reduction of every parameter): "
+        "the device time of the fused AdamW kernel, and the device spans of FSDP2's unshard (`FSDP::pre_forward*`) and "
+        "reduction (`FSDP::post_backward_reduce*`) ranges. The copies' fraction is 28 B a parameter (an unshard's 10 "
+        "and a reduction's 18 at d = 1: cost_models/compute.py `FSDP_GATHER_BYTES`, `FSDP_REDUCE_BYTES`) over "
+        f"{profile.memory_bandwidth / 1e12:g} TB/s times their time. A span also holds the device's idle time while "
+        "the host runs FSDP's per-tensor work (`host_us_per_fsdp_tensor`, which the cost model prices as host time), "
+        f"so only the models whose mean tensor holds >= {fr['min_tensor'] / 1e6:.1f}M parameters (that work at full "
+        "bandwidth) give the copies' rate; the others are marked.\n\n" + "\n".join(lines) +
+        f"\n\nThe calibration entries (medians; AdamW over every model, the copies over the large-tensor ones): "
+        f"{entries}. `hardware_profiles/h200.yaml` carries them.\n")
+    print(f"wrote {_rel(str(UPDATE_RATES_DOC))}")
+    return 0
+
+
 # ============================================================================ report (CPU)
 # The trainer's runtime terms are fitted on these configurations only (`fit`); every other one is held out.
 # In this order, each fit using the ones before it: (calibration key, configuration, search range).
 # The host terms come first, from the small probes of `autoparallel calibrate --trainer` measured on the
 # same machine (none of them is a configuration of the sweep).
 # host_us_per_op_compiled: from 1g-gpt-auto only for probe files without a compiled probe (s2, s3)
-FIT = {"fsdp_copy_fraction": "1g-llama-eager", "compiled_memory_fraction": "1g-llama-auto",
-       "host_us_per_op_compiled": "1g-gpt-auto"}
-FIT_RANGE = {"fsdp_copy_fraction": (0.02, 1.0), "compiled_memory_fraction": (0.05, 1.0),
-             "host_us_per_op_compiled": (0.0, 40.0)}
+# (fsdp_copy_fraction was fitted here, from 1g-llama-eager, until the twelfth session: it now comes from the
+# trainer's profiled kernels, `update-rates`, as memory_fraction.adamw does.)
+FIT = {"compiled_memory_fraction": "1g-llama-auto", "host_us_per_op_compiled": "1g-gpt-auto"}
+FIT_RANGE = {"compiled_memory_fraction": (0.05, 1.0), "host_us_per_op_compiled": (0.0, 40.0)}
 # Host terms the probes cannot pin, each anchored on one real-width configuration the trainer ran: the tiny
 # probes' two TP steps (with and without SP) leave the per-collective term free to trade against the DTensor
 # per-op one, and the 1.3B TP rows of s5 and s18 both came out 25-38% slow under it (docs/trainer_sweep_notes.md)
@@ -619,7 +732,7 @@ def cmd_ship(args: argparse.Namespace) -> int:
 
     from cost_models.host import HOST_TERMS
     fitted = yaml.safe_load(Path(args.profile).read_text())["calibration"]
-    keys = ("fsdp_copy_fraction", "compiled_memory_fraction", *HOST_TERMS, "host_us_per_op", "host_us_per_op_moe",
+    keys = ("compiled_memory_fraction", *HOST_TERMS, "host_us_per_op", "host_us_per_op_moe",
             "host_us_per_op_fwd_bwd", "host_us_per_op_moe_fwd_bwd", REFERENCE_KEY)
     path = ROOT / "hardware_profiles" / f"{PROFILE}.yaml"
     text = path.read_text()
@@ -1634,12 +1747,16 @@ def main(argv: list[str] | None = None) -> int:
     nz.add_argument("--steps", type=int, default=NOISE_STEPS)
     nz.add_argument("--precision", nargs="+", default=["bf16", "fp32"])
     nz.add_argument("--output", default=str(NOISE_RESULTS))
+    ur = sub.add_parser("update-rates", help="CPU: the AdamW and FSDP copy rates of profiled steps -> docs")
+    ur.add_argument("--raw", nargs="+", required=True, help="measure --profile-all files")
+    ur.add_argument("--profile", default=PROFILE)
     lo = sub.add_parser("losses", help="CPU: two-GPU losses against the one-GPU references -> docs/loss_matching.md")
     lo.add_argument("--raw", nargs="+", required=True)
     lo.add_argument("--output", default=str(LOSS_DOC))
     args = ap.parse_args(argv)
     return {"plans": cmd_plans, "measure": cmd_measure, "report": cmd_report, "fit": cmd_fit,
-            "ship": cmd_ship, "noise": cmd_noise, "losses": cmd_losses}[args.cmd](args)
+            "ship": cmd_ship, "noise": cmd_noise, "losses": cmd_losses,
+            "update-rates": cmd_update_rates}[args.cmd](args)
 
 
 if __name__ == "__main__":

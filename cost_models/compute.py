@@ -49,7 +49,8 @@ own host work (FSDP hooks, checkpointing, DTensor dispatch, pipeline bookkeeping
 joins the floor; under torch.compile the non-matrix ops move a calibrated fraction of their traced
 bytes (`compiled_times`) and the floor is the compiled graph's own (`compiled_host_floor`).
 
-Optimizer step: `fsdp_update_time` for AutoParallelTrainer (FSDP2 mixed precision), `update_time` for
+Optimizer step: `fsdp_update_time` for AutoParallelTrainer (FSDP2 mixed precision: the fused AdamW
+at calibration.memory_fraction.adamw, FSDP's copies at calibration.fsdp_copy_fraction), `update_time` for
 Megatron-LM's layout: the mixed-precision update of a runtime that keeps fp32 master weights
 and a persistent gradient buffer (Megatron-LM's layout; CostModel._memory's accounting), per step:
     N (28 / m + (4 + p) / m_cast + g / m) / BW          fused Adam(W): reads p, g, m, v, writes p, m, v in
@@ -388,14 +389,17 @@ def fsdp_update_time(optimizer_params: float, d: int, zero: int, micro_batches: 
     """Optimizer step + FSDP2's per-micro-batch parameter and gradient copies, per unsharded local
     parameter [s] (AutoParallelTrainer's runtime; `update_time` is Megatron-LM's):
 
-        optimizer_params * 28 / m + M_g * gather + M_r * reduce + (M - M_r) * 6   bytes, / BW
-        gather = 6/d + 4, reduce = 12/d + 6   (FSDP_*_BYTES), at the fraction calibration.fsdp_copy_fraction
+        optimizer_params * 28 / m_adamw + (M_g * gather + M_r * reduce + (M - M_r) * 6) / m_copy   bytes, / BW
+        gather = 6/d + 4, reduce = 12/d + 6   (FSDP_*_BYTES)
         M_g = M unshards (2M under ZeRO-3), M_r = M reductions under ZeRO 2/3, else 1
+        m_adamw = calibration.memory_fraction.adamw, m_copy = calibration.fsdp_copy_fraction
 
     The fused Adam(W) updates the fp32 shard in place (the bf16 copy is made by the next unshard) and
     the gradients are freed by zero_grad(set_to_none=True), so there is neither a master-weight copy nor
-    a buffer to zero. The copy fraction is fitted from the trainer's own steps (it also carries the
-    one-rank collectives and the concatenation kernels, which run below plain copy bandwidth)."""
+    a buffer to zero. Both fractions are read from the trainer's own kernels: its multi-tensor AdamW
+    kernel runs below plain copy bandwidth (0.71 of an H200's against memory_bound's 0.83, in every
+    model profiled), and the copies' fraction covers the casts, concatenations and one-rank collectives
+    of an unshard and a reduction together (benchmarks/trainer_sweep.py `update-rates`)."""
     bw = profile.memory_bandwidth
     frac = calibrated(profile, "fsdp_copy_fraction", memory_fraction(profile, "cast"))
     gathers = micro_batches * (2 if zero >= 3 else 1)
@@ -403,7 +407,7 @@ def fsdp_update_time(optimizer_params: float, d: int, zero: int, micro_batches: 
     copies = (gathers * (FSDP_GATHER_BYTES[0] / d + FSDP_GATHER_BYTES[1])
               + reduces * (FSDP_REDUCE_BYTES[0] / d + FSDP_REDUCE_BYTES[1])
               + (micro_batches - reduces) * FSDP_ACCUMULATE_BYTES)
-    return optimizer_params * ADAM_BYTES / (bw * profile.efficiency.memory_bound) + copies / (bw * frac)
+    return optimizer_params * ADAM_BYTES / (bw * memory_fraction(profile, "adamw")) + copies / (bw * frac)
 
 
 def update_time(params: float, accumulate_params: float, micro_batches: int, param_bytes: int, grad_bytes: int,

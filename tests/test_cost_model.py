@@ -379,3 +379,21 @@ def test_fsdp_host_work_counts_the_units_parameter_tensors(model):
                     micro_batch=2, zero=zero, compile=compiled)
         extra = cm.estimate(plan).step_time_s - cm0.estimate(plan).step_time_s
         assert extra == pytest.approx(rate * 1e-6 * tensors * plan.num_micro_batches, rel=1e-6)
+
+
+def test_the_trainer_update_prices_adamw_and_fsdp_copies_at_their_own_fractions():
+    """compute.fsdp_update_time: 28 B of AdamW per optimizer parameter at memory_fraction.adamw, and
+    FSDP2's copies at fsdp_copy_fraction: at d = 4, ZeRO-3, two micro-batches, 2 x 2 unshards of
+    6/4 + 4 B, 2 reductions of 12/4 + 6 B (40 B); at ZeRO-0 one reduction, the other micro-batch
+    accumulating 6 B."""
+    from cost_models.compute import fsdp_update_time
+    base = load_profile("h200")
+    prof = replace(base, calibration={**base.calibration, "fsdp_copy_fraction": 0.5,
+                                      "memory_fraction": {**base.calibration["memory_fraction"], "adamw": 0.25}})
+    bw = prof.memory_bandwidth
+    assert fsdp_update_time(0.25, 4, 3, 2, prof) == pytest.approx(0.25 * 28 / (bw * 0.25) + 40 / (bw * 0.5))
+    assert fsdp_update_time(1.0, 4, 0, 2, prof) == pytest.approx(28 / (bw * 0.25) + (2 * 5.5 + 9 + 6) / (bw * 0.5))
+    # without a measured AdamW fraction the step runs at memory_bound
+    plain = replace(prof, calibration={k: v for k, v in prof.calibration.items() if k != "memory_fraction"})
+    assert fsdp_update_time(1.0, 1, 0, 1, plain) == pytest.approx(
+        28 / (bw * prof.efficiency.memory_bound) + 28 / (bw * 0.5))

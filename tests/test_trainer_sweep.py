@@ -38,7 +38,7 @@ def test_sweep_terms_are_recovered_from_the_step_times_they_produce():
 
     from hardware_profiles import load_profile
     base = load_profile("h200")
-    truth = {"fsdp_copy_fraction": 0.52, "compiled_memory_fraction": 0.21}
+    truth = {"compiled_memory_fraction": 0.21}
     prof = dataclasses.replace(base, calibration={**base.calibration, **truth})
     configs = {c.name: c for c in ts.CONFIGS}
     measured = {name: {"measured": {"step_time_s": ts.predict(configs[name], prof)[0]["step_time_s"]}}
@@ -68,3 +68,26 @@ def test_host_anchor_is_recovered_across_machines_of_different_host_speed():
     assert used == [name]
     assert fitted[key] == pytest.approx(truth, abs=5e-4 + 1e-5)
     assert ts.fit_host_anchors(base, [(1.0, {})], say=lambda _: None) == ({}, [])  # none measured: the probes'
+
+
+def test_update_rates_read_the_fractions_from_profiled_kernels():
+    """update_rates: AdamW's fraction from every model's kernel time (28 B a parameter), the copies' from
+    the unshard and reduction spans (10 + 18 B a parameter at d = 1) of the models whose mean tensor
+    outlasts FSDP's per-tensor host work; a small-tensor model's slower spans are left out. Times built at
+    known fractions give them back to float precision (the medians of equal values)."""
+    from hardware_profiles import load_profile
+    prof = load_profile("h200")
+    bw = prof.memory_bandwidth
+    configs = {c.name: c for c in ts.CONFIGS}
+    records = []
+    for name, copy_fraction in (("1g-mixtral-eager", 0.8), ("1g-llama-eager", 0.3)):
+        n = sum(p.numel() for p in ts._meta(configs[name].model).parameters())
+        records.append({"name": name, "profile": {"ops": {
+            "aten::_fused_adamw_": [2, n * 28 / (bw * 0.7), 0.0],
+            "FSDP::pre_forward (layers.0)": [1, n * 6 / (bw * copy_fraction), 0.0],
+            "FSDP::pre_forward": [1, n * 4 / (bw * copy_fraction), 0.0],
+            "FSDP::post_backward_reduce (layers.0)": [2, n * 18 / (bw * copy_fraction), 0.0]}}})
+    rows, fractions = ts.update_rates(records, prof)
+    assert [r["large"] for r in rows] == [True, False]  # 138M against 5.5M parameters a tensor
+    assert fractions["adamw"] == pytest.approx(0.7, rel=1e-9)
+    assert fractions["fsdp_copy_fraction"] == pytest.approx(0.8, rel=1e-9)

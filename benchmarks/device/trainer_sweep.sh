@@ -20,6 +20,9 @@
 #                                                           # rows (the FAMILIES: model families no fit saw)
 #   bash benchmarks/device/trainer_sweep.sh families2       # one GPU: host factor, Mixtral, Qwen1.5-MoE and GPT-2 XL
 #                                                           # rows (FAMILIES2), the host factor again after them
+#   bash benchmarks/device/trainer_sweep.sh families3       # one GPU: host factor, Phi-3-mini, Gemma 2B and Pythia
+#                                                           # 1.4B as Hugging Face builds them (FAMILIES3), one
+#                                                           # profiled step each, the host factor again after them
 #   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
 #                                                           # timelines of host-paced and compiled MoE rows
 #                                                           # (profile_timeline.py; the compiled MoE's whole traces)
@@ -30,7 +33,10 @@ FAMILIES=1g-qwen3-eager,1g-qwen3-compiled,1g-qwen3-mb2x2-op,1g-qwen25-eager,1g-q
 FAMILIES=$FAMILIES,1g-qwen3moe-compiled,1g-qwen3moe-full
 FAMILIES2=1g-mixtral-eager,1g-mixtral-compiled,1g-mixtral-mb2x2-op,1g-qwen15moe-eager,1g-qwen15moe-compiled
 FAMILIES2=$FAMILIES2,1g-gpt2xl-eager,1g-gpt2xl-compiled,1g-gpt2xl-mb8x2-full
+FAMILIES3=1g-phi3-eager,1g-phi3-compiled,1g-phi3-mb2x2-op,1g-gemma-mb4x2,1g-gemma-mb4x2-compiled,1g-pythia-eager
+FAMILIES3=$FAMILIES3,1g-pythia-compiled,1g-pythia-mb4x2-full
 SKIP_SINGLE=1g-llama7b-b8,1g-llama7b-b8-mb2x4,1g-llama7b-b8-compiled,1g-llama7b-b8-mb2x4-compiled,$WIDE,$FAMILIES,$FAMILIES2
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES3
 case "${1:-}" in
   probes-single)
     python -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | quiet | tail -8
@@ -101,6 +107,13 @@ case "${1:-}" in
       --only "$FAMILIES2" 2>&1 | quiet | grep '^{' | cut -c1-160
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
       --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -3 ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2" >&2
+  families3)
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    timeout 480 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 6 --profile-all \
+      --out "$OUT/families3.jsonl" --only "$FAMILIES3" 2>&1 | quiet | grep '^{' | cut -c1-160
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
+      --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -3 ;;
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3" >&2
      exit 2 ;;
 esac
