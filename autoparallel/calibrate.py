@@ -664,6 +664,17 @@ def _class_kernels(rows: int, device: torch.device) -> dict[str, tuple[Callable[
     table = torch.randn(rows_h // 8, h, device=device, dtype=bf)
     out["broadcast_binary"] = (lambda: (xh.detach() * col, xb * table), 2 * nh * 4.0 + rows_h * 2.0 + table.numel() * 2.0)
 
+    # elementwise work that reads through gaps or transposes (the tracer's `strided` ops, TensorIterator's
+    # non-vectorized path): the halves of a fused gate_up multiplied (SwiGLU of Phi-3), a unary op on one half,
+    # the halves rotate_half concatenates, and heads made contiguous after a transpose
+    gu = torch.randn(rows_h, 2 * h, device=device, dtype=bf)
+    gate, up = gu[:, :h], gu[:, h:]
+    heads = xh.detach().reshape(rows_h, 16, h // 16)  # [tokens, heads, d]
+
+    def strided() -> object:
+        return (gate * up, F.silu(gate), torch.cat((up, gate), -1), heads.transpose(0, 1).contiguous())
+    out["strided"] = (strided, nh * 2.0 * (3 + 2 + 4 + 2))
+
     # the trainer's optimizer step (compute.fsdp_update_time): one multi-tensor AdamW kernel over eight fp32
     # parameters with their gradients and both moments, 28 B a parameter (compute.ADAM_BYTES)
     p32, g32, m32, v32 = ([torch.randn(n // 8, device=device, dtype=f32) for _ in range(8)] for _ in range(4))

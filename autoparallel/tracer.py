@@ -319,6 +319,24 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def _dense(t: torch.Tensor) -> bool:
+    import torch._prims_common as prims  # torch 2.13 names it ..._or_false; 2.11 has both
+    dense = getattr(prims, "is_non_overlapping_and_dense_or_false", None) or prims.is_non_overlapping_and_dense
+    return bool(dense(t))
+
+
+def _gapped(t: torch.Tensor) -> bool:
+    """A tensor whose elements do not fill the memory they span (a slice, a strided view), other than a
+    broadcast (a zero stride: its own kernel class)."""
+    return 0 not in t.stride() and not _dense(t)
+
+
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether an elementwise kernel reads `a` and writes `b` element for element through memory (equal
+    shapes and strides, both dense): TensorIterator's vectorized path."""
+    return a.shape == b.shape and a.stride() == b.stride() and _dense(a) and _dense(b)
+
+
 def _detached(x: Any) -> Any:
     """A tensor as a fresh leaf with its requires_grad (no autograd history); anything else as is."""
     return x.detach().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
@@ -667,6 +685,13 @@ class _Tracer:
         # their [T*k, 1] scores): GPUs run these on a slower, non-vectorized path
         broadcast = (not is_view and flops == 0 and len(outs) == 1 and len(ins) >= 2
                      and any(1 < t.numel() < outs[0].numel() for t in ins))
+        # an elementwise (or concatenating) op that reads an input with gaps (a slice of a fused qkv or
+        # gate_up projection, the halves rotate_half concatenates), reads a same-sized input laid out unlike
+        # its output (a transposed head view made contiguous) or writes into a slice: the same path
+        strided = (not is_view and flops == 0 and len(outs) == 1 and outs[0].numel() > 1 and not broadcast
+                   and (_gapped(outs[0]) or any(
+                       _gapped(t) or (t.numel() == outs[0].numel() and not _same_layout(t, outs[0]))
+                       for t in ins if 1 < t.numel() <= outs[0].numel() and 0 not in t.stride())))
         self.nodes.append({
             "op": str(func),
             "module": module,
@@ -683,6 +708,7 @@ class _Tracer:
             "saved_bytes": 0,
             "fwd_node": fwd_node,
             "broadcast": broadcast,
+            "strided": strided,
         })
         if self.pending_saved and self.phase == "fwd":
             self.nodes[nid]["saved_bytes"] += self.pending_saved

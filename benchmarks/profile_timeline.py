@@ -10,6 +10,10 @@ one with the most non-collective kernel time) the idle time with its largest gap
 annotated region (FSDP's and the trainer's record_function names) running when the gap began. Idle
 compute-stream time is what the host or an exposed collective costs the step; the classes say what the
 GPU spent the rest on.
+
+`--sources aten::copy_,aten::cat` also records, for each named op, where its device time comes from: one more
+profiled step with shapes and Python stacks, grouped by input shapes and by the innermost frames (forward ops
+carry the model's source lines; backward ones, run by autograd's thread, only their shapes).
 """
 
 from __future__ import annotations
@@ -116,7 +120,8 @@ def summarize(trace: dict, steps: int) -> dict[str, Any]:
     }
 
 
-def profile_config(cfg: Any, warmup: int, steps: int, save_trace: Path | None = None) -> dict[str, Any]:
+def profile_config(cfg: Any, warmup: int, steps: int, save_trace: Path | None = None,
+                   sources: list[str] | None = None) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -151,9 +156,36 @@ def profile_config(cfg: Any, warmup: int, steps: int, save_trace: Path | None = 
             save_trace.mkdir(parents=True, exist_ok=True)
             with gzip.open(save_trace / f"{cfg.name}.json.gz", "wt") as f:
                 f.write(path.read_text())
+    out = {"step_ms": round(1e3 * sorted(times)[len(times) // 2], 2), "profiled_step_ms": round(1e3 * profiled, 2),
+           **summarize(trace, steps)}
+    if sources:
+        out["sources"] = op_sources(trainer, batches[0], sources)
     del trainer
-    return {"step_ms": round(1e3 * sorted(times)[len(times) // 2], 2), "profiled_step_ms": round(1e3 * profiled, 2),
-            **summarize(trace, steps)}
+    return out
+
+
+def op_sources(trainer: Any, batch: Any, ops: list[str], top: int = 12) -> dict[str, Any]:
+    """Per op name, its device time [ms] in one step grouped by input shapes and by the innermost Python
+    frames that called it (the `top` largest groups of each)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU], record_shapes=True, with_stack=True) as prof:
+        trainer.step(batch)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    def groups(averages: Any, field: str) -> dict[str, list]:
+        found: dict[str, list] = {op: [] for op in ops}
+        for e in averages:
+            if e.key in found:
+                what = [str(x) for x in (e.input_shapes if field == "shapes" else e.stack)][:8]
+                found[e.key].append({field: what, "count": e.count,
+                                     "device_ms": round(getattr(e, "self_device_time_total", 0.0) / 1e3, 3)})
+        return {op: sorted(v, key=lambda g: -g["device_ms"])[:top] for op, v in found.items()}
+
+    by_shape = groups(prof.key_averages(group_by_input_shape=True), "shapes")
+    by_stack = groups(prof.key_averages(group_by_stack_n=8), "stack")
+    return {op: {"by_shapes": by_shape[op], "by_stack": by_stack[op]} for op in ops}
 
 
 def main() -> int:
@@ -163,6 +195,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--save-trace", type=Path, default=None, help="folder for each configuration's gzipped trace")
+    ap.add_argument("--sources", default=None, help="comma-separated aten ops whose callers to record (op_sources)")
     args = ap.parse_args()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -171,7 +204,8 @@ def main() -> int:
             continue
         rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus}
         try:
-            rec.update(profile_config(cfg, args.warmup, args.steps, args.save_trace if rank == 0 else None))
+            rec.update(profile_config(cfg, args.warmup, args.steps, args.save_trace if rank == 0 else None,
+                                      args.sources.split(",") if args.sources else None))
         except Exception as ex:  # one configuration's failure must not lose the others
             rec["error"] = repr(ex)[:500]
             rec["traceback"] = traceback.format_exc()[-2000:]

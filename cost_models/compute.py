@@ -29,7 +29,9 @@ profile written by `autoparallel calibrate` may carry measured per-class values 
                     _bwd_max with half-size attention_fwd_half_flops / _bwd_half_flops, GEMM-like
   softmax, log_softmax, cast, dropout, layer_norm, rms_norm and their backwards, rms_norm_narrow
   (<= 256 features: qk-norm), index (row gather), index_put (its accumulating backward),
-  broadcast_binary (an elementwise op with a broadcast input: RoPE, scaling by routing scores)
+  broadcast_binary (an elementwise op with a broadcast input: RoPE, scaling by routing scores), strided (an
+  elementwise op, cast or concatenation that reads through gaps or transposes: a slice of a fused qkv or
+  gate_up projection, heads made contiguous; both run TensorIterator's non-vectorized path)
                     m = calibration.memory_fraction[class]           measured kernel families, on the
                     bytes the tracer counts for the op (its inputs read, its outputs written)
   other             m = memory_bound
@@ -74,7 +76,7 @@ MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution"
 
 MEMORY_CLASSES = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "cast", "dropout",
                   "dropout_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
-                  "rms_norm_narrow", "rms_norm_narrow_backward", "index", "index_put", "broadcast_binary")
+                  "rms_norm_narrow", "rms_norm_narrow_backward", "index", "index_put", "broadcast_binary", "strided")
 NARROW_NORM = 256  # RMSNorm over at most this many features (qk-norm over one head): a kernel of its own
 CLASSES = ("other", "gemm", "gemm_unaligned", "gemm_grouped", "attention_fwd", "attention_bwd") + MEMORY_CLASSES
 CLASS_CODE = {c: i for i, c in enumerate(CLASSES)}
@@ -105,9 +107,10 @@ def is_matmul(op_name: str) -> bool:
 
 
 def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: float = 0.0,
-             broadcast: bool = False) -> int:
+             broadcast: bool = False, strided: bool = False) -> int:
     """Kernel class code (CLASS_CODE) of one traced op (see the module docstring); `broadcast`: the
-    tracer saw an elementwise op with an input broadcast to its output."""
+    tracer saw an elementwise op with an input broadcast to its output; `strided`: one that reads an
+    input with gaps or laid out unlike its output, or writes into a slice."""
     base = _base(op_name)
     if "attention" in base or "scaled_dot_product" in base:
         return CLASS_CODE["attention_bwd" if "backward" in base else "attention_fwd"]
@@ -122,13 +125,15 @@ def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: floa
         cls = cls.replace("rms_norm", "rms_norm_narrow")
     elif cls == "other" and broadcast and base.rstrip("_") in _BROADCASTING:
         cls = "broadcast_binary"
+    elif cls in ("other", "cast") and strided:
+        cls = "strided"
     return CLASS_CODE[cls]
 
 
 def classify_node(attrs: dict) -> int:
     """`classify` of a traced OpGraph node's attributes."""
     return classify(attrs.get("op", ""), attrs.get("out_shapes", ()), attrs.get("flops", 0.0),
-                    attrs.get("broadcast", False))
+                    attrs.get("broadcast", False), attrs.get("strided", False))
 
 
 def _unaligned(out_shapes: Sequence[Sequence[int]], flops: float, multiple: int = 8) -> bool:
