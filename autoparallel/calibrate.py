@@ -588,8 +588,7 @@ def _max_over_ranks(t: float, device: torch.device) -> float:
     return float(x.item())
 
 
-# Kernel families the cost model gives their own bandwidth fraction (cost_models.compute.CLASSES, and the
-# trainer's AdamW step, compute.fsdp_update_time), and
+# Kernel families the cost model gives their own bandwidth fraction (cost_models.compute.CLASSES), and
 # the bytes the tracer counts for each (inputs read + outputs written, per element of the main tensor):
 # name -> (build(n_rows, width, device) -> call, bytes).
 def _class_kernels(rows: int, device: torch.device) -> dict[str, tuple[Callable[[], object], float]]:
@@ -674,14 +673,6 @@ def _class_kernels(rows: int, device: torch.device) -> dict[str, tuple[Callable[
     def strided() -> object:
         return (gate * up, F.silu(gate), torch.cat((up, gate), -1), heads.transpose(0, 1).contiguous())
     out["strided"] = (strided, nh * 2.0 * (3 + 2 + 4 + 2))
-
-    # the trainer's optimizer step (compute.fsdp_update_time): one multi-tensor AdamW kernel over eight fp32
-    # parameters with their gradients and both moments, 28 B a parameter (compute.ADAM_BYTES)
-    p32, g32, m32, v32 = ([torch.randn(n // 8, device=device, dtype=f32) for _ in range(8)] for _ in range(4))
-    steps = [torch.zeros((), device=device, dtype=f32) for _ in range(8)]
-    out["adamw"] = (lambda: torch._fused_adamw_(p32, g32, m32, v32, [], steps, lr=1e-4, beta1=0.9, beta2=0.95,
-                                                weight_decay=0.1, eps=1e-8, amsgrad=False, maximize=False),
-                    8 * (n // 8) * 28.0)
 
     bias = torch.randn(1, s_attn, s_attn, device=device, dtype=bf)  # baddbmm's broadcast additive input
     batch = max(1, n // (s_attn * s_attn))

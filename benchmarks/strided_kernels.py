@@ -3,10 +3,11 @@ run, on one GPU (docs/trainer_sweep_notes.md, "Twelfth session"):
 
     python benchmarks/strided_kernels.py --out $OUT/strided_kernels.json
 
-The `strided` and `adamw` families exactly as `autoparallel calibrate` measures them
-(calibrate._class_kernels, with its default sizes), three neighbours for reference, and the four parts of
-`strided` alone beside their dense counterparts: achieved bytes / s over the profile's bandwidth, the bytes
-as the tracer counts them (inputs read + outputs written).
+The `strided` family exactly as `autoparallel calibrate` measures it (calibrate._class_kernels, with its
+default sizes), three neighbours for reference, the four parts of `strided` alone beside their dense
+counterparts, and the fused AdamW kernel over fp32 tensors of several counts and sizes (called directly, and
+through torch.optim.AdamW(fused=True)): achieved bytes / s over the profile's bandwidth, the bytes as the tracer
+counts them (inputs read + outputs written; AdamW's 28 a parameter, cost_models.compute.ADAM_BYTES).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -29,16 +31,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--profile", default="h200")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--shrink", type=int, default=1, help="divide the sizes (a smoke test on a CPU)")
     args = ap.parse_args()
     bw = load_profile(args.profile).memory_bandwidth
-    plan = cal.CalibrationPlan()
-    dev = torch.device("cuda")
-    rows = max(1, plan.class_bytes // (2048 * 2))
+    ap_rows = cal.CalibrationPlan.class_bytes // (2048 * 2)  # calibrate's default sizes and repeats
+    reps, warmup = cal.CalibrationPlan.reps, cal.CalibrationPlan.warmup
+    dev = torch.device(args.device)
+    rows = max(1, ap_rows // args.shrink)
     kernels = cal._class_kernels(rows, dev)
     res = {}
-    for name in ("strided", "adamw", "broadcast_binary", "cast", "rms_norm"):
+    for name in ("strided", "broadcast_binary", "cast", "rms_norm"):
         fn, nbytes = kernels[name]
-        res[name] = nbytes / cal.time_call(fn, dev, plan.reps, plan.warmup) / bw
+        res[name] = nbytes / cal.time_call(fn, dev, reps, warmup) / bw
     h = 2048
     gu = torch.randn(rows, 2 * h, device=dev, dtype=torch.bfloat16)
     gate, up = gu[:, :h], gu[:, h:]
@@ -49,12 +54,39 @@ def main() -> int:
              "transpose_copy": (lambda: heads.transpose(0, 1).contiguous(), 2),
              "mul_dense": (lambda: x * x, 3), "silu_dense": (lambda: F.silu(x), 2), "copy_dense": (lambda: x.clone(), 2)}
     for name, (fn, units) in parts.items():  # units: tensors of rows x h bf16 elements read + written
-        res[name] = rows * h * 2.0 * units / cal.time_call(fn, dev, plan.reps, plan.warmup) / bw
-    text = json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+        res[name] = rows * h * 2.0 * units / cal.time_call(fn, dev, reps, warmup) / bw
+    res.update(adamw_fractions(dev, bw, reps, warmup, args.shrink))
+    text = json.dumps({"device": torch.cuda.get_device_name() if dev.type == "cuda" else str(dev), "torch": torch.__version__,
                        "fraction_of_bandwidth": {k: round(v, 3) for k, v in res.items()}})
     Path(args.out).write_text(text + "\n")
     print(text)
     return 0
+
+
+def adamw_fractions(dev: Any, bw: float, reps: int, warmup: int, shrink: int) -> dict[str, float]:
+    """torch._fused_adamw_ over `count` fp32 tensors of `total` parameters together, and the same through
+    torch.optim.AdamW(fused=True)."""
+    import torch
+
+    import autoparallel.calibrate as cal
+    out = {}
+    for count, total in ((8, 64 * 2**20), (64, 64 * 2**20), (8, 256 * 2**20), (237, 1300 * 10**6 // 4)):
+        n = max(1, total // count // shrink)
+        p, g, m = ([torch.randn(n, device=dev) for _ in range(count)] for _ in range(3))
+        v = [torch.rand(n, device=dev) for _ in range(count)]
+        steps = [torch.zeros((), device=dev) for _ in range(count)]
+
+        def fused(p: list = p, g: list = g, m: list = m, v: list = v, steps: list = steps) -> None:
+            torch._fused_adamw_(p, g, m, v, [], steps, lr=1e-4, beta1=0.9, beta2=0.95, weight_decay=0.1, eps=1e-8,
+                                amsgrad=False, maximize=False)
+        out[f"adamw_{count}x{n}"] = count * n * 28.0 / cal.time_call(fused, dev, reps, warmup) / bw
+        params = [torch.nn.Parameter(x) for x in p]
+        for x, grad in zip(params, g, strict=True):
+            x.grad = grad
+        opt = torch.optim.AdamW(params, lr=1e-4, fused=True)
+        out[f"adamw_optim_{count}x{n}"] = count * n * 28.0 / cal.time_call(opt.step, dev, reps, warmup) / bw
+        del p, g, m, v, params, opt
+    return out
 
 
 if __name__ == "__main__":
