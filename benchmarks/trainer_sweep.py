@@ -484,6 +484,9 @@ def update_rates(records: list[dict], profile: Any) -> tuple[list[dict], dict[st
     rows = []
     for r in records:
         cfg = next(c for c in CONFIGS if c.name == r["name"])
+        plan = _plan(cfg.plan_file, cfg.plan_file.stat().st_mtime_ns)
+        if cfg.gpus != 1 or plan.num_micro_batches != 1:  # the byte counts below are those of one unshard and reduction
+            continue
         ops = r["profile"]["ops"]
         params = list(_meta(cfg.model).parameters())
         n = sum(p.numel() for p in params)
@@ -524,7 +527,8 @@ def cmd_update_rates(args: argparse.Namespace) -> int:
         "# The trainer's update rates, from its own profiled steps\n\n"
         f"Command: `python benchmarks/trainer_sweep.py update-rates --raw {raws}` (CPU; the records' `profile`: one "
         "profiled step each, `measure --profile-all` on a lent H200).\n\n"
-        "Per parameter of one-GPU, one-micro-batch, ZeRO-0 steps (one unshard and one reduction of every parameter): "
+        "Per parameter of one-GPU, one-micro-batch steps (one unshard and one reduction of every parameter; records of "
+        "other plans are skipped): "
         "the device time of the fused AdamW kernel, and the device spans of FSDP2's unshard (`FSDP::pre_forward*`) and "
         "reduction (`FSDP::post_backward_reduce*`) ranges. The copies' fraction is 28 B a parameter (an unshard's 10 "
         "and a reduction's 18 at d = 1: cost_models/compute.py `FSDP_GATHER_BYTES`, `FSDP_REDUCE_BYTES`) over "
