@@ -370,3 +370,34 @@ def test_gqa_attention_flops_survive_a_formula_that_wants_equal_heads(monkeypatc
             return _original(*args, **kwargs)
         monkeypatch.setitem(flop_registry, packet, strict)
     assert attention_flops() == reference
+
+
+class _FusedGateUp(torch.nn.Module):
+    """SwiGLU over the halves of one fused projection (Phi-3's gate_up_proj), heads made contiguous after a
+    transpose, and a dense product."""
+
+    def __init__(self, h: int = 16) -> None:
+        super().__init__()
+        self.gate_up = torch.nn.Linear(h, 2 * h, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        y = torch.nn.functional.silu(gate) * up                 # gapped inputs: strided
+        heads = y.view(x.shape[0], 4, -1).transpose(0, 1).contiguous()  # a transposed copy: strided
+        return (heads * heads).sum()                            # dense: not strided
+
+
+def test_elementwise_ops_that_read_through_gaps_are_marked_strided():
+    """The tracer's `strided` flag (TensorIterator's non-vectorized path) and the cost model's class for it:
+    silu and the product read halves of one [M, 2h] output, the copy reads a transposed view; the dense
+    square and the matmul are not marked."""
+    from cost_models.compute import CLASS_CODE, classify_node
+    g = trace(_FusedGateUp(), example_inputs=torch.randn(8, 16), dtype=torch.float32, compiled_saved=False)
+    fwd = {a["op"].split(".")[1]: a for _, a in g.g.nodes(data=True) if a["phase"] == "fwd"}
+    marked = {a["op"].split(".")[1] for _, a in g.g.nodes(data=True) if a["phase"] == "fwd" and a["strided"]}
+    assert {"silu", "clone"} <= marked
+    assert "mm" not in marked and "sum" not in marked
+    products = [a for _, a in g.g.nodes(data=True) if a["phase"] == "fwd" and a["op"].split(".")[1] == "mul"]
+    assert [a["strided"] for a in products] == [True, False]  # silu(gate) * up, then heads * heads
+    assert classify_node(fwd["silu"]) == CLASS_CODE["strided"]
+    assert classify_node(products[1]) == CLASS_CODE["other"]
