@@ -128,9 +128,21 @@ GEMMA_2B = {"name": "gemma-2b", "hf": True, "model_type": "gemma", "vocab_size":
 PYTHIA_1_4B = {"name": "pythia-1.4b", "hf": True, "model_type": "gpt_neox", "vocab_size": 50304, "hidden_size": 2048,
                "intermediate_size": 8192, "num_hidden_layers": 24, "num_attention_heads": 16,
                "max_position_embeddings": 2048, "rotary_pct": 0.25, "use_parallel_residual": True}
+# and two more, predicted before they ran with the session's final model: OLMo 2 1B (q/k norms over all heads,
+# norms after each sublayer, a 100k vocabulary) and Granite 3.0 2B (embedding, residual, attention and logit
+# multipliers; the odd 49155 vocabulary; 40 layers of width 2048)
+OLMO2_1B = {"name": "olmo2-1b", "hf": True, "model_type": "olmo2", "vocab_size": 100352, "hidden_size": 2048,
+            "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16,
+            "max_position_embeddings": 4096, "rope_theta": 500000.0, "pad_token_id": 100277, "bos_token_id": None,
+            "eos_token_id": 100257}
+GRANITE_3_2B = {"name": "granite-3-2b", "hf": True, "model_type": "granite", "vocab_size": 49155, "hidden_size": 2048,
+                "intermediate_size": 8192, "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
+                "max_position_embeddings": 4096, "rope_theta": 10000.0, "embedding_multiplier": 12.0,
+                "residual_multiplier": 0.22, "attention_multiplier": 0.015625, "logits_scaling": 8.0,
+                "tie_word_embeddings": True, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
-                                 PYTHIA_1_4B)}
+                                 PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B)}
 
 
 @dataclass(frozen=True)
@@ -269,6 +281,12 @@ CONFIGS = [
     _c("1g-pythia-eager", "pythia-1.4b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}),
     _c("1g-pythia-compiled", "pythia-1.4b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}),
     _c("1g-pythia-mb4x2-full", "pythia-1.4b", 1, 8, fix={"micro_batch": 4, "recompute": "full", "compile": 0}),
+    _c("1g-olmo2-eager", "olmo2-1b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}),
+    _c("1g-olmo2-compiled", "olmo2-1b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}),
+    _c("1g-olmo2-mb4x2-op", "olmo2-1b", 1, 8, fix={"micro_batch": 4, "recompute": "op", "compile": 0}),
+    _c("1g-granite-eager", "granite-3-2b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}),
+    _c("1g-granite-compiled", "granite-3-2b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}),
+    _c("1g-granite-mb4x2-full", "granite-3-2b", 1, 8, fix={"micro_batch": 4, "recompute": "full", "compile": 0}),
 ]
 
 

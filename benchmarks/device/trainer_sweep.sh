@@ -23,6 +23,8 @@
 #   bash benchmarks/device/trainer_sweep.sh families3       # one GPU: host factor, Phi-3-mini, Gemma 2B and Pythia
 #                                                           # 1.4B as Hugging Face builds them (FAMILIES3), one
 #                                                           # profiled step each, the host factor again after them
+#   bash benchmarks/device/trainer_sweep.sh families4       # one GPU: the same for OLMo 2 1B and Granite 3.0 2B
+#                                                           # (FAMILIES4)
 #   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
 #                                                           # timelines of host-paced and compiled MoE rows
 #                                                           # (profile_timeline.py; the compiled MoE's whole traces)
@@ -36,7 +38,8 @@ FAMILIES2=$FAMILIES2,1g-gpt2xl-eager,1g-gpt2xl-compiled,1g-gpt2xl-mb8x2-full
 FAMILIES3=1g-phi3-eager,1g-phi3-compiled,1g-phi3-mb2x2-op,1g-gemma-mb4x2,1g-gemma-mb4x2-compiled,1g-pythia-eager
 FAMILIES3=$FAMILIES3,1g-pythia-compiled,1g-pythia-mb4x2-full
 SKIP_SINGLE=1g-llama7b-b8,1g-llama7b-b8-mb2x4,1g-llama7b-b8-compiled,1g-llama7b-b8-mb2x4-compiled,$WIDE,$FAMILIES,$FAMILIES2
-SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES3
+FAMILIES4=1g-olmo2-eager,1g-olmo2-compiled,1g-olmo2-mb4x2-op,1g-granite-eager,1g-granite-compiled,1g-granite-mb4x2-full
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES3,$FAMILIES4
 case "${1:-}" in
   probes-single)
     python -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | quiet | tail -8
@@ -107,13 +110,14 @@ case "${1:-}" in
       --only "$FAMILIES2" 2>&1 | quiet | grep '^{' | cut -c1-160
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
       --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -3 ;;
-  families3)
+  families3|families4)
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    if [ "$1" = families3 ]; then ONLY=$FAMILIES3; else ONLY=$FAMILIES4; fi
     timeout 480 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 6 --profile-all \
-      --out "$OUT/families3.jsonl" --only "$FAMILIES3" 2>&1 | quiet | grep '^{' | cut -c1-160
+      --out "$OUT/$1.jsonl" --only "$ONLY" 2>&1 | quiet | grep '^{' | cut -c1-160
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
       --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -3 ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4" >&2
      exit 2 ;;
 esac
