@@ -51,7 +51,8 @@ RAW = ROOT / "benchmarks" / "results" / "raw"
 # ran plans of an older planner
 VMS = {"s4": ["single"], "s5": ["single", "dist"], "s6": ["single"], "s7": ["single"], "s8": ["single"],
        "s9": ["single"], "s11": ["single"], "s12": ["single"], "s13": ["single"], "s14": ["single"], "s15": ["single"],
-       "s17": ["single"], "s18": ["dist"], "s19": ["single"], "s20": ["single"], "s21": ["single", "wide"]}
+       "s17": ["single"], "s18": ["dist"], "s19": ["single"], "s20": ["single"], "s21": ["single", "wide"],
+       "s28": ["single"]}
 # (s19's two-GPU MoE rows ran the experts in their block's FSDP unit under dp2, a runtime not shipped: left out)
 # the VMs whose probes `--pooled` and `--write-pooled` pool: the shipped h200's; s13-s15 measured after
 # (s14, s15 have no full probe set: `--rescale` before and after the sweep, trainer_speed[_after]_sN.jsonl)
