@@ -513,12 +513,12 @@ def update_rates(records: list[dict], profile: Any) -> tuple[list[dict], dict[st
         rows.append({"name": r["name"], "model": cfg.model, "params": n, "tensors": len(params),
                      "adamw_s": ops["aten::_fused_adamw_"][1] / n, "gather_s": span["FSDP::pre_forward"] / n,
                      "reduce_s": span["FSDP::post_backward_reduce"] / n, "large": n / len(params) >= min_tensor})
+        rows[-1]["copy_fraction"] = (gather + reduce) / (bw * (rows[-1]["gather_s"] + rows[-1]["reduce_s"]))
     large = [x for x in rows if x["large"]]
     if not large:
         raise SystemExit(f"update-rates: no profiled model has a mean tensor of >= {min_tensor / 1e6:.1f}M parameters")
     fractions = {"adamw": statistics.median(ADAM_BYTES / (bw * x["adamw_s"]) for x in rows),
-                 "fsdp_copy_fraction": statistics.median((gather + reduce) / (bw * (x["gather_s"] + x["reduce_s"]))
-                                                         for x in large),
+                 "fsdp_copy_fraction": statistics.median(x["copy_fraction"] for x in large),
                  "min_tensor": min_tensor}
     return rows, fractions
 
@@ -526,17 +526,16 @@ def update_rates(records: list[dict], profile: Any) -> tuple[list[dict], dict[st
 def cmd_update_rates(args: argparse.Namespace) -> int:
     from hardware_profiles import load_profile
     profile = load_profile(args.profile)
-    records = [json.loads(line) for path in args.raw for line in Path(path).read_text().splitlines()
-               if line.strip() and "profile" in json.loads(line)]
+    records = [r for path in args.raw for line in Path(path).read_text().splitlines() if line.strip()
+               for r in (json.loads(line),) if "profile" in r]
     rows, fr = update_rates(records, profile)
     lines = ["| configuration | parameters | tensors | mean tensor | fused AdamW | unshard | reduction | copies' fraction |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for x in rows:
-        copies = x["gather_s"] + x["reduce_s"]
         lines.append(f"| {x['name']}{'' if x['large'] else ' (small tensors)'} | {x['params'] / 1e9:.2f}B | "
                      f"{x['tensors']} | {x['params'] / x['tensors'] / 1e6:.1f}M | {x['adamw_s'] * 1e12:.2f} ps | "
                      f"{x['gather_s'] * 1e12:.2f} ps | {x['reduce_s'] * 1e12:.2f} ps | "
-                     f"{28 / (profile.memory_bandwidth * copies):.3f} |")
+                     f"{x['copy_fraction']:.3f} |")
     entries = f"memory_fraction.adamw: {fr['adamw']:.3f}, fsdp_copy_fraction: {fr['fsdp_copy_fraction']:.3f}"
     print("\n".join(lines))
     print(entries)
