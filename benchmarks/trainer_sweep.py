@@ -301,6 +301,13 @@ def _meta(model: str):
         return _build(model)
 
 
+@functools.cache
+def _parameters(model: str) -> tuple[int, int]:
+    """MODELS[model]'s parameter count and parameter tensors (tied ones once, as parameters() yields them)."""
+    params = list(_meta(model).parameters())
+    return sum(p.numel() for p in params), len(params)
+
+
 def _build(model: str) -> Any:
     """MODELS[model] on the current default device: the catalog's implementation, or for an "hf" entry the
     Hugging Face model a user builds from that config (sdpa attention, transformers' own initialization)."""
@@ -506,13 +513,12 @@ def update_rates(records: list[dict], profile: Any) -> tuple[list[dict], dict[st
         if cfg.gpus != 1 or plan.num_micro_batches != 1:  # the byte counts below are those of one unshard and reduction
             continue
         ops = r["profile"]["ops"]
-        params = list(_meta(cfg.model).parameters())
-        n = sum(p.numel() for p in params)
+        n, tensors = _parameters(cfg.model)
         span = {k: sum(v[1] for name, v in ops.items() if name.startswith(k))
                 for k in ("FSDP::pre_forward", "FSDP::post_backward_reduce")}
-        rows.append({"name": r["name"], "model": cfg.model, "params": n, "tensors": len(params),
+        rows.append({"name": r["name"], "model": cfg.model, "params": n, "tensors": tensors,
                      "adamw_s": ops["aten::_fused_adamw_"][1] / n, "gather_s": span["FSDP::pre_forward"] / n,
-                     "reduce_s": span["FSDP::post_backward_reduce"] / n, "large": n / len(params) >= min_tensor})
+                     "reduce_s": span["FSDP::post_backward_reduce"] / n, "large": n / tensors >= min_tensor})
         rows[-1]["copy_fraction"] = (gather + reduce) / (bw * (rows[-1]["gather_s"] + rows[-1]["reduce_s"]))
     large = [x for x in rows if x["large"]]
     if not large:
@@ -625,7 +631,7 @@ def mfu(cfg: SweepConfig, step_s: float) -> float:
     m = MODELS[cfg.model]
     layers = m.get("num_hidden_layers", m.get("n_layer"))
     hidden = m.get("hidden_size", m.get("n_embd"))
-    n = sum(p.numel() for p in _meta_model(cfg).parameters())
+    n, _ = _parameters(cfg.model)
     tokens_per_s = cfg.rows * cfg.seq / step_s
     return (6 * n + 12 * layers * hidden * cfg.seq) * tokens_per_s / (cfg.gpus * H200_BF16_PEAK)
 

@@ -37,9 +37,20 @@ FAMILIES2=1g-mixtral-eager,1g-mixtral-compiled,1g-mixtral-mb2x2-op,1g-qwen15moe-
 FAMILIES2=$FAMILIES2,1g-gpt2xl-eager,1g-gpt2xl-compiled,1g-gpt2xl-mb8x2-full
 FAMILIES3=1g-phi3-eager,1g-phi3-compiled,1g-phi3-mb2x2-op,1g-gemma-mb4x2,1g-gemma-mb4x2-compiled,1g-pythia-eager
 FAMILIES3=$FAMILIES3,1g-pythia-compiled,1g-pythia-mb4x2-full
-SKIP_SINGLE=1g-llama7b-b8,1g-llama7b-b8-mb2x4,1g-llama7b-b8-compiled,1g-llama7b-b8-mb2x4-compiled,$WIDE,$FAMILIES,$FAMILIES2
 FAMILIES4=1g-olmo2-eager,1g-olmo2-compiled,1g-olmo2-mb4x2-op,1g-granite-eager,1g-granite-compiled,1g-granite-mb4x2-full
+SKIP_SINGLE=1g-llama7b-b8,1g-llama7b-b8-mb2x4,1g-llama7b-b8-compiled,1g-llama7b-b8-mb2x4-compiled,$WIDE,$FAMILIES,$FAMILIES2
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES3,$FAMILIES4
+# held_out NAME ROWS SECONDS [MEASURE FLAGS]: this VM's host factor, the rows into $OUT/NAME.jsonl, the factor again
+held_out() {
+  local name=$1 rows=$2 seconds=$3
+  shift 3
+  python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+    --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+  timeout "$seconds" python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 6 "$@" \
+    --out "$OUT/$name.jsonl" --only "$rows" 2>&1 | quiet | grep '^{' | cut -c1-160
+  python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
+    --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -3
+}
 case "${1:-}" in
   probes-single)
     python -m autoparallel.cli calibrate --trainer --raw "$OUT/probes.jsonl" 2>&1 | quiet | tail -8
@@ -103,21 +114,9 @@ case "${1:-}" in
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
     timeout 480 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 6 --out "$OUT/families.jsonl" \
       --only "$FAMILIES" 2>&1 | quiet | grep '^{' | cut -c1-160 ;;
-  families2)
-    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
-      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
-    timeout 450 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 6 --out "$OUT/families2.jsonl" \
-      --only "$FAMILIES2" 2>&1 | quiet | grep '^{' | cut -c1-160
-    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
-      --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -3 ;;
-  families3|families4)
-    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
-      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
-    if [ "$1" = families3 ]; then ONLY=$FAMILIES3; else ONLY=$FAMILIES4; fi
-    timeout 480 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 6 --profile-all \
-      --out "$OUT/$1.jsonl" --only "$ONLY" 2>&1 | quiet | grep '^{' | cut -c1-160
-    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
-      --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -3 ;;
+  families2) held_out families2 "$FAMILIES2" 450 ;;
+  families3) held_out families3 "$FAMILIES3" 480 --profile-all ;;
+  families4) held_out families4 "$FAMILIES4" 480 --profile-all ;;
   *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4" >&2
      exit 2 ;;
 esac
