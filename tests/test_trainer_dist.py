@@ -115,6 +115,16 @@ def test_four_processes(cfg, world4):
     check_equivalent(world4, cfg, 4)
 
 
+def test_trainers_of_one_process_share_their_process_groups(world2):
+    """A trainer whose mesh (and tied-weight groups) an earlier trainer of the process already made takes
+    that trainer's process groups instead of making new ones (runtime.ProcessGroups): each group holds a
+    communicator torch never frees, and 50 trainers' worth slowed a four-rank gloo group 15x."""
+    assert H.result_of_rank(world2, "gpt-dp2", 0)["groups_made"] > 0      # the first dp2 trainer made its mesh
+    for name in ("llama-dp2", "llama-fsdp2-zero1", "llama-pp2-1f1b", "gpt-pp2-interleaved", "moe-resume-ep2-same-plan"):
+        for rank in range(2):
+            assert H.result_of_rank(world2, name, rank)["groups_made"] == 0, (name, rank)
+
+
 @pytest.mark.parametrize("cfg", META2, ids=lambda c: c.name)
 def test_meta_models_materialize_consistently(cfg, world2):
     res = H.result(world2, cfg.name)

@@ -255,13 +255,14 @@ def worker(rank: int, world: int, store: str, out: str, configs: list[Any], trai
                             timeout=datetime.timedelta(seconds=120))
     outdir = Path(out)
     for cfg in configs:
-        t0 = time.time()
+        t0, groups = time.time(), len(dist.distributed_c10d._world.pg_map)
         try:
             result = (train or _train)(cfg, outdir, rank)
         except Exception as e:  # recorded per configuration so one failure does not hide the others
             result = {"error": f"{type(e).__name__}: {e}", "error_type": type(e).__name__,
                       "traceback": traceback.format_exc()}
         result["seconds"] = time.time() - t0
+        result["groups_made"] = len(dist.distributed_c10d._world.pg_map) - groups  # process groups it added
         (outdir / f"{cfg.name}.rank{rank}.json").write_text(json.dumps(result))
         dist.barrier()
     dist.destroy_process_group()
@@ -269,8 +270,8 @@ def worker(rank: int, world: int, store: str, out: str, configs: list[Any], trai
 
 # The spawned group's deadline is a hang guard, not a speed claim: a stalled collective already raises after
 # the group's 120 s gloo timeout. A configuration took up to ~12 s on a slow two-core VM (51 Hugging Face
-# configurations in 550-650 s, four processes on two cores, before each rank traced each model once: ~200 s
-# since), so 60 s each is at least 5x that; 600 s at least.
+# configurations in 550-650 s, four processes on two cores, before each rank traced each model once and
+# trainers shared their process groups: ~110 s since), so 60 s each is at least 5x that; 600 s at least.
 SECONDS_PER_CONFIG = 60.0
 
 

@@ -13,7 +13,9 @@ group at all ("local" mode: no mesh, no wrappers, autocast for a low-precision p
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -21,6 +23,8 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from autoparallel.errors import UserError
 from autoparallel.plan import MESH_DIMS, Plan
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -127,9 +131,50 @@ class Meshes:
 
 
 def build_meshes(env: DistEnv, plan: Plan) -> Meshes:
+    """The plan's meshes, reused from an earlier trainer of this process with the same mesh shape (see
+    ProcessGroups)."""
     shape = tuple(plan.mesh_shape[d] for d in MESH_DIMS)
-    world = init_device_mesh(env.device.type, shape, mesh_dim_names=MESH_DIMS)
+    return _GROUPS.get(("mesh", env.device.type, shape), lambda: _new_meshes(env.device.type, shape))
+
+
+def _new_meshes(device_type: str, shape: tuple[int, ...]) -> Meshes:
+    world = init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)
     dense_dp = world["dp", "cp", "ep"]._flatten("dp_cp_ep")
-    expert_dp = world["dp", "cp"]._flatten("dp_cp") if plan.cp > 1 else world["dp"]
+    expert_dp = world["dp", "cp"]._flatten("dp_cp") if shape[MESH_DIMS.index("cp")] > 1 else world["dp"]
     return Meshes(world=world, pp=world["pp"], dense_dp=dense_dp, expert_dp=expert_dp, ep=world["ep"],
                   tp=world["tp"], cp=world["cp"])
+
+
+def new_group(ranks: list[int]) -> dist.ProcessGroup | None:
+    """dist.new_group(ranks), reused from an earlier trainer of this process (see ProcessGroups)."""
+    return _GROUPS.get(("group", tuple(ranks)), lambda: dist.new_group(ranks))
+
+
+class ProcessGroups:
+    """The process groups trainers of this process created, by what they were made for, valid while the
+    default group they were made under lives.
+
+    torch never frees a process group on its own (each holds a communicator: NCCL's buffers on the GPU,
+    gloo's threads and sockets), and a DeviceMesh makes one group per dimension each time it is built. So
+    every AutoParallelTrainer in one process (resuming under another plan, a sweep, a notebook) used to add
+    six, and their idle threads slowed every later step: in tests/test_hf_trainer.py's four-rank gloo group
+    one configuration took 1.9 s alone and 29.8 s as the 50th trainer of the process. A trainer now takes the groups of an earlier one whose
+    mesh has the same shape. Making a group is collective, so every rank must take the same path: they do,
+    because every rank builds the same trainers in the same order (as torch.distributed requires anyway).
+    A new default group (destroy_process_group, then init again) starts an empty registry."""
+
+    def __init__(self) -> None:
+        self._world: object | None = None
+        self._made: dict[tuple, Any] = {}
+
+    def get(self, key: tuple, make: Callable[[], T]) -> T:
+        world = dist.group.WORLD
+        if world is not self._world:
+            self._world, self._made = world, {}
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]
+
+
+# One per process, as the process groups it holds are.
+_GROUPS = ProcessGroups()

@@ -60,7 +60,7 @@ from autoparallel.trainer.pipeline import (
     virtual_stage_blocks,
 )
 from autoparallel.trainer.recompute import apply_recompute
-from autoparallel.trainer.runtime import DistEnv, Meshes, build_meshes, init_distributed
+from autoparallel.trainer.runtime import DistEnv, Meshes, build_meshes, init_distributed, new_group
 from autoparallel.trainer.structure import (
     check_has_parameters,
     clean_fqn,
@@ -601,7 +601,7 @@ class AutoParallelTrainer:
                     for e in range(plan.ep):
                         for t in range(plan.tp):
                             ranks = [int(mesh[h, d, c, e, t]) for h in holders]
-                            pg = dist.new_group(ranks)
+                            pg = new_group(ranks)
                             if self._env.rank in ranks:
                                 mine = pg
             local = {clean_fqn(n) for part in self.model_parts for n, _ in part.named_parameters(remove_duplicate=False)}
