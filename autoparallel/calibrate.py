@@ -662,6 +662,9 @@ def _class_kernels(rows: int, device: torch.device) -> dict[str, tuple[Callable[
     xb = xh.detach().reshape(8, rows_h // 8, h)
     table = torch.randn(rows_h // 8, h, device=device, dtype=bf)
     out["broadcast_binary"] = (lambda: (xh.detach() * col, xb * table), 2 * nh * 4.0 + rows_h * 2.0 + table.numel() * 2.0)
+    # the same in fp32 (a Hugging Face RMSNorm's x * rsqrt and weight * x): a column, then a [h] weight
+    x32, col32, w32 = xh.detach().float(), col.float(), torch.randn(h, device=device)
+    out["broadcast_binary_fp32"] = (lambda: (x32 * col32, x32 * w32), 2 * nh * 8.0 + rows_h * 4.0 + h * 4.0)
 
     # elementwise work that reads through gaps or transposes (the tracer's `strided` ops, TensorIterator's
     # non-vectorized path): the halves of a fused gate_up multiplied (SwiGLU of Phi-3), a unary op on one half,

@@ -337,6 +337,16 @@ def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.stride() == b.stride() and _dense(a) and _dense(b)
 
 
+def _edge_broadcast(shape: tuple[int, ...], out: tuple[int, ...]) -> bool:
+    """Whether `shape`, broadcast to `out`, is repeated along a run of leading or of trailing dimensions only
+    (a [h] weight over rows, a [rows, 1] column over features), not along dimensions on both sides of the
+    ones it spans (a [S, 1, D] table over [B, S, H, D])."""
+    aligned = (1,) * (len(out) - len(shape)) + shape
+    repeated = [i for i, (a, o) in enumerate(zip(aligned, out)) if a == 1 and o > 1]
+    n = len(repeated)
+    return repeated == list(range(n)) or repeated == list(range(len(out) - n, len(out)))
+
+
 def _detached(x: Any) -> Any:
     """A tensor as a fresh leaf with its requires_grad (no autograd history); anything else as is."""
     return x.detach().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
@@ -685,6 +695,13 @@ class _Tracer:
         # their [T*k, 1] scores): GPUs run these on a slower, non-vectorized path
         broadcast = (not is_view and flops == 0 and len(outs) == 1 and len(ins) >= 2
                      and any(1 < t.numel() < outs[0].numel() for t in ins))
+        # ... in fp32 throughout and along the leading or the trailing dimensions only (a Hugging Face RMSNorm's
+        # x * rsqrt and weight * x in its fp32 compute): twice the bytes per element on the same path, at a
+        # higher fraction of the bandwidth; a table broadcast over batch and heads at once (RoPE's [S, 1, D]
+        # over [B, S, H, D]) runs at the bf16 rate even in fp32 (an H200's profiles, docs/trainer_sweep_notes.md)
+        fp32_broadcast = (broadcast and all(t.dtype == torch.float32 for t in (*ins, *outs))
+                          and all(_edge_broadcast(tuple(t.shape), tuple(outs[0].shape)) for t in ins
+                                  if 1 < t.numel() < outs[0].numel()))
         # an elementwise (or concatenating) op that reads an input with gaps (a slice of a fused qkv or
         # gate_up projection, the halves rotate_half concatenates), reads a same-sized input laid out unlike
         # its output (a transposed head view made contiguous) or writes into a slice: the same path
@@ -708,6 +725,7 @@ class _Tracer:
             "saved_bytes": 0,
             "fwd_node": fwd_node,
             "broadcast": broadcast,
+            "fp32_broadcast": fp32_broadcast,
             "strided": strided,
         })
         if self.pending_saved and self.phase == "fwd":

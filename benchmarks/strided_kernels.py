@@ -5,7 +5,7 @@ run, on one GPU (docs/trainer_sweep_notes.md, "Twelfth session"):
 
 The `strided` family exactly as `autoparallel calibrate` measures it (calibrate._class_kernels, with its
 default sizes), three neighbours for reference, the four parts of `strided` alone beside their dense
-counterparts, and the fused AdamW kernel over fp32 tensors of several counts and sizes (called directly, and
+counterparts, products with a broadcast input by the dimension the broadcast runs along, and the fused AdamW kernel over fp32 tensors of several counts and sizes (called directly, and
 through torch.optim.AdamW(fused=True)): achieved bytes / s over the profile's bandwidth, the bytes as the tracer
 counts them (inputs read + outputs written; AdamW's 28 a parameter, cost_models.compute.ADAM_BYTES).
 """
@@ -41,7 +41,7 @@ def main() -> int:
     dev = torch.device(args.device)
     kernels = cal._class_kernels(rows, dev)
     res = {}
-    for name in ("strided", "broadcast_binary", "cast", "rms_norm"):
+    for name in ("strided", "broadcast_binary", "broadcast_binary_fp32", "cast", "rms_norm"):
         fn, nbytes = kernels[name]
         res[name] = nbytes / cal.time_call(fn, dev, reps, warmup) / bw
     h = 2048
@@ -57,12 +57,40 @@ def main() -> int:
     # which the kernel makes once, so its fraction reads 3/2 high)
     for name, (fn, units) in parts.items():
         res[name] = rows * h * 2.0 * units / cal.time_call(fn, dev, reps, warmup) / bw
+    res.update(broadcast_fractions(rows, h, dev, bw, reps, warmup))
     res.update(adamw_fractions(dev, bw, reps, warmup, args.shrink))
     text = json.dumps({"device": torch.cuda.get_device_name() if dev.type == "cuda" else str(dev), "torch": torch.__version__,
                        "fraction_of_bandwidth": {k: round(v, 3) for k, v in res.items()}})
     Path(args.out).write_text(text + "\n")
     print(text)
     return 0
+
+
+def broadcast_fractions(rows: int, h: int, dev: Any, bw: float, reps: int, warmup: int) -> dict[str, float]:
+    """Elementwise products with one input broadcast to the output, by where the broadcast runs: along the
+    last dimension (a [rows, 1] column: a norm's x * rsqrt, routed tokens times their scores), along leading
+    dimensions only (a [h] weight over every row: a norm's weight * x; a [seq, d] table over batch and heads:
+    RoPE's x * cos), in bf16 and in the fp32 a Hugging Face RMSNorm computes in. Bytes as the tracer counts
+    them: every input at its own size read once, the output written."""
+    import torch
+
+    import autoparallel.calibrate as cal
+    bf, f32 = torch.bfloat16, torch.float32
+    x, x32 = torch.randn(rows, h, device=dev, dtype=bf), torch.randn(rows, h, device=dev, dtype=f32)
+    col, col32 = torch.randn(rows, 1, device=dev, dtype=bf), torch.rand(rows, 1, device=dev, dtype=f32)
+    w, w32 = torch.randn(h, device=dev, dtype=bf), torch.randn(h, device=dev, dtype=f32)
+    heads, d = 16, 128
+    q = torch.randn(rows // 2048 or 1, heads, 2048, d, device=dev, dtype=bf)   # [b, heads, seq, d]
+    cos = torch.randn(1, 1, 2048, d, device=dev, dtype=bf)
+    cases = {"bcast_last_bf16": (lambda: x * col, (x, col)), "bcast_last_fp32": (lambda: x32 * col32, (x32, col32)),
+             "bcast_lead_bf16": (lambda: x * w, (x, w)), "bcast_lead_fp32": (lambda: x32 * w32, (x32, w32)),
+             "bcast_lead_bf16_fp32": (lambda: w * x32, (w, x32)), "bcast_lead_rope": (lambda: q * cos, (q, cos))}
+    out = {}
+    for name, (fn, ins) in cases.items():
+        y = fn()
+        nbytes = sum(t.numel() * t.element_size() for t in ins) + y.numel() * y.element_size()
+        out[name] = nbytes / cal.time_call(fn, dev, reps, warmup) / bw
+    return out
 
 
 def adamw_fractions(dev: Any, bw: float, reps: int, warmup: int, shrink: int) -> dict[str, float]:

@@ -140,9 +140,22 @@ GRANITE_3_2B = {"name": "granite-3-2b", "hf": True, "model_type": "granite", "vo
                 "max_position_embeddings": 4096, "rope_theta": 10000.0, "embedding_multiplier": 12.0,
                 "residual_multiplier": 0.22, "attention_multiplier": 0.015625, "logits_scaling": 8.0,
                 "tie_word_embeddings": True, "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
+# and two more, predicted before they ran with the thirteenth session's model (fp32 broadcasts a class of their
+# own): Llama 3.2 1B as Hugging Face builds it (GQA 32/8, llama3 RoPE scaling, a tied 128k vocabulary, fp32
+# RMSNorms) and StableLM 2 1.6B (LayerNorm, q/k/v biases, rotary on a quarter of each head, a 100k vocabulary)
+LLAMA3_2_1B = {"name": "llama3.2-1b", "hf": True, "model_type": "llama", "vocab_size": 128256, "hidden_size": 2048,
+               "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+               "max_position_embeddings": 131072, "rope_theta": 500000.0, "tie_word_embeddings": True,
+               "rope_scaling": {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                "original_max_position_embeddings": 8192},
+               "bos_token_id": 128000, "eos_token_id": 128001}
+STABLELM_2_1_6B = {"name": "stablelm-2-1.6b", "hf": True, "model_type": "stablelm", "vocab_size": 100352,
+                   "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24, "num_attention_heads": 32,
+                   "num_key_value_heads": 32, "max_position_embeddings": 4096, "partial_rotary_factor": 0.25,
+                   "use_qkv_bias": True, "rope_theta": 10000.0, "bos_token_id": 100257, "eos_token_id": 100257}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
-                                 PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B)}
+                                 PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B)}
 
 
 @dataclass(frozen=True)
@@ -287,6 +300,12 @@ CONFIGS = [
     _c("1g-granite-eager", "granite-3-2b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}),
     _c("1g-granite-compiled", "granite-3-2b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}),
     _c("1g-granite-mb4x2-full", "granite-3-2b", 1, 8, fix={"micro_batch": 4, "recompute": "full", "compile": 0}),
+    _c("1g-llama32-eager", "llama3.2-1b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}),
+    _c("1g-llama32-compiled", "llama3.2-1b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}),
+    _c("1g-llama32-mb4x2-sel", "llama3.2-1b", 1, 8, fix={"micro_batch": 4, "recompute": "selective", "compile": 0}),
+    _c("1g-stablelm-eager", "stablelm-2-1.6b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}),
+    _c("1g-stablelm-compiled", "stablelm-2-1.6b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}),
+    _c("1g-stablelm-mb2x4-full", "stablelm-2-1.6b", 1, 8, fix={"micro_batch": 2, "recompute": "full", "compile": 0}),
 ]
 
 

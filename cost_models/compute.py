@@ -29,7 +29,9 @@ profile written by `autoparallel calibrate` may carry measured per-class values 
                     _bwd_max with half-size attention_fwd_half_flops / _bwd_half_flops, GEMM-like
   softmax, log_softmax, cast, dropout, layer_norm, rms_norm and their backwards, rms_norm_narrow
   (<= 256 features: qk-norm), index (row gather), index_put (its accumulating backward),
-  broadcast_binary (an elementwise op with a broadcast input: RoPE, scaling by routing scores), strided (an
+  broadcast_binary (an elementwise op with a broadcast input: RoPE, scaling by routing scores; in fp32
+  throughout and along leading or trailing dimensions only, broadcast_binary_fp32: a Hugging Face RMSNorm's
+  products in its fp32 compute), strided (an
   elementwise op, cast or concatenation that reads through gaps or transposes: a slice of a fused qkv or
   gate_up projection, heads made contiguous; both run TensorIterator's non-vectorized path)
                     m = calibration.memory_fraction[class]           measured kernel families, on the
@@ -76,7 +78,8 @@ MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution"
 
 MEMORY_CLASSES = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "cast", "dropout",
                   "dropout_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
-                  "rms_norm_narrow", "rms_norm_narrow_backward", "index", "index_put", "broadcast_binary", "strided")
+                  "rms_norm_narrow", "rms_norm_narrow_backward", "index", "index_put", "broadcast_binary", "broadcast_binary_fp32",
+                  "strided")
 NARROW_NORM = 256  # RMSNorm over at most this many features (qk-norm over one head): a kernel of its own
 CLASSES = ("other", "gemm", "gemm_unaligned", "gemm_grouped", "attention_fwd", "attention_bwd") + MEMORY_CLASSES
 CLASS_CODE = {c: i for i, c in enumerate(CLASSES)}
@@ -107,10 +110,11 @@ def is_matmul(op_name: str) -> bool:
 
 
 def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: float = 0.0,
-             broadcast: bool = False, strided: bool = False) -> int:
+             broadcast: bool = False, strided: bool = False, fp32_broadcast: bool = False) -> int:
     """Kernel class code (CLASS_CODE) of one traced op (see the module docstring); `broadcast`: the
     tracer saw an elementwise op with an input broadcast to its output; `strided`: one that reads an
-    input with gaps or laid out unlike its output, or writes into a slice."""
+    input with gaps or laid out unlike its output, or writes into a slice; `fp32_broadcast`: a broadcast
+    in fp32 throughout, along leading or trailing dimensions only."""
     base = _base(op_name)
     if "attention" in base or "scaled_dot_product" in base:
         return CLASS_CODE["attention_bwd" if "backward" in base else "attention_fwd"]
@@ -124,7 +128,7 @@ def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: floa
     if cls.startswith("rms_norm") and out_shapes and out_shapes[0] and int(out_shapes[0][-1]) <= NARROW_NORM:
         cls = cls.replace("rms_norm", "rms_norm_narrow")
     elif cls == "other" and broadcast and base.rstrip("_") in _BROADCASTING:
-        cls = "broadcast_binary"
+        cls = "broadcast_binary_fp32" if fp32_broadcast else "broadcast_binary"
     elif cls in ("other", "cast") and strided:
         cls = "strided"
     return CLASS_CODE[cls]
@@ -133,7 +137,8 @@ def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: floa
 def classify_node(attrs: dict) -> int:
     """`classify` of a traced OpGraph node's attributes."""
     return classify(attrs.get("op", ""), attrs.get("out_shapes", ()), attrs.get("flops", 0.0),
-                    attrs.get("broadcast", False), attrs.get("strided", False))
+                    attrs.get("broadcast", False), attrs.get("strided", False),
+                    attrs.get("fp32_broadcast", False))
 
 
 def _unaligned(out_shapes: Sequence[Sequence[int]], flops: float, multiple: int = 8) -> bool:
