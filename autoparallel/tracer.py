@@ -108,6 +108,8 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
                     blocks=blocks, spec=spec,
                     fingerprint=fingerprint([(n, tuple(p.shape)) for n, p in meta_model.named_parameters()]))
     _fill_parameters(graph, meta_model, blocks)
+    graph.selective_as_op = [p for p in blocks if not any(hasattr(m, "recompute_core")
+                                                          for m in meta_model.get_submodule(p).modules())]
     if error is None:
         _build_op_graph(graph, tr)
         if compiled_saved:

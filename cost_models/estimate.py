@@ -230,6 +230,7 @@ class CostModel:
         A compiled block without recompute keeps what AOTAutograd's partitioner saves (`_compiled_saved`).
         """
         seg = self.segment_cache[placements_key][name]
+        recompute = self.runtime_recompute(name, recompute)
         b = float(micro_batch) / cp
         # the trainer's host work around the ops (cost_models.host): per-op dispatch of DTensor and of per-op
         # checkpointing; the backward recomputes each checkpointed region
@@ -376,6 +377,15 @@ class CostModel:
         if tp > 1 and not sp:
             return None
         return self.graph.compiled_saved.get(self.graph.block_class.get(name, -1))
+
+    def runtime_recompute(self, name: str, recompute: str) -> str:
+        """The recompute mode the runtime runs for `recompute` on segment `name`: AutoParallelTrainer runs
+        "selective" as per-op checkpointing on blocks without the attention-core switch
+        (OpGraph.selective_as_op: Hugging Face and user blocks, trainer/recompute.py); Megatron-LM always
+        recomputes the attention core."""
+        if recompute == "selective" and self.runtime == "trainer" and name in self.graph.selective_as_op:
+            return "op"
+        return recompute
 
     @staticmethod
     def _recomputed_ops(seg: Segment, recompute: str) -> int:

@@ -193,3 +193,33 @@ def test_alibi_attention_is_one_clear_error():
     from autoparallel.errors import UserError
     with pytest.raises(UserError, match="ALiBi attention is not supported"):
         trace(_falcon(alibi=True), batch=1, seq_len=16)
+
+
+def test_selective_recompute_is_priced_as_the_trainer_runs_it():
+    """AutoParallelTrainer recomputes the attention core under "selective" only in blocks whose attention
+    exposes `recompute_core` (the catalog's); a Hugging Face block runs per-op checkpointing instead
+    (trainer/recompute.py). The cost model prices what runs: for the HF llama "selective" costs exactly
+    what "op" costs (time and memory), while the catalog llama's selective stays the cheaper attention
+    core (with SDPA nothing quadratic to recompute: the activations of "none", the checkpoint's host work)."""
+    from autoparallel.models import build_model, load_model_spec
+    from autoparallel.plan import Plan
+    from autoparallel.sharding import cost_model
+
+    hf = HF.build("llama")
+    with torch.device("meta"):
+        catalog = build_model(load_model_spec("tiny-llama"))
+    cluster = make_cluster("h100-sxm", gpus=1, gpus_per_node=8)
+    for model, selective_is_op in ((hf, True), (catalog, False)):
+        g = trace(model, batch=1, seq_len=64)
+        assert (g.selective_as_op == g.blocks) is selective_is_op and (not g.selective_as_op) is not selective_is_op
+        cm = cost_model(g, cluster)
+        est = {r: cm.estimate(Plan(model="m", hardware="h100-sxm", gpus=1, gpus_per_node=8, global_batch=8,
+                                   seq_len=64, micro_batch=8, recompute=(r,) * len(g.blocks)))
+               for r in ("none", "selective", "op")}
+        assert est["op"].step_time_s > est["none"].step_time_s   # per-op checkpointing is not free
+        if selective_is_op:
+            assert est["selective"].step_time_s == est["op"].step_time_s
+            assert est["selective"].peak_memory_gib == est["op"].peak_memory_gib
+        else:  # the checkpoint's own host work only
+            assert est["none"].step_time_s <= est["selective"].step_time_s < est["op"].step_time_s
+            assert est["selective"].peak_memory_gib == est["none"].peak_memory_gib
