@@ -306,6 +306,11 @@ CONFIGS = [
     _c("1g-stablelm-eager", "stablelm-2-1.6b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}),
     _c("1g-stablelm-compiled", "stablelm-2-1.6b", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}),
     _c("1g-stablelm-mb2x4-full", "stablelm-2-1.6b", 1, 8, fix={"micro_batch": 2, "recompute": "full", "compile": 0}),
+    # "selective" on Hugging Face blocks (per-op checkpointing in the trainer), predicted after the fix s30 prompted
+    _c("1g-stablelm-mb4x2-sel", "stablelm-2-1.6b", 1, 8, fix={"micro_batch": 4, "recompute": "selective", "compile": 0}),
+    _c("1g-olmo2-mb4x2-sel", "olmo2-1b", 1, 8, fix={"micro_batch": 4, "recompute": "selective", "compile": 0}),
+    _c("1g-pythia-mb4x2-sel", "pythia-1.4b", 1, 8, fix={"micro_batch": 4, "recompute": "selective", "compile": 0}),
+    _c("1g-granite-mb8-sel", "granite-3-2b", 1, 8, fix={"micro_batch": 8, "recompute": "selective", "compile": 0}),
 ]
 
 
