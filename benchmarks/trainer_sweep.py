@@ -1728,8 +1728,10 @@ def noise_losses(runs: dict[str, tuple[int, dict[str, Any]]], steps: int, precis
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 port = sock.getsockname()[1]
+            # forkserver: ranks fork from a server that has imported torch once (in the test suite, the one
+            # tests/trainer_helpers.run_spawned started with the trainer preloaded), not a fresh interpreter each
             mp.start_processes(_noise_worker, args=(world, port, tmp, group, steps, precision), nprocs=world,
-                               start_method="spawn")
+                               start_method="forkserver")
         return {n: json.loads((Path(tmp) / f"{n}.json").read_text()) for n in runs}
 
 

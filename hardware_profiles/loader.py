@@ -267,8 +267,10 @@ def _build(v: dict[str, Any], path: str | None) -> HardwareProfile:
     )
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys (PyYAML keeps the last one silently)."""
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser where PyYAML has it
+    """SafeLoader that rejects duplicate keys (PyYAML keeps the last one silently). On libyaml's parser: a
+    profile is read by every plan, estimate and comparison (and a derived one reads its anchor too), and the
+    pure-Python scanner took ~45 ms a profile, a fifth of a CLI call's time in tests/test_fuzz_cli.py."""
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -279,7 +281,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+    return yaml.constructor.SafeConstructor.construct_mapping(loader, node, deep=deep)
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)

@@ -45,7 +45,7 @@ WORLD2: list[Config] = [
     Config("gpt-resume-pp2-to-fsdp2", "tiny-gpt", {"pp": 2, "micro_batch": 4},   # tie split, then joined
            resume={"stop": 2, "plan": {"dp": 2, "zero": 3, "micro_batch": 2}}),
     Config("moe-resume-ep2-to-pp2", "tiny-moe", {"ep": 2, "micro_batch": 2},
-           resume={"stop": 3, "plan": {"pp": 2, "micro_batch": 4}}),
+           resume={"stop": 2, "plan": {"pp": 2, "micro_batch": 4}}),
     Config("moe-resume-ep2-same-plan", "tiny-moe", {"ep": 2, "micro_batch": 2}, resume={"stop": 2}),
     # ranks that built their models from different seeds still start from rank 0's weights
     Config("moe-tp2-sp-rankseeds", "tiny-moe", {"tp": 2, "sp": True, "micro_batch": 4}, rank_seeds=True),
@@ -78,7 +78,7 @@ WORLD4: list[Config] = [
     Config("llama-resume-dp2xtp2-to-pp2xdp2", "tiny-llama", {"dp": 2, "tp": 2, "sp": True, "micro_batch": 2},
            resume={"stop": 2, "plan": {"pp": 2, "dp": 2, "micro_batch": 2}}),
     Config("gpt-resume-pp2xtp2-to-dp4", "tiny-gpt", {"pp": 2, "tp": 2, "sp": True, "micro_batch": 4},
-           resume={"stop": 3, "plan": {"dp": 4, "zero": 2, "micro_batch": 1}}),
+           resume={"stop": 2, "plan": {"dp": 4, "zero": 2, "micro_batch": 1}}),
 ]
 
 
