@@ -31,9 +31,9 @@ profile written by `autoparallel calibrate` may carry measured per-class values 
   (<= 256 features: qk-norm), index (row gather), index_put (its accumulating backward),
   broadcast_binary (an elementwise op with a broadcast input: RoPE, scaling by routing scores; in fp32
   throughout and along leading or trailing dimensions only, broadcast_binary_fp32: a Hugging Face RMSNorm's
-  products in its fp32 compute), strided (an
-  elementwise op, cast or concatenation that reads through gaps or transposes: a slice of a fused qkv or
-  gate_up projection, heads made contiguous; both run TensorIterator's non-vectorized path)
+  products in its fp32 compute), strided (an elementwise op, cast or concatenation that reads through gaps
+  or transposes: a slice of a fused qkv or gate_up projection, heads made contiguous; both run
+  TensorIterator's non-vectorized path)
                     m = calibration.memory_fraction[class]           measured kernel families, on the
                     bytes the tracer counts for the op (its inputs read, its outputs written)
   other             m = memory_bound
@@ -78,8 +78,8 @@ MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution"
 
 MEMORY_CLASSES = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "cast", "dropout",
                   "dropout_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
-                  "rms_norm_narrow", "rms_norm_narrow_backward", "index", "index_put", "broadcast_binary", "broadcast_binary_fp32",
-                  "strided")
+                  "rms_norm_narrow", "rms_norm_narrow_backward", "index", "index_put", "broadcast_binary",
+                  "broadcast_binary_fp32", "strided")
 NARROW_NORM = 256  # RMSNorm over at most this many features (qk-norm over one head): a kernel of its own
 CLASSES = ("other", "gemm", "gemm_unaligned", "gemm_grouped", "attention_fwd", "attention_bwd") + MEMORY_CLASSES
 CLASS_CODE = {c: i for i, c in enumerate(CLASSES)}

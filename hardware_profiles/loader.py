@@ -269,8 +269,8 @@ def _build(v: dict[str, Any], path: str | None) -> HardwareProfile:
 
 class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser where PyYAML has it
     """SafeLoader that rejects duplicate keys (PyYAML keeps the last one silently). On libyaml's parser: a
-    profile is read by every plan, estimate and comparison (and a derived one reads its anchor too), and the
-    pure-Python scanner took ~45 ms a profile, a fifth of a CLI call's time in tests/test_fuzz_cli.py."""
+    profile is read by every plan, estimate and comparison (and a derived one reads its anchor too), and
+    h100-sxm (derived from h200) took 25 ms with the pure-Python scanner against 3.4 ms."""
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:

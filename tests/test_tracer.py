@@ -401,3 +401,34 @@ def test_elementwise_ops_that_read_through_gaps_are_marked_strided():
     assert [a["strided"] for a in products] == [True, False]  # silu(gate) * up, then heads * heads
     assert classify_node(fwd["silu"]) == CLASS_CODE["strided"]
     assert classify_node(products[1]) == CLASS_CODE["other"]
+
+
+class _Norms(torch.nn.Module):
+    """A Hugging Face RMSNorm's fp32 products (x * rsqrt over the last dimension, weight * x over the rows),
+    the same in bf16, and an fp32 table broadcast over batch and heads at once (the catalog's RoPE)."""
+
+    def __init__(self, h: int = 16) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(h, h, bias=False)
+        self.weight = torch.nn.Parameter(torch.ones(h))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.proj(x).float()                                       # [B, S, h] fp32
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)    # column: fp32 broadcast
+        y = self.weight.float() * y                                    # [h] over rows: fp32 broadcast
+        z = y.to(torch.bfloat16) * self.weight.to(torch.bfloat16)      # bf16: the plain class
+        table = torch.ones(x.shape[1], 1, 4, dtype=torch.float32)       # [S, 1, D] over [B, S, H, D]
+        r = y.view(*y.shape[:2], 4, 4) * table                         # both sides of S: not an edge
+        return z.float().sum() + r.sum()
+
+
+def test_fp32_broadcasts_along_one_edge_get_their_own_class():
+    """The tracer's `fp32_broadcast` (a broadcast in fp32 throughout, repeated along leading or trailing
+    dimensions only) and the cost model's class for it, beside bf16 broadcasts and a table repeated on both
+    sides of the dimensions it spans, which keep broadcast_binary."""
+    from cost_models.compute import CLASS_CODE, CLASSES, classify_node
+    g = trace(_Norms(), example_inputs=torch.randn(2, 8, 16), dtype=torch.float32, compiled_saved=False)
+    products = [CLASSES[classify_node(a)] for _, a in g.g.nodes(data=True)
+                if a["phase"] == "fwd" and a["op"].split(".")[1] == "mul" and a["broadcast"]]
+    assert products == ["broadcast_binary_fp32", "broadcast_binary_fp32", "broadcast_binary", "broadcast_binary"]
+    assert CLASS_CODE["broadcast_binary_fp32"] != CLASS_CODE["broadcast_binary"]

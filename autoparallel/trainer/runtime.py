@@ -158,10 +158,11 @@ class ProcessGroups:
     gloo's threads and sockets), and a DeviceMesh makes one group per dimension each time it is built. So
     every AutoParallelTrainer in one process (resuming under another plan, a sweep, a notebook) used to add
     six, and their idle threads slowed every later step: in tests/test_hf_trainer.py's four-rank gloo group
-    one configuration took 1.9 s alone and 29.8 s as the 50th trainer of the process. A trainer now takes the groups of an earlier one whose
-    mesh has the same shape. Making a group is collective, so every rank must take the same path: they do,
-    because every rank builds the same trainers in the same order (as torch.distributed requires anyway).
-    A new default group (destroy_process_group, then init again) starts an empty registry."""
+    one configuration took 1.9 s alone and 29.8 s as the 50th trainer of the process. A trainer now takes
+    the groups of an earlier one whose mesh has the same shape. Making a group is collective, so every rank
+    must take the same path: they do, because every rank builds the same trainers in the same order (as
+    torch.distributed requires anyway). A new default group (destroy_process_group, then init again)
+    starts an empty registry."""
 
     def __init__(self) -> None:
         self._world: object | None = None
