@@ -8,6 +8,7 @@ Three steps, so that the GPUs only measure and every prediction is recomputed on
     autoparallel calibrate --trainer --raw $OUT/probes.jsonl                      # the host probes, same machine
     torchrun --nproc-per-node 2 $(which autoparallel) calibrate --trainer --raw $OUT/probes.jsonl
     python benchmarks/trainer_sweep.py fit --raw RAW.jsonl ... --probes probes.jsonl   # CPU: -> fitted profile
+    python benchmarks/trainer_sweep.py predict --only A,B --out PRED.json          # CPU: predictions before a run
     python benchmarks/trainer_sweep.py report --raw RAW.jsonl [RAW.jsonl ...]    # CPU: predict, compare
     python benchmarks/trainer_sweep.py losses --raw RAW.jsonl [RAW.jsonl ...]    # CPU: losses vs one GPU
     python benchmarks/trainer_sweep.py noise                    # CPU: rounding noise behind the loss tolerance
@@ -812,6 +813,17 @@ def cmd_ship(args: argparse.Namespace) -> int:
 def _rel(path: str) -> str:
     p = Path(path).resolve()
     return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else path
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    """The shipped profile's predictions of the selected plan files, written before the run that measures
+    them (held-out evidence: trainer_sweep_predicted_sN.json; the run's report rescales the host terms)."""
+    records = [{"name": cfg.name, "predicted": predict(cfg)[0]} for cfg in _selected(args.only)]
+    out = {"profile": "h200 as shipped (host factor 1.0; the run's report rescales it to the VM)", "records": records}
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    for r in records:
+        print(f"{r['name']:28s} {r['predicted']['step_time_s'] * 1e3:8.1f} ms {r['predicted']['peak_memory_gib']:6.1f} GiB")
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -1783,6 +1795,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--passes", type=int, default=1, help="passes over the selection (the report takes medians)")
     m.add_argument("--profile", action="store_true", help="profile one step of the configurations marked so")
     m.add_argument("--profile-all", action="store_true", help="profile one step of every configuration")
+    pr = sub.add_parser("predict", help="CPU: the shipped profile's predictions of plan files, before their run")
+    pr.add_argument("--only", required=True, help="comma-separated configuration names")
+    pr.add_argument("--out", required=True)
     r = sub.add_parser("report")
     r.add_argument("--raw", nargs="+", required=True)
     r.add_argument("--profile", default=str(FITTED_PROFILE), help="the profile `fit` wrote (default: %(default)s)")
@@ -1807,7 +1822,7 @@ def main(argv: list[str] | None = None) -> int:
     lo.add_argument("--raw", nargs="+", required=True)
     lo.add_argument("--output", default=str(LOSS_DOC))
     args = ap.parse_args(argv)
-    return {"plans": cmd_plans, "measure": cmd_measure, "report": cmd_report, "fit": cmd_fit,
+    return {"plans": cmd_plans, "measure": cmd_measure, "predict": cmd_predict, "report": cmd_report, "fit": cmd_fit,
             "ship": cmd_ship, "noise": cmd_noise, "losses": cmd_losses,
             "update-rates": cmd_update_rates}[args.cmd](args)
 
