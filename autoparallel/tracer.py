@@ -748,8 +748,9 @@ class _Tracer:
 
 
 # ============================================================================ graph assembly
-def _classify(mod: nn.Module, own: dict[str, torch.Tensor]) -> tuple[str, int | None, int | None, int | None]:
-    """(kind, in_features, out_features, num_experts) of a module owning parameters directly."""
+def _classify(mod: nn.Module, own: dict[str, torch.Tensor], path: str = ""
+              ) -> tuple[str, int | None, int | None, int | None]:
+    """(kind, in_features, out_features, num_experts) of a module (at `path`) owning parameters directly."""
     feats = linear_features(mod)  # nn.Linear, or transformers' Conv1D (weight stored [in, out])
     if feats is not None:
         return "linear", feats[0], feats[1], None
@@ -759,7 +760,12 @@ def _classify(mod: nn.Module, own: dict[str, torch.Tensor]) -> tuple[str, int | 
     if isinstance(mod, _NORM_CLASSES) or name.endswith(("Norm", "LayerNorm", "RMSNorm")):
         dims = [p.shape[-1] for p in own.values() if p.dim() >= 1]
         return "norm", (dims[0] if dims else None), (dims[0] if dims else None), None
-    stacked = {n: p for n, p in own.items() if p.dim() == 3}
+    # Stacked expert weights [E, in, out], in a module named for its experts (`experts` in the catalog,
+    # transformers and torchtitan alike). Other 3-D weights are not E experts to shard over ranks: a
+    # convolution's [out, in / groups, kernel] (the depthwise conv1d of Mamba, Jamba, Falcon-H1, Qwen3-Next's
+    # linear attention), RecurrentGemma's per-head block-diagonal gates [heads, width, width].
+    named = "expert" in path.rpartition(".")[2].lower() or "expert" in name.lower()
+    stacked = {n: p for n, p in own.items() if p.dim() == 3} if named else {}
     if stacked:
         first = next(iter(stacked.values()))
         w1, w2 = stacked.get("w1"), stacked.get("w2")
@@ -789,7 +795,7 @@ def _fill_parameters(graph: OpGraph, model: nn.Module, blocks: list[str]) -> Non
             nbytes += _nbytes(p)
         total += count
         total_bytes += nbytes
-        kind, fin, fout, experts = _classify(mod, own)
+        kind, fin, fout, experts = _classify(mod, own, path)
         parent, _, child = path.rpartition(".")
         split = fused_split(model.get_submodule(parent), child) if kind == "linear" else None
         graph.parametric_ops[path] = ParamOp(

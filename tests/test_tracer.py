@@ -432,3 +432,47 @@ def test_fp32_broadcasts_along_one_edge_get_their_own_class():
                 if a["phase"] == "fwd" and a["op"].split(".")[1] == "mul" and a["broadcast"]]
     assert products == ["broadcast_binary_fp32", "broadcast_binary_fp32", "broadcast_binary", "broadcast_binary"]
     assert CLASS_CODE["broadcast_binary_fp32"] != CLASS_CODE["broadcast_binary"]
+
+
+class _Mixer(torch.nn.Module):
+    """A state-space-like mixer: a depthwise Conv1d (weight [C, 1, K]) and per-head block-diagonal gates
+    [heads, w, w] (RecurrentGemma's RG-LRU): 3-D weights that are not experts."""
+
+    def __init__(self, h: int = 16, heads: int = 4) -> None:
+        super().__init__()
+        self.conv1d = torch.nn.Conv1d(h, h, 4, groups=h, padding=3)
+        self.gate_weight = torch.nn.Parameter(torch.randn(heads, h // heads, h // heads))
+        self.out = torch.nn.Linear(h, h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv1d(x.transpose(1, 2))[..., : x.shape[1]].transpose(1, 2)
+        b, s, h = y.shape
+        y = torch.einsum("bshw,hwv->bshv", y.reshape(b, s, self.gate_weight.shape[0], -1), self.gate_weight)
+        return self.out(y.reshape(b, s, h))
+
+
+class _MixerModel(torch.nn.Module):
+    """Tokens -> embedding -> two mixers -> logits, as a user's language model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 16)
+        self.layers = torch.nn.ModuleList(_Mixer() for _ in range(2))
+        self.head = torch.nn.Linear(16, 64)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = x + layer(x)
+        return self.head(x)
+
+
+def test_convolutions_and_per_head_weights_are_not_experts():
+    """3-D weights outside a module named for experts (a Conv1d's, per-head gates) are no expert group:
+    taken for one, the planner offered expert parallelism over 1536 "experts" of Falcon-H1's conv1d."""
+    from autoparallel.api import plan_model
+    g = trace(_MixerModel(), batch=2, seq_len=8, compiled_saved=False)
+    assert g.expert_groups == {}
+    assert g.parametric_ops["layers.0.conv1d"].kind == g.parametric_ops["layers.0"].kind == "other"
+    with pytest.raises(UserError, match="no experts"):
+        plan_model(_MixerModel(), hardware="h100-sxm", gpus=2, global_batch=2, seq_len=8, fix={"ep": 2})
