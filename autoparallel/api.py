@@ -19,7 +19,7 @@ from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, MAX_TOP
 from autoparallel.plan import Plan
 from autoparallel.planner import PRECISIONS, SCHEDULE_PINS, Planner, PlanResult, fp8_recipe, parse_fix
 from autoparallel.sharding import cost_model as sharding_cost_model
-from autoparallel.trace_cache import TraceCache, TraceKey, module_identity, spec_identity
+from autoparallel.trace_cache import TraceCache, TraceKey, hf_config_identity, module_identity, spec_identity
 from autoparallel.units import parse_bytes
 from cost_models.estimate import CostModel, Estimate
 from hardware_profiles import Cluster, load_profile
@@ -66,11 +66,12 @@ def _model_name(model: Any) -> str:
 def _model_identity(model: Any) -> str | None:
     """What determines the traced graph for the cache key; None when it cannot be known without
     running user code (`package.module:callable`), so that model is traced every time."""
-    from autoparallel.specs import ModelSpec, load_model_spec
+    from autoparallel.specs import ModelSpec, hf_config_of, load_model_spec
 
     if isinstance(model, (str, dict, ModelSpec)):
         try:
-            return spec_identity(load_model_spec(model))
+            hf = hf_config_of(model) if not isinstance(model, ModelSpec) else None
+            return hf_config_identity(hf.raw) if hf is not None else spec_identity(load_model_spec(model))
         except UserError:
             if isinstance(model, str) and ":" in model:
                 return None  # package.module:callable (or bad input the tracer reports in its words)

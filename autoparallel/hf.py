@@ -19,8 +19,9 @@ It also recognizes, by their interfaces, the layers tensor parallelism must trea
 that stores its weight transposed (Conv1D: `transposed_linear`) and fused projections whose parent
 cuts the output into pieces (`fused_split`, `localize_fused`).
 
-Nothing here imports transformers: a model is recognized by its class hierarchy, so the package stays
-an optional extra (`pip install autoparallel[hf]`).
+Nothing here imports transformers at import time: a model is recognized by its class hierarchy, so the
+package stays an optional extra (`pip install autoparallel[hf]`). Only `causal_lm_from_config` (a config
+file of a model_type the catalog does not implement, given to the CLI) imports it, when called.
 """
 
 from __future__ import annotations
@@ -30,10 +31,14 @@ import inspect
 import types
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+if TYPE_CHECKING:
+    from autoparallel.specs import HFConfig
 
 IGNORE_INDEX = -100  # HF's label for positions without a loss
 
@@ -50,11 +55,53 @@ class HFParts:
     rotary: str | None         # rotary table module ("model.rotary_emb")
     head: str                  # "lm_head"
     attn_implementation: str   # config._attn_implementation ("sdpa", "eager", ...)
+    rotary_by_layer_type: bool = False  # one table per attention layer type (Gemma 3: sliding / full)
     sliding_window: int | None = None  # attention window of the sliding layers (Mistral: all of them)
     mixed_windows: bool = False        # some layers slide, others attend to everything (Gemma 2)
     none_args: tuple[str, ...] = ()    # required block arguments passed as None (Falcon's `alibi` under rotary)
     embed_scale: float = 1.0           # the base model's multiplier of the token embeddings (Granite)
     logit_ops: tuple[tuple[str, float], ...] = ()  # what the LM's forward does to the logits, in order
+
+
+def causal_lm_from_config(config: HFConfig) -> nn.Module:
+    """The causal LM transformers builds from `config` (AutoModelForCausalLM.from_config, transformers' own
+    attention default: SDPA where the model has it) on the current default device: the meta device under
+    the tracer. Every failure is one UserError naming the config."""
+    from autoparallel.errors import UserError
+    model_type = config.raw.get("model_type")
+    try:
+        import transformers
+        from transformers import AutoConfig, AutoModelForCausalLM
+    except ImportError:
+        raise UserError(f"{config.source}: model_type {model_type!r} is built with transformers, which is not "
+                        f"installed; pip install 'autoparallel[hf]'") from None
+    version = transformers.__version__
+    try:
+        hf_config = AutoConfig.for_model(**config.raw)
+    except Exception as e:  # an unknown model_type, a value its config class validates and rejects
+        raise UserError(f"{config.source}: transformers {version} cannot read it ({type(e).__name__}: "
+                        f"{_first_line(e)}); check model_type and the keys") from None
+    try:
+        model = AutoModelForCausalLM.from_config(hf_config)
+    except ValueError as e:
+        if "Unrecognized configuration class" in str(e):
+            raise UserError(f"{config.source}: model_type {model_type!r} has no causal language model in "
+                            f"transformers {version} (AutoModelForCausalLM); autoparallel plans decoder-only "
+                            f"language models") from None
+        raise UserError(f"{config.source}: transformers {version} cannot build {model_type!r} from it "
+                        f"(ValueError: {_first_line(e)}); fix the config") from None
+    except Exception as e:
+        raise UserError(f"{config.source}: transformers {version} cannot build {model_type!r} from it "
+                        f"({type(e).__name__}: {_first_line(e)}); fix the config") from None
+    if not is_hf_causal_lm(model):  # BERT's BertLMHeadModel: an encoder with a language-model head
+        raise UserError(f"{config.source}: model_type {model_type!r} builds {type(model).__name__}, not a decoder-only "
+                        f"causal language model (decoder layers and an lm_head), which is what autoparallel plans")
+    return model
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else "no message"
 
 
 def is_hf_causal_lm(model: nn.Module) -> bool:
@@ -94,13 +141,19 @@ def hf_parts(model: nn.Module) -> HFParts:
     positions = next((full(n) for n, c in before if isinstance(c, nn.Embedding) and full(n) != embed), None)
     dropout = next((full(n) for n, c in before if isinstance(c, nn.Dropout)), None)
     norm = next((full(n) for n, c in after if computes(c)), None)  # OLMo's final LayerNorm has no parameters
-    rotary = next((full(n) for n, c in children if hasattr(c, "inv_freq")), None)
+    # the rotary table: an `inv_freq` buffer (Llama's), or by name (GPT-J's keeps `embed_positions`, Gemma 3's
+    # one inv_freq per layer type)
+    rotary_name, rotary_mod = next(((n, c) for n, c in children if hasattr(c, "inv_freq") or "rotary" in n.lower()),
+                                   (None, None))
+    rotary = full(rotary_name) if rotary_name is not None else None
+    by_type = rotary_mod is not None and "layer_type" in inspect.signature(rotary_mod.forward).parameters
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     window, mixed = _windows(model.config)
     blocks = children[layers_idx][1]
-    none_args = _required_block_args(model, blocks[0]) if len(blocks) else ()
+    none_args = _required_block_args(model, blocks[0], rotary is not None) if len(blocks) else ()
     return HFParts(embed=embed, positions=positions, dropout=dropout, layers=full(children[layers_idx][0]),
-                   norm=norm, rotary=rotary, head="lm_head", attn_implementation=impl, sliding_window=window,
+                   norm=norm, rotary=rotary, rotary_by_layer_type=by_type, head="lm_head", attn_implementation=impl,
+                   sliding_window=window,
                    mixed_windows=mixed, none_args=none_args, embed_scale=_embed_scale(base),
                    logit_ops=_logit_ops(model))
 
@@ -147,18 +200,19 @@ def apply_logit_ops(logits: torch.Tensor, ops: tuple[tuple[str, float], ...]) ->
 BLOCK_ARGS = ("attention_mask", "position_ids", "position_embeddings")  # what causal_lm_forward passes a block
 
 
-def _required_block_args(model: nn.Module, block: nn.Module) -> tuple[str, ...]:
+def _required_block_args(model: nn.Module, block: nn.Module, rotary: bool) -> tuple[str, ...]:
     """Required arguments of a block's forward beyond the hidden states and BLOCK_ARGS, each of which
-    causal_lm_forward passes as None. Only ALiBi's `alibi` qualifies, and only when the model does not
-    use ALiBi (Falcon's blocks require the argument and take None under rotary embeddings); any other is
-    one clear error rather than a wrong forward."""
+    causal_lm_forward passes as None. Only ALiBi's `alibi` qualifies, and only in a model with rotary
+    embeddings that does not use ALiBi (Falcon's blocks require the argument and take None then; BLOOM's
+    ALiBi is its only position signal and has no config flag); any other is one clear error rather than a
+    wrong forward."""
     from autoparallel.errors import UserError
 
     params = [p for p in inspect.signature(block.forward).parameters.values()
               if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)][1:]
     missing = tuple(p.name for p in params if p.default is inspect.Parameter.empty and p.name not in BLOCK_ARGS)
     for name in missing:
-        if name != "alibi" or getattr(model.config, "alibi", False):
+        if name != "alibi" or getattr(model.config, "alibi", False) or not rotary:
             raise UserError(f"{type(model).__name__}: its blocks require the argument {name!r}, which autoparallel's "
                             f"Hugging Face path does not compute (ALiBi attention is not supported); use a model "
                             f"with rotary or learned positions")
@@ -394,11 +448,17 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
                                                   parts.attn_implementation, window),
                     "position_ids": positions[None]}
     rotary = _get(model, parts.rotary)
-    if rotary is not None:
+    tables: dict[str, object] = {}
+    if rotary is not None and not parts.rotary_by_layer_type:
         kwargs["position_embeddings"] = rotary(h, positions[None])
     kwargs.update(dict.fromkeys(parts.none_args))
     layers = _get(model, parts.layers)
     for layer in layers if layers is not None else ():
+        if rotary is not None and parts.rotary_by_layer_type:
+            kind = _layer_type(layer)
+            if kind not in tables:
+                tables[kind] = rotary(h, positions[None], kind)
+            kwargs["position_embeddings"] = tables[kind]
         out = layer(h, **kwargs)
         h = out[0] if isinstance(out, tuple) else out
     norm = _get(model, parts.norm)
@@ -406,6 +466,16 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
         h = norm(h)
     head = _get(model, parts.head)
     return apply_logit_ops(head(h), parts.logit_ops) if head is not None else h
+
+
+def _layer_type(layer: nn.Module) -> str | None:
+    """The attention layer type of a block whose rotary table depends on it (Gemma 3's attention holds
+    `layer_type`, "sliding_attention" or "full_attention")."""
+    for child in layer.children():
+        kind = getattr(child, "layer_type", None)
+        if isinstance(kind, str):
+            return kind
+    return None
 
 
 def install_forward(model: nn.Module, parts: HFParts) -> None:

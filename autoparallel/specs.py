@@ -5,7 +5,9 @@ of each supported `model_type` (gpt2, llama, mistral, qwen2, qwen3, mixtral, qwe
 with the defaults the transformers config classes use when a key is absent. The catalog
 (catalog/models.yaml) is itself a list of such configs.
 
-`load_model` also accepts `package.module:callable` naming any user nn.Module factory.
+A config of any other model_type (gemma, phi3, deepseek_v3, ...) is built by transformers as it is
+(`HFConfig`, `autoparallel.hf.causal_lm_from_config`): the model a user hands the trainer. `load_model`
+also accepts `package.module:callable` naming any user nn.Module factory.
 """
 
 from __future__ import annotations
@@ -280,6 +282,43 @@ def _activation(cfg: _Cfg, key: str, default: str) -> str:
     return _ACT_ALIASES[act]
 
 
+@dataclass(frozen=True)
+class HFConfig:
+    """A Hugging Face config of a model_type outside MODEL_TYPES (gemma, phi3, deepseek_v3, ...): planned as
+    transformers builds it (`autoparallel.hf.causal_lm_from_config`), the model a user hands the trainer,
+    rather than through the catalog's own implementation of the MODEL_TYPES families."""
+    raw: dict[str, Any]
+    name: str
+    source: str
+
+    def check(self) -> None:
+        """Each size key a ModelSpec also reads is an integer within autoparallel/limits.py's bounds, so a
+        typo'd million layers is one error line rather than a model built layer by layer."""
+        cfg = _Cfg(self.raw, self.source)
+        for key in _HF_KEY_FIELD:
+            if self.raw.get(key) is not None:
+                cfg.int(key)
+
+
+def hf_config_of(ref: Any) -> HFConfig | None:
+    """`ref` (a config file or directory, or a dict of config keys) as an HFConfig when its model_type is one
+    the catalog does not implement; None for everything else (catalog names and MODEL_TYPES configs become
+    ModelSpecs, `package.module:callable` a user module)."""
+    if isinstance(ref, dict):
+        raw, name = ref, str(ref.get("name") or ref.get("model_type") or "custom")
+        source = f"model config {name!r}"
+    elif isinstance(ref, (str, Path)) and not _is_callable_ref(str(ref)):
+        raw, name, source = _resolve(str(ref))
+    else:
+        return None
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str) or not model_type or model_type in MODEL_TYPES:
+        return None
+    config = HFConfig(raw, name, source)
+    config.check()
+    return config
+
+
 def spec_from_hf_config(raw: dict[str, Any], name: str, source: str | None = None) -> ModelSpec:
     """Read the Hugging Face config keys of `raw` (unknown keys are ignored)."""
     source = source or f"model config {name!r}"
@@ -289,9 +328,9 @@ def spec_from_hf_config(raw: dict[str, Any], name: str, source: str | None = Non
     model_type = cfg.str("model_type", default="")
     if not model_type:
         raise UserError(f"{source}: missing required key 'model_type' (one of {', '.join(MODEL_TYPES)})")
-    if model_type not in MODEL_TYPES:
-        raise UserError(f"{source}: model_type {model_type!r} is not supported; supported: "
-                        f"{', '.join(MODEL_TYPES)} (or pass a package.module:callable)")
+    if model_type not in MODEL_TYPES:  # (load_model builds the others with transformers: hf_config_of)
+        raise UserError(f"{source}: model_type {model_type!r} has no ModelSpec; those with one: "
+                        f"{', '.join(MODEL_TYPES)} (plan the others from their config file or as a module)")
     family = MODEL_TYPES[model_type]
     if family == "gpt":
         return _gpt2_spec(cfg, name)
@@ -436,31 +475,32 @@ def load_model_spec(ref: str | dict | ModelSpec, **overrides: Any) -> ModelSpec:
         name = ref.get("name") if isinstance(ref.get("name"), str) else ref.get("model_type", "custom")
         spec = spec_from_hf_config(ref, name=str(name))
     elif isinstance(ref, (str, Path)):
-        ref = str(ref)
-        check_reference(ref, "model")
-        path = Path(ref).expanduser()
-        catalog = _catalog()
-        if ref in catalog:
-            spec = spec_from_hf_config(catalog[ref], name=ref, source=f"catalog model {ref!r}")
-        elif path.is_dir():
-            cfg = path / "config.json"
-            if not cfg.is_file():
-                raise UserError(f"model directory {ref!r} has no config.json; pass the config file itself")
-            spec = spec_from_hf_config(_read_config_file(cfg), name=path.resolve().name,
-                                       source=f"model config {str(cfg)!r}")
-        elif path.exists() or _looks_like_path(ref):
-            name = path.parent.resolve().name if path.stem == "config" else path.stem
-            spec = spec_from_hf_config(_read_config_file(path), name=name or path.stem,
-                                       source=f"model config {ref!r}")
-        else:
-            close = difflib.get_close_matches(ref, list(catalog), n=3, cutoff=0.5)
-            hint = (f"did you mean {', '.join(close)}?" if close
-                    else f"catalog names: {', '.join(catalog)}")
-            raise UserError(f"unknown model {ref!r}: not a catalog name, config file or "
-                            f"package.module:callable; {hint}")
+        raw, name, source = _resolve(str(ref))
+        spec = spec_from_hf_config(raw, name=name, source=source)
     else:
         raise UserError(f"model reference must be a name, path, dict or ModelSpec, got {type(ref).__name__}")
     return _apply_overrides(spec, overrides) if overrides else spec
+
+
+def _resolve(ref: str) -> tuple[dict[str, Any], str, str]:
+    """(config keys, model name, source for messages) of a catalog name, a config file or a directory
+    holding config.json."""
+    check_reference(ref, "model")
+    path = Path(ref).expanduser()
+    catalog = _catalog()
+    if ref in catalog:
+        return catalog[ref], ref, f"catalog model {ref!r}"
+    if path.is_dir():
+        cfg = path / "config.json"
+        if not cfg.is_file():
+            raise UserError(f"model directory {ref!r} has no config.json; pass the config file itself")
+        return _read_config_file(cfg), path.resolve().name, f"model config {str(cfg)!r}"
+    if path.exists() or _looks_like_path(ref):
+        name = path.parent.resolve().name if path.stem == "config" else path.stem
+        return _read_config_file(path), name or path.stem, f"model config {ref!r}"
+    close = difflib.get_close_matches(ref, list(catalog), n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else f"catalog names: {', '.join(catalog)}"
+    raise UserError(f"unknown model {ref!r}: not a catalog name, config file or package.module:callable; {hint}")
 
 
 def _apply_overrides(spec: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
@@ -519,6 +559,10 @@ def load_model(ref: str | dict | ModelSpec) -> tuple[nn.Module, ModelSpec | None
     `with torch.device("meta"): load_model(...)` allocates no parameter memory."""
     if _is_callable_ref(ref):
         return _load_callable(ref), None
+    hf = hf_config_of(ref)
+    if hf is not None:
+        from autoparallel.hf import causal_lm_from_config
+        return causal_lm_from_config(hf), None
     from autoparallel.models import build_model
 
     spec = load_model_spec(ref)
@@ -536,7 +580,7 @@ def spec_of(ref: Any) -> ModelSpec | None:
     """The ModelSpec behind a model reference (read and validated, no model built), or the `spec`
     attribute of a module; None for a `package.module:callable` or a user module."""
     if isinstance(ref, (str, dict, ModelSpec)) and not _is_callable_ref(ref):
-        return load_model_spec(ref)
+        return None if hf_config_of(ref) is not None else load_model_spec(ref)
     spec = getattr(ref, "spec", None)
     return spec if isinstance(spec, ModelSpec) else None
 

@@ -80,6 +80,16 @@ def spec_identity(spec: ModelSpec) -> str:
     return "spec:" + _digest(spec.to_dict())
 
 
+def hf_config_identity(raw: dict[str, Any]) -> str:
+    """A config transformers builds (specs.HFConfig): its keys and the installed transformers' version (read
+    from package metadata: a warm plan imports neither transformers nor torch)."""
+    try:
+        version = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        version = "absent"
+    return "hfconfig:" + _digest({"config": raw, "transformers": version})
+
+
 def module_identity(model: nn.Module) -> str | None:
     """Fingerprint of an nn.Module: its printed structure, parameters and buffers (name, shape,
     dtype, requires_grad) and the source files of every module class in it. None when a class's
@@ -96,8 +106,11 @@ def module_identity(model: nn.Module) -> str | None:
             return None
     params = [(n, list(p.shape), str(p.dtype), p.requires_grad) for n, p in model.named_parameters()]
     bufs = [(n, list(b.shape), str(b.dtype)) for n, b in model.named_buffers()]
+    # a Hugging Face model's config holds what its repr does not show (sliding windows, rope scaling, softcaps)
+    config = getattr(model, "config", None)
+    settings = config.to_dict() if callable(getattr(config, "to_dict", None)) else None
     return "module:" + _digest({"repr": repr(model), "params": params, "buffers": bufs, "sources": sources,
-                                "training": model.training})
+                                "training": model.training, "config": settings})
 
 
 @dataclass(frozen=True)

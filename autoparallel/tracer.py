@@ -41,7 +41,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from autoparallel.errors import UserError
 from autoparallel.graph import ExpertGroup, OpGraph, ParamOp
-from autoparallel.hf import fused_split, linear_features
+from autoparallel.hf import fused_split, is_hf_causal_lm, linear_features
 from autoparallel.plan import fingerprint
 from autoparallel.replicate import ReplicationPlan, expand, plan_replication, reduced
 
@@ -99,9 +99,13 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     if tr is None:
         tr, error = _traced(meta_model, blocks, args, kwargs, loss_of)
     if error is not None and not _meta_limitation(error):
-        raise UserError(f"trace: {name}'s forward raised {type(error).__name__}: "
-                        f"{str(error).splitlines()[0] if str(error) else 'no message'} (on a batch of {batch} x "
-                        f"{seq_len} tokens); fix the model so that one training step runs, then plan it")
+        what = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no message'}"
+        if is_hf_causal_lm(meta_model):  # our forward ran its layers (autoparallel/hf.py), not the user's code
+            raise UserError(f"trace: {name}'s layers raised {what} under autoparallel's Hugging Face forward "
+                            f"(autoparallel/hf.py: rotary or learned positions, causal masks); this architecture "
+                            f"is not supported there; pass a package.module:callable whose forward runs a step")
+        raise UserError(f"trace: {name}'s forward raised {what} (on a batch of {batch} x {seq_len} tokens); fix the "
+                        f"model so that one training step runs, then plan it")
 
     graph = OpGraph(g=nx.DiGraph(), model_name=name, batch=batch, seq_len=seq_len,
                     dtype=str(dtype).removeprefix("torch."), parameters=0, param_bytes=0,

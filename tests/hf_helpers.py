@@ -75,6 +75,12 @@ def config(name: str):
     if name == "gpt_neox":  # a per-head interleaved fused query_key_value
         return T.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                intermediate_size=64)
+    if name == "gptj":  # rotary on part of each head, its table a buffer other than inv_freq
+        return T.GPTJConfig(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=64,
+                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    if name == "gemma3":  # one rotary table per attention layer type (local and global bases)
+        return T.Gemma3TextConfig(**_KW, head_dim=4, sliding_window=64,
+                                  layer_types=["sliding_attention", "full_attention"])
     raise KeyError(name)
 
 

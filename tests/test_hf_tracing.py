@@ -223,3 +223,59 @@ def test_selective_recompute_is_priced_as_the_trainer_runs_it():
         else:  # the checkpoint's own host work only
             assert est["none"].step_time_s <= est["selective"].step_time_s < est["op"].step_time_s
             assert est["selective"].peak_memory_gib == est["none"].peak_memory_gib
+
+
+def _config_dir(tmp_path, name: str, **changes) -> str:
+    """A directory holding config.json of HF.config(name) with `changes`, as a user's checkpoint folder has."""
+    import json
+    raw = {**HF.config(name).to_dict(), **changes}
+    folder = tmp_path / name
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(raw))
+    return str(folder)
+
+
+def test_cli_plans_a_config_the_catalog_does_not_implement_as_transformers_builds_it(tmp_path):
+    """`autoparallel plan DIR` with a config.json of a model_type outside the catalog's (Gemma here) plans the
+    model transformers builds from it, the one a user hands the trainer: the same trace as HF.build's."""
+    from cli_harness import run_cli
+
+    from autoparallel.api import trace_model
+    from autoparallel.specs import hf_config_of, spec_of
+    folder = _config_dir(tmp_path, "gemma")
+    assert hf_config_of(folder) is not None and spec_of(folder) is None
+    o = run_cli(["plan", folder, "--hardware", "h100-sxm", "--gpus", "2", "--global-batch", "4", "--seq-len", "16",
+                 "--quiet"])
+    assert o.kind == "ok", (o.err, o.escaped)
+    assert "mesh" in o.out and "step time" in o.out
+    from_cli = trace_model(folder, seq_len=16, cache=False)
+    from_module = trace_model(HF.build("gemma", meta=True), seq_len=16, cache=False)
+    assert from_cli.parameters == from_module.parameters
+    assert from_cli.g.number_of_nodes() == from_module.g.number_of_nodes()
+
+
+@pytest.mark.parametrize("model_type, changes, message", [
+    ("t5", {}, "has no causal language model in transformers"),
+    ("bert", {}, "not a decoder-only causal language model"),
+    ("no_such_model", {}, "transformers .* cannot read it"),
+    ("gemma", {"num_hidden_layers": 10 ** 7}, "'num_hidden_layers' = 10,000,000 is outside"),
+    ("gemma", {"hidden_size": "wide"}, "'hidden_size' must be an integer"),
+])
+def test_cli_refuses_configs_transformers_cannot_build_in_one_line(tmp_path, model_type, changes, message):
+    import re
+
+    from cli_harness import run_cli
+    folder = _config_dir(tmp_path, "gemma", model_type=model_type, **changes)
+    o = run_cli(["plan", folder, "--hardware", "h100-sxm", "--gpus", "2", "--global-batch", "4", "--seq-len", "16",
+                 "--quiet"])
+    assert o.kind == "usage-error", (o.rc, o.err, o.escaped)
+    assert re.search(message, o.error_lines[0]), o.error_lines[0]
+
+
+def test_trace_cache_tells_hf_models_apart_by_their_config():
+    """Two HF models whose module trees print alike but whose configs differ (a sliding window) trace apart."""
+    from autoparallel.trace_cache import module_identity
+    a, b = HF.build("mistral", meta=True), HF.build("mistral", meta=True)
+    assert module_identity(a) == module_identity(b)
+    b.config.sliding_window = 8
+    assert repr(a) == repr(b) and module_identity(a) != module_identity(b)

@@ -284,7 +284,7 @@ def test_train_hf_example_trains_and_exports(tmp_path):
 
 
 @pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe", "olmo2", "olmo", "cohere", "granite", "gemma2",
-                                  "falcon", "gpt_neox"))
+                                  "falcon", "gpt_neox", "gptj", "gemma3"))
 def test_training_forward_equals_the_models_own(name):
     """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
     model's own forward bit for bit, with and without a padding mask, and leaves the user's module alone."""

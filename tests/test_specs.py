@@ -362,7 +362,7 @@ def test_wrong_types_and_values(tmp_path):
         load_model_spec({**LLAMA3_8B_CONFIG, "tie_word_embeddings": "no"})
     with pytest.raises(UserError, match="'num_hidden_layers' must be an integer"):
         load_model_spec({**LLAMA3_8B_CONFIG, "num_hidden_layers": True})
-    with pytest.raises(UserError, match="model_type 'bert' is not supported"):
+    with pytest.raises(UserError, match="model_type 'bert' has no ModelSpec"):
         load_model_spec({**LLAMA3_8B_CONFIG, "model_type": "bert"})
     with pytest.raises(UserError, match="not a multiple of num_kv_heads"):
         load_model_spec({**LLAMA3_8B_CONFIG, "num_key_value_heads": 7})
