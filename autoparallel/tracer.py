@@ -114,6 +114,7 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     _fill_parameters(graph, meta_model, blocks)
     graph.selective_as_op = [p for p in blocks if not any(hasattr(m, "recompute_core")
                                                           for m in meta_model.get_submodule(p).modules())]
+    graph.config_heads = _config_heads(meta_model)
     if error is None:
         _build_op_graph(graph, tr)
         if compiled_saved:
@@ -169,6 +170,17 @@ def _traced_replicated(model: nn.Module, plan: ReplicationPlan, args: tuple, kwa
         return None
     tr.nodes, tr.edges = full
     return tr
+
+
+def _config_heads(model: nn.Module) -> tuple[int, int]:
+    """(query heads, key/value heads) of a model with a Hugging Face style config, (0, 0) without one."""
+    config = getattr(model, "config", None)
+    heads = getattr(config, "num_attention_heads", None)
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0:
+        return 0, 0
+    kv = next((v for v in (getattr(config, k, None) for k in ("num_key_value_heads", "num_kv_heads"))
+               if isinstance(v, int) and not isinstance(v, bool) and v > 0), heads)
+    return heads, kv
 
 
 # ============================================================================ model preparation

@@ -12,11 +12,15 @@ from cost_models.graph import OpGraph
 def attention_heads(graph: OpGraph) -> tuple[int, int]:
     """(query heads, key/value heads); (0, 0) when the graph has no recognizable attention.
 
-    From the ModelSpec when known; otherwise from the fused attention kernels' outputs [B, H, S, D]
-    (GQA key/value heads are then not distinguishable and taken equal to H)."""
+    From the ModelSpec when known, else from a Hugging Face config (OpGraph.config_heads); otherwise from the
+    fused attention kernels' outputs [B, H, S, D] (GQA key/value heads are then not distinguishable and taken
+    equal to H)."""
     spec = getattr(graph, "spec", None)
     if spec is not None and getattr(spec, "num_heads", 0):
         return spec.num_heads, spec.num_kv_heads or spec.num_heads
+    heads, kv = getattr(graph, "config_heads", (0, 0))
+    if heads:
+        return heads, kv or heads
     heads = max((int(shape[1]) for shape in _fused_attention_outputs(graph)), default=0)
     return heads, heads
 

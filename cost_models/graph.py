@@ -125,6 +125,9 @@ class OpGraph:
     # AutoParallelTrainer runs "selective" as per-op checkpointing (trainer/recompute.py), and so does the
     # cost model (CostModel.runtime_recompute); elsewhere selective recomputes the seq x seq attention core
     selective_as_op: list[str] = field(default_factory=list)
+    # (query heads, key/value heads) from a Hugging Face model's config, (0, 0) otherwise: without a spec the
+    # graph shows only query heads (the fused attention outputs), and nothing in an eager attention
+    config_heads: tuple[int, int] = (0, 0)
 
     @property
     def has_tied_parameters(self) -> bool:

@@ -279,3 +279,16 @@ def test_trace_cache_tells_hf_models_apart_by_their_config():
     assert module_identity(a) == module_identity(b)
     b.config.sliding_window = 8
     assert repr(a) == repr(b) and module_identity(a) != module_identity(b)
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2"])  # SDPA (query heads visible in the trace), eager attention
+def test_tp_must_divide_the_key_value_heads_of_the_config(name):
+    """8 query heads, 4 key/value heads: tp=8 would split each kv head over two ranks. The counts come from the
+    config; the trace alone shows the query heads of SDPA's outputs and nothing of an eager attention."""
+    from autoparallel.api import plan_model
+    from autoparallel.errors import UserError
+    model = HF.build(name, meta=True)
+    assert (model.config.num_attention_heads, model.config.num_key_value_heads) == (8, 4)
+    with pytest.raises(UserError, match="does not divide the model's 8 heads / 4 kv heads"):
+        plan_model(model, hardware="h100-sxm", gpus=8, global_batch=8, seq_len=16, fix={"tp": 8})
+    assert plan_model(model, hardware="h100-sxm", gpus=8, global_batch=8, seq_len=16, fix={"tp": 4}).tp == 4
