@@ -504,7 +504,8 @@ def _fused_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     hq, hk = query.shape[1], key.shape[1]
     if hq != hk and not (enable_gqa and hq % hk == 0):
         return None
-    if attn_mask is None and query.dtype in (torch.float16, torch.bfloat16):
+    # flash needs one head dim for q, k and v; DeepSeek's latent attention (q/k 192, v 128) runs memory-efficient
+    if attn_mask is None and query.dtype in (torch.float16, torch.bfloat16) and value.shape[-1] == query.shape[-1]:
         return torch.ops.aten._scaled_dot_product_flash_attention(
             query, key, value, dropout_p, is_causal, False, scale=scale)[0]
     if hq != hk:  # memory-efficient attention has no GQA: K/V are expanded as the math path does

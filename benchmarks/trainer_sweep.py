@@ -154,9 +154,33 @@ STABLELM_2_1_6B = {"name": "stablelm-2-1.6b", "hf": True, "model_type": "stablel
                    "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24, "num_attention_heads": 32,
                    "num_key_value_heads": 32, "max_position_embeddings": 4096, "partial_rotary_factor": 0.25,
                    "use_qkv_bias": True, "rope_theta": 10000.0, "bos_token_id": 100257, "eos_token_id": 100257}
+# and three more, planned from their configs as transformers builds them (the fourteenth session's CLI path)
+# and predicted before they ran: Gemma 3 1B (one KV head of 256, five sliding-window layers to each global one,
+# each with its own rotary base, a tied 262k vocabulary; seq 512 = its window), GPT-J 6B's widths (parallel
+# attention and MLP, rotary on 64 of 256 dims of each head, biased MLP; 8 of its 28 layers) and DeepSeek-V2-Lite's
+# layers (multi-head latent attention: K/V through a rank-512 bottleneck, rotary on a 64-dim split; 64 routed
+# experts of width 1408, 6 routed, 2 shared; the first layer dense; 4 of its 27 layers)
+GEMMA3_1B = {"name": "gemma3-1b", "hf": True, "model_type": "gemma3_text", "vocab_size": 262144, "hidden_size": 1152,
+             "intermediate_size": 6912, "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1,
+             "head_dim": 256, "max_position_embeddings": 32768, "sliding_window": 512, "rope_theta": 1000000.0,
+             "rope_local_base_freq": 10000.0, "query_pre_attn_scalar": 256, "hidden_activation": "gelu_pytorch_tanh",
+             "sliding_window_pattern": 6, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
+GPTJ_6B_8L = {"name": "gptj-6b-8l", "hf": True, "model_type": "gptj", "vocab_size": 50400, "n_embd": 4096, "n_layer": 8,
+              "n_head": 16, "rotary_dim": 64, "n_positions": 2048, "activation_function": "gelu_new",
+              "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "tie_word_embeddings": False,
+              "bos_token_id": 50256, "eos_token_id": 50256}
+DEEPSEEK_V2_LITE_4L = {"name": "deepseek-v2-lite-4l", "hf": True, "model_type": "deepseek_v2", "vocab_size": 102400,
+                       "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+                       "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 16,
+                       "n_shared_experts": 2, "n_routed_experts": 64, "num_experts_per_tok": 6,
+                       "first_k_dense_replace": 1, "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128,
+                       "qk_rope_head_dim": 64, "v_head_dim": 128, "routed_scaling_factor": 1.0, "topk_method": "greedy",
+                       "n_group": 1, "topk_group": 1, "max_position_embeddings": 4096, "rope_theta": 10000.0,
+                       "tie_word_embeddings": False, "bos_token_id": 100000, "eos_token_id": 100001}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
-                                 PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B)}
+                                 PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
+                                 GPTJ_6B_8L, DEEPSEEK_V2_LITE_4L)}
 
 
 @dataclass(frozen=True)

@@ -476,3 +476,32 @@ def test_convolutions_and_per_head_weights_are_not_experts():
     assert g.parametric_ops["layers.0.conv1d"].kind == g.parametric_ops["layers.0"].kind == "other"
     with pytest.raises(UserError, match="no experts"):
         plan_model(_MixerModel(), hardware="h100-sxm", gpus=2, global_batch=2, seq_len=8, fix={"ep": 2})
+
+
+class _LatentAttention(torch.nn.Module):
+    """Attention whose values are narrower than its queries and keys (DeepSeek's MLA: 192 against 128)."""
+
+    def __init__(self, h: int = 32, heads: int = 4, dqk: int = 12, dv: int = 8) -> None:
+        super().__init__()
+        self.heads, self.dqk, self.dv = heads, dqk, dv
+        self.qk = torch.nn.Linear(h, 2 * heads * dqk, bias=False)
+        self.v = torch.nn.Linear(h, heads * dv, bias=False)
+        self.o = torch.nn.Linear(heads * dv, h, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q, k = self.qk(x).view(b, s, 2, self.heads, self.dqk).permute(2, 0, 3, 1, 4)
+        v = self.v(x).view(b, s, self.heads, self.dv).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(y.transpose(1, 2).reshape(b, s, -1))
+
+
+def test_attention_with_narrower_values_traces_op_level_as_memory_efficient_attention():
+    """Flash attention needs one head dim for q, k and v; a GPU runs such attention memory-efficient, and the
+    trace must too: routed to flash, the meta output took q's width and the whole model fell to module level."""
+    g = trace(_LatentAttention(), example_inputs=torch.randn(2, 8, 32), loss_fn=lambda y, *_: y.float().pow(2).mean(),
+              compiled_saved=False)
+    assert not g.module_level
+    attn = [a for _, a in g.g.nodes(data=True) if "scaled_dot_product" in a["op"] and a["phase"] == "fwd"]
+    assert [(a["op"], a["out_shapes"][0]) for a in attn] == [
+        ("aten._scaled_dot_product_efficient_attention.default", (2, 4, 8, 8))]
