@@ -1479,19 +1479,25 @@ class StageModel:
         """T_d = sum_{s on d} [ sum_{c,r} n[s,c,r] * t(c,r) + pre/post + p2p ] (ns per micro-batch);
         Tmax >= T_d for every pipeline rank d (the bottleneck stage)."""
         p = self.cfg.pp
-        horizon = int(self.ns * (self.pre_post_time() + self.p2p_per_virtual_stage * self.S + sum(
-            max(self.block_time(c, r) for r in self.modes) * k for c, k in self.class_counts.items()))) + 1
+        # the bound sums the same rounded terms as the stage times: rounding each block's time to whole units
+        # pushed a stage of all-slowest blocks past a bound rounded once (a 26-block Gemma 3 with recompute
+        # pinned to one mode was INFEASIBLE by 13 units)
+        def units(seconds: float) -> int:
+            return int(round(self.ns * seconds))
+
+        horizon = (units(self.cost("pre", "none").total_s) + units(self.cost("post", "none").total_s)
+                   + units(self.p2p_per_virtual_stage) * self.S
+                   + sum(max(units(self.block_time(c, r)) for r in self.modes) * k for c, k in self.class_counts.items()))
         T = []
         for d in range(p):
             expr = 0
             for s in range(d, self.S, p):
-                expr += sum(int(round(self.ns * self.block_time(c, r))) * n[s, c, r] for c in self.classes
-                            for r in self.modes)
-                expr += int(round(self.ns * self.p2p_per_virtual_stage))
+                expr += sum(units(self.block_time(c, r)) * n[s, c, r] for c in self.classes for r in self.modes)
+                expr += units(self.p2p_per_virtual_stage)
                 if s == 0:
-                    expr += int(round(self.ns * self.cost("pre", "none").total_s))
+                    expr += units(self.cost("pre", "none").total_s)
                 if s == self.S - 1:
-                    expr += int(round(self.ns * self.cost("post", "none").total_s))
+                    expr += units(self.cost("post", "none").total_s)
             t = model.NewIntVar(0, horizon, f"T{d}")
             model.Add(t == expr)
             T.append(t)

@@ -336,6 +336,22 @@ CONFIGS = [
     _c("1g-olmo2-mb4x2-sel", "olmo2-1b", 1, 8, fix={"micro_batch": 4, "recompute": "selective", "compile": 0}),
     _c("1g-pythia-mb4x2-sel", "pythia-1.4b", 1, 8, fix={"micro_batch": 4, "recompute": "selective", "compile": 0}),
     _c("1g-granite-mb8-sel", "granite-3-2b", 1, 8, fix={"micro_batch": 8, "recompute": "selective", "compile": 0}),
+    # fourteenth session, predicted before the run (FAMILIES6): models the CLI now plans from their configs
+    _c("1g-gemma3-eager", "gemma3-1b", 1, 32, seq=512, fix={"micro_batch": 16, "recompute": "none", "compile": 0},
+       profile=True),
+    _c("1g-gemma3-compiled", "gemma3-1b", 1, 32, seq=512, fix={"micro_batch": 16, "recompute": "none", "compile": 1},
+       profile=True),
+    _c("1g-gemma3-mb4x8-full", "gemma3-1b", 1, 32, seq=512, fix={"micro_batch": 4, "recompute": "full", "compile": 0},
+       profile=True),
+    _c("1g-gptj-eager", "gptj-6b-8l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}, profile=True),
+    _c("1g-gptj-compiled", "gptj-6b-8l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}, profile=True),
+    _c("1g-gptj-mb2x4-op", "gptj-6b-8l", 1, 8, fix={"micro_batch": 2, "recompute": "op", "compile": 0}, profile=True),
+    _c("1g-dsv2-eager", "deepseek-v2-lite-4l", 1, 8, fix={"micro_batch": 4, "recompute": "none", "compile": 0},
+       profile=True),
+    _c("1g-dsv2-compiled", "deepseek-v2-lite-4l", 1, 8, fix={"micro_batch": 4, "recompute": "none", "compile": 1},
+       profile=True),
+    _c("1g-dsv2-mb2x4-full", "deepseek-v2-lite-4l", 1, 8, fix={"micro_batch": 2, "recompute": "full", "compile": 0},
+       profile=True),
 ]
 
 

@@ -292,3 +292,23 @@ def test_tp_must_divide_the_key_value_heads_of_the_config(name):
     with pytest.raises(UserError, match="does not divide the model's 8 heads / 4 kv heads"):
         plan_model(model, hardware="h100-sxm", gpus=8, global_batch=8, seq_len=16, fix={"tp": 8})
     assert plan_model(model, hardware="h100-sxm", gpus=8, global_batch=8, seq_len=16, fix={"tp": 4}).tp == 4
+
+
+def test_pinned_recompute_on_mixed_block_classes_is_feasible(hidden: int = 32, layers: int = 12):
+    """Gemma 3's layout (five sliding-window layers to each global one: two block classes) with recompute
+    pinned: the CP-SAT stage-time bound summed the blocks' times before rounding them to whole units, so a
+    stage of all-pinned blocks could exceed it and a plan that fits came back INFEASIBLE (this size did with
+    recompute=op, as 32 x 26 and 48 x 26 layers did; Gemma 3 1B with recompute=none)."""
+    import transformers as T
+
+    from autoparallel.api import plan_model
+    cfg = T.Gemma3TextConfig(vocab_size=128, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=64,
+                             max_position_embeddings=64,
+                             layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                                          for i in range(layers)])
+    with torch.device("meta"):
+        model = T.AutoModelForCausalLM.from_config(cfg)
+    plan = plan_model(model, hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=16,
+                      fix={"micro_batch": 2, "recompute": "op", "compile": 0})
+    assert plan.recompute == ("op",) * layers
