@@ -29,6 +29,9 @@
 #                                                           # (FAMILIES5)
 #   bash benchmarks/device/trainer_sweep.sh selective-hf    # one GPU: "selective" on four Hugging Face families
 #                                                           # (SELECTIVE_HF: per-op checkpointing in the trainer)
+#   bash benchmarks/device/trainer_sweep.sh families6       # one GPU: the same for Gemma 3 1B, GPT-J 6B's widths and
+#                                                           # DeepSeek-V2-Lite's layers (FAMILIES6: planned from their
+#                                                           # configs as transformers builds them)
 #   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
 #                                                           # timelines of host-paced and compiled MoE rows
 #                                                           # (profile_timeline.py; the compiled MoE's whole traces)
@@ -46,7 +49,9 @@ SKIP_SINGLE=1g-llama7b-b8,1g-llama7b-b8-mb2x4,1g-llama7b-b8-compiled,1g-llama7b-
 FAMILIES5=1g-llama32-eager,1g-llama32-compiled,1g-llama32-mb4x2-sel,1g-stablelm-eager,1g-stablelm-compiled
 FAMILIES5=$FAMILIES5,1g-stablelm-mb2x4-full
 SELECTIVE_HF=1g-stablelm-mb4x2-sel,1g-olmo2-mb4x2-sel,1g-pythia-mb4x2-sel,1g-granite-mb8-sel
-SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES3,$FAMILIES4,$FAMILIES5,$SELECTIVE_HF
+FAMILIES6=1g-gemma3-eager,1g-gemma3-compiled,1g-gemma3-mb4x8-full,1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op
+FAMILIES6=$FAMILIES6,1g-dsv2-eager,1g-dsv2-compiled,1g-dsv2-mb2x4-full
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES3,$FAMILIES4,$FAMILIES5,$SELECTIVE_HF,$FAMILIES6
 # held_out NAME ROWS SECONDS [MEASURE FLAGS]: this VM's host factor, the rows into $OUT/NAME.jsonl, the factor again
 held_out() {
   local name=$1 rows=$2 seconds=$3
@@ -126,6 +131,7 @@ case "${1:-}" in
   families4) held_out families4 "$FAMILIES4" 480 --profile-all ;;
   families5) held_out families5 "$FAMILIES5" 480 --profile-all ;;
   selective-hf) held_out selective_hf "$SELECTIVE_HF" 420 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf" >&2
+  families6) held_out families6 "$FAMILIES6" 470 --profile-all ;;
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6" >&2
      exit 2 ;;
 esac
