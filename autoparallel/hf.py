@@ -470,12 +470,13 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
 
 def _layer_type(layer: nn.Module) -> str | None:
     """The attention layer type of a block whose rotary table depends on it (Gemma 3's attention holds
-    `layer_type`, "sliding_attention" or "full_attention")."""
-    for child in layer.children():
-        kind = getattr(child, "layer_type", None)
-        if isinstance(kind, str):
-            return kind
-    return None
+    `layer_type`, "sliding_attention" or "full_attention"), found below any wrapper (activation
+    checkpointing's) once and kept on the block (a copy the trainer or tracer owns)."""
+    kind = vars(layer).get("_layer_type", False)
+    if kind is False:
+        kind = next((k for k in (getattr(m, "layer_type", None) for m in layer.modules()) if isinstance(k, str)), None)
+        layer._layer_type = kind
+    return kind
 
 
 def install_forward(model: nn.Module, parts: HFParts) -> None:

@@ -168,7 +168,8 @@ GEMMA3_1B = {"name": "gemma3-1b", "hf": True, "model_type": "gemma3_text", "voca
 GPTJ_6B_8L = {"name": "gptj-6b-8l", "hf": True, "model_type": "gptj", "vocab_size": 50400, "n_embd": 4096, "n_layer": 8,
               "n_head": 16, "rotary_dim": 64, "n_positions": 2048, "activation_function": "gelu_new",
               "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "tie_word_embeddings": False,
-              "bos_token_id": 50256, "eos_token_id": 50256}
+              "bos_token_id": 50256, "eos_token_id": 50256,
+              "attn_implementation": "eager"}  # transformers 5.17 (the device's) has no SDPA path for GPT-J
 DEEPSEEK_V2_LITE_4L = {"name": "deepseek-v2-lite-4l", "hf": True, "model_type": "deepseek_v2", "vocab_size": 102400,
                        "hidden_size": 2048, "intermediate_size": 10944, "moe_intermediate_size": 1408,
                        "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 16,
@@ -375,14 +376,15 @@ def _parameters(model: str) -> tuple[int, int]:
 
 def _build(model: str) -> Any:
     """MODELS[model] on the current default device: the catalog's implementation, or for an "hf" entry the
-    Hugging Face model a user builds from that config (sdpa attention, transformers' own initialization)."""
+    Hugging Face model a user builds from that config (sdpa attention unless the entry names another,
+    transformers' own initialization)."""
     from autoparallel.models import build_model, load_model_spec
     spec = MODELS[model]
     if not spec.get("hf"):
         return build_model(load_model_spec(spec))
     from transformers import AutoConfig, AutoModelForCausalLM
-    config = AutoConfig.for_model(**{k: v for k, v in spec.items() if k not in ("name", "hf")})
-    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    config = AutoConfig.for_model(**{k: v for k, v in spec.items() if k not in ("name", "hf", "attn_implementation")})
+    return AutoModelForCausalLM.from_config(config, attn_implementation=spec.get("attn_implementation", "sdpa"))
 
 
 # ============================================================================ plans (CPU)

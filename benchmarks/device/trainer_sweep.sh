@@ -32,6 +32,8 @@
 #   bash benchmarks/device/trainer_sweep.sh families6       # one GPU: the same for Gemma 3 1B, GPT-J 6B's widths and
 #                                                           # DeepSeek-V2-Lite's layers (FAMILIES6: planned from their
 #                                                           # configs as transformers builds them)
+#   bash benchmarks/device/trainer_sweep.sh families6b      # the rows of families6 that did not run: GPT-J with eager
+#                                                           # attention, Gemma 3 under full recompute (after its fix)
 #   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
 #                                                           # timelines of host-paced and compiled MoE rows
 #                                                           # (profile_timeline.py; the compiled MoE's whole traces)
@@ -132,6 +134,7 @@ case "${1:-}" in
   families5) held_out families5 "$FAMILIES5" 480 --profile-all ;;
   selective-hf) held_out selective_hf "$SELECTIVE_HF" 420 --profile-all ;;
   families6) held_out families6 "$FAMILIES6" 470 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6" >&2
+  families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b" >&2
      exit 2 ;;
 esac
