@@ -17,6 +17,9 @@ profile written by `autoparallel calibrate` may carry measured per-class values 
                     kernel over G groups): the curve is evaluated at the FLOPs of one group, F / G, with
                     half-size calibration.gemm_grouped_half_flops, so t = (F + G F_half) / (P max): each
                     group pays a fixed cost, as G separate GEMMs would (small experts run slowly)
+  gemm_fp32         max = calibration.gemm_best_fraction_by_dtype.fp32, of the fp32 peak: a GEMM on fp32
+                    inputs in a bf16 model (GPT-J's attention scores upcast before their product) runs
+                    on the fp32 units (PyTorch's default allows no TF32), 1/15 of an H200's bf16 rate
   attention_fwd/bwd fused attention kernels (`attention_times`), where the profile has the four terms
                     calibration.attention_{fwd,bwd}_terms = [flop_max, score_ps, row_bytes, fixed_us]:
                         t = F / (P flop_max) + S2 score_ps + E row_bytes / BW + fixed_us
@@ -81,7 +84,8 @@ MEMORY_CLASSES = ("softmax", "softmax_backward", "log_softmax", "log_softmax_bac
                   "rms_norm_narrow", "rms_norm_narrow_backward", "index", "index_put", "broadcast_binary",
                   "broadcast_binary_fp32", "strided")
 NARROW_NORM = 256  # RMSNorm over at most this many features (qk-norm over one head): a kernel of its own
-CLASSES = ("other", "gemm", "gemm_unaligned", "gemm_grouped", "attention_fwd", "attention_bwd") + MEMORY_CLASSES
+CLASSES = ("other", "gemm", "gemm_unaligned", "gemm_grouped", "gemm_fp32", "attention_fwd",
+           "attention_bwd") + MEMORY_CLASSES
 CLASS_CODE = {c: i for i, c in enumerate(CLASSES)}
 _GEMM_BASES = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear")
 _BY_BASE = {
@@ -110,15 +114,19 @@ def is_matmul(op_name: str) -> bool:
 
 
 def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: float = 0.0,
-             broadcast: bool = False, strided: bool = False, fp32_broadcast: bool = False) -> int:
+             broadcast: bool = False, strided: bool = False, fp32_broadcast: bool = False,
+             fp32_out: bool = False) -> int:
     """Kernel class code (CLASS_CODE) of one traced op (see the module docstring); `broadcast`: the
     tracer saw an elementwise op with an input broadcast to its output; `strided`: one that reads an
     input with gaps or laid out unlike its output, or writes into a slice; `fp32_broadcast`: a broadcast
-    in fp32 throughout, along leading or trailing dimensions only."""
+    in fp32 throughout, along leading or trailing dimensions only; `fp32_out`: its output is fp32 (a GEMM
+    then ran on fp32 inputs)."""
     base = _base(op_name)
     if "attention" in base or "scaled_dot_product" in base:
         return CLASS_CODE["attention_bwd" if "backward" in base else "attention_fwd"]
     if base in _GEMM_BASES:
+        if fp32_out:
+            return CLASS_CODE["gemm_fp32"]
         return CLASS_CODE["gemm_unaligned" if _unaligned(out_shapes, flops) else "gemm"]
     if base == "_grouped_mm":
         return CLASS_CODE["gemm_grouped"]
@@ -136,9 +144,10 @@ def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: floa
 
 def classify_node(attrs: dict) -> int:
     """`classify` of a traced OpGraph node's attributes."""
+    dtypes = attrs.get("out_dtypes") or ()
     return classify(attrs.get("op", ""), attrs.get("out_shapes", ()), attrs.get("flops", 0.0),
                     attrs.get("broadcast", False), attrs.get("strided", False),
-                    attrs.get("fp32_broadcast", False))
+                    attrs.get("fp32_broadcast", False), bool(dtypes) and dtypes[0] == "float32")
 
 
 def _unaligned(out_shapes: Sequence[Sequence[int]], flops: float, multiple: int = 8) -> bool:
@@ -206,6 +215,9 @@ def _class_tables(profile: HardwareProfile) -> tuple[np.ndarray, np.ndarray, np.
     half = np.full(len(CLASSES), eff.gemm_half_flops)
     peak_max[CLASS_CODE["gemm_unaligned"]] = calibrated(profile, "gemm_unaligned_max", eff.gemm_max)
     peak_max[CLASS_CODE["gemm_grouped"]] = calibrated(profile, "gemm_grouped_max", eff.gemm_max)
+    by_dtype = profile.calibration.get("gemm_best_fraction_by_dtype") if profile.calibration else None
+    fp32 = by_dtype.get("fp32") if isinstance(by_dtype, dict) else None
+    peak_max[CLASS_CODE["gemm_fp32"]] = float(fp32) if isinstance(fp32, (int, float)) and fp32 > 0 else eff.gemm_max
     half[CLASS_CODE["gemm_grouped"]] = calibrated(profile, "gemm_grouped_half_flops", eff.gemm_half_flops)
     for phase in ("fwd", "bwd"):
         code = CLASS_CODE[f"attention_{phase}"]
@@ -231,6 +243,12 @@ def op_times(flops: np.ndarray, bytes_moved: np.ndarray, matmul: np.ndarray, pro
         half = np.full(len(flops), eff.gemm_half_flops)
     else:
         maxes, halves, fracs = _class_tables(profile)
+        # an fp32 GEMM's fraction is of the fp32 peak: rescaled to the compute dtype's, which `peak` is; in an
+        # fp32 model every GEMM is one, at the plain gemm curve
+        fp32_peak = profile.peak_flops.get("fp32", peak)
+        maxes = maxes.copy()
+        maxes[CLASS_CODE["gemm_fp32"]] = (maxes[CLASS_CODE["gemm_fp32"]] * fp32_peak / peak if fp32_peak != peak
+                                          else maxes[CLASS_CODE["gemm"]])
         curve_max, half, mem = maxes[op_class], halves[op_class], fracs[op_class]
     with np.errstate(divide="ignore", invalid="ignore"):
         per_group = groups is not None and op_class is not None

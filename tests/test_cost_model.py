@@ -397,3 +397,27 @@ def test_the_trainer_update_prices_adamw_and_fsdp_copies_at_their_own_fractions(
     plain = replace(prof, calibration={k: v for k, v in prof.calibration.items() if k != "memory_fraction"})
     assert fsdp_update_time(1.0, 1, 0, 1, plain) == pytest.approx(
         28 / (bw * prof.efficiency.memory_bound) + 28 / (bw * 0.5))
+
+
+def test_a_gemm_on_fp32_inputs_runs_at_the_fp32_rate():
+    """GPT-J upcasts its attention scores' operands to fp32 before the product: in a bf16 model that GEMM runs
+    on the fp32 units (no TF32 by default) at the calibrated fp32 fraction of the fp32 peak, 1/15 of the bf16
+    rate on an H200 (s34: GPT-J's steps were predicted 18-22% fast at the bf16 rate). In an fp32 model every
+    GEMM is such a one and keeps the plain curve."""
+    from cost_models.compute import classify_node
+    from hardware_profiles import load_profile
+    profile = load_profile("h200")
+    node = {"op": "aten.bmm.default", "out_shapes": [(64, 2048, 2048)], "flops": 2.0 * 64 * 2048 * 2048 * 256,
+            "out_dtypes": ["float32"]}
+    assert classify_node(node) == CLASS_CODE["gemm_fp32"]
+    assert classify_node({**node, "out_dtypes": ["bfloat16"]}) == CLASS_CODE["gemm"]
+    f, moved, mm = np.array([node["flops"]]), np.array([0.0]), np.array([True])
+    eff = profile.efficiency
+    fraction = profile.calibration["gemm_best_fraction_by_dtype"]["fp32"]
+    expected = f[0] / (profile.peak("fp32") * fraction * f[0] / (f[0] + eff.gemm_half_flops)) + eff.kernel_overhead_s
+    t32 = op_times(f, moved, mm, profile, "bf16", np.array([CLASS_CODE["gemm_fp32"]]))[0]
+    assert t32 == pytest.approx(expected, rel=1e-12)
+    t16 = op_times(f, moved, mm, profile, "bf16", np.array([CLASS_CODE["gemm"]]))[0]
+    assert t32 / t16 > 10
+    fp32_model = [op_times(f, moved, mm, profile, "fp32", np.array([CLASS_CODE[c]]))[0] for c in ("gemm_fp32", "gemm")]
+    assert fp32_model[0] == fp32_model[1]
