@@ -178,10 +178,24 @@ DEEPSEEK_V2_LITE_4L = {"name": "deepseek-v2-lite-4l", "hf": True, "model_type": 
                        "qk_rope_head_dim": 64, "v_head_dim": 128, "routed_scaling_factor": 1.0, "topk_method": "greedy",
                        "n_group": 1, "topk_group": 1, "max_position_embeddings": 4096, "rope_theta": 10000.0,
                        "tie_word_embeddings": False, "bos_token_id": 100000, "eos_token_id": 100001}
+# and one more, held out from the fp32-GEMM class GPT-J's rows prompted: CodeGen 2B's widths (12 of its 32 layers;
+# GPT-J's attention, scores in fp32, with a fused qkv projection cut in four model-parallel groups)
+CODEGEN_2B_12L = {"name": "codegen-2b-12l", "hf": True, "model_type": "codegen", "vocab_size": 51200, "n_embd": 2560,
+                  "n_layer": 12, "n_head": 32, "rotary_dim": 64, "n_positions": 2048, "n_ctx": 2048,
+                  "activation_function": "gelu_new", "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+                  "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 50256,
+                  "attn_implementation": "eager"}
+# and Phi-2's widths (16 of 32 layers: parallel attention and MLP, rotary on 40% of each head, biased LayerNorms
+# and projections, a 51200 vocabulary), planned from its config like the others
+PHI2_16L = {"name": "phi2-16l", "hf": True, "model_type": "phi", "vocab_size": 51200, "hidden_size": 2560,
+            "intermediate_size": 10240, "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 32,
+            "partial_rotary_factor": 0.4, "max_position_embeddings": 2048, "hidden_act": "gelu_new",
+            "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0, "tie_word_embeddings": False,
+            "bos_token_id": 50256, "eos_token_id": 50256}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
-                                 GPTJ_6B_8L, DEEPSEEK_V2_LITE_4L)}
+                                 GPTJ_6B_8L, DEEPSEEK_V2_LITE_4L, CODEGEN_2B_12L, PHI2_16L)}
 
 
 @dataclass(frozen=True)
@@ -353,6 +367,15 @@ CONFIGS = [
        profile=True),
     _c("1g-dsv2-mb2x4-full", "deepseek-v2-lite-4l", 1, 8, fix={"micro_batch": 2, "recompute": "full", "compile": 0},
        profile=True),
+    _c("1g-codegen-eager", "codegen-2b-12l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0},
+       profile=True),
+    _c("1g-codegen-compiled", "codegen-2b-12l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1},
+       profile=True),
+    _c("1g-codegen-mb4x2-full", "codegen-2b-12l", 1, 8, fix={"micro_batch": 4, "recompute": "full", "compile": 0},
+       profile=True),
+    _c("1g-phi2-eager", "phi2-16l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}, profile=True),
+    _c("1g-phi2-compiled", "phi2-16l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}, profile=True),
+    _c("1g-phi2-mb2x4-op", "phi2-16l", 1, 8, fix={"micro_batch": 2, "recompute": "op", "compile": 0}, profile=True),
 ]
 
 

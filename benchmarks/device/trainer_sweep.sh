@@ -34,6 +34,8 @@
 #                                                           # configs as transformers builds them)
 #   bash benchmarks/device/trainer_sweep.sh families6b      # the rows of families6 that did not run: GPT-J with eager
 #                                                           # attention, Gemma 3 under full recompute (after its fix)
+#   bash benchmarks/device/trainer_sweep.sh families7       # one GPU: CodeGen 2B's and Phi-2's widths (FAMILIES7), held
+#                                                           # out from the fp32-GEMM class
 #   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
 #                                                           # timelines of host-paced and compiled MoE rows
 #                                                           # (profile_timeline.py; the compiled MoE's whole traces)
@@ -53,7 +55,8 @@ FAMILIES5=$FAMILIES5,1g-stablelm-mb2x4-full
 SELECTIVE_HF=1g-stablelm-mb4x2-sel,1g-olmo2-mb4x2-sel,1g-pythia-mb4x2-sel,1g-granite-mb8-sel
 FAMILIES6=1g-gemma3-eager,1g-gemma3-compiled,1g-gemma3-mb4x8-full,1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op
 FAMILIES6=$FAMILIES6,1g-dsv2-eager,1g-dsv2-compiled,1g-dsv2-mb2x4-full
-SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES3,$FAMILIES4,$FAMILIES5,$SELECTIVE_HF,$FAMILIES6
+FAMILIES7=1g-codegen-eager,1g-codegen-compiled,1g-codegen-mb4x2-full,1g-phi2-eager,1g-phi2-compiled,1g-phi2-mb2x4-op
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES3,$FAMILIES4,$FAMILIES5,$SELECTIVE_HF,$FAMILIES6,$FAMILIES7
 # held_out NAME ROWS SECONDS [MEASURE FLAGS]: this VM's host factor, the rows into $OUT/NAME.jsonl, the factor again
 held_out() {
   local name=$1 rows=$2 seconds=$3
@@ -134,7 +137,8 @@ case "${1:-}" in
   families5) held_out families5 "$FAMILIES5" 480 --profile-all ;;
   selective-hf) held_out selective_hf "$SELECTIVE_HF" 420 --profile-all ;;
   families6) held_out families6 "$FAMILIES6" 470 --profile-all ;;
+  families7) held_out families7 "$FAMILIES7" 440 --profile-all ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7" >&2
      exit 2 ;;
 esac
