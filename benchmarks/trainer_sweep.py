@@ -218,6 +218,19 @@ def _c(name: str, model: str, gpus: int, rows: int, **kw: Any) -> SweepConfig:
     return SweepConfig(name, model, gpus, rows, **kw)
 
 
+def _trio(prefix: str, model: str, rows: int, mb: int, third: tuple[int, str], seq: int = 2048) -> list[SweepConfig]:
+    """A family's three rows, each profiled: eager and compiled at micro-batch `mb`, and `third` = (micro-batch,
+    recompute mode) eager, named PREFIX-eager, PREFIX-compiled, PREFIX-mb{m}x{rows/m}-{mode}."""
+    tmb, mode = third
+    suffix = {"full": "full", "op": "op", "selective": "sel"}[mode]
+    return [_c(f"{prefix}-eager", model, 1, rows, seq=seq, fix={"micro_batch": mb, "recompute": "none", "compile": 0},
+               profile=True),
+            _c(f"{prefix}-compiled", model, 1, rows, seq=seq,
+               fix={"micro_batch": mb, "recompute": "none", "compile": 1}, profile=True),
+            _c(f"{prefix}-mb{tmb}x{rows // tmb}-{suffix}", model, 1, rows, seq=seq,
+               fix={"micro_batch": tmb, "recompute": mode, "compile": 0}, profile=True)]
+
+
 CONFIGS = [
     # one GPU: micro-batching, every recompute mode, eager and compiled, three model kinds
     _c("1g-llama-auto", "llama-1.3b", 1, 8, fix={"compile": 1}, profile=True),
@@ -352,30 +365,11 @@ CONFIGS = [
     _c("1g-pythia-mb4x2-sel", "pythia-1.4b", 1, 8, fix={"micro_batch": 4, "recompute": "selective", "compile": 0}),
     _c("1g-granite-mb8-sel", "granite-3-2b", 1, 8, fix={"micro_batch": 8, "recompute": "selective", "compile": 0}),
     # fourteenth session, predicted before the run (FAMILIES6): models the CLI now plans from their configs
-    _c("1g-gemma3-eager", "gemma3-1b", 1, 32, seq=512, fix={"micro_batch": 16, "recompute": "none", "compile": 0},
-       profile=True),
-    _c("1g-gemma3-compiled", "gemma3-1b", 1, 32, seq=512, fix={"micro_batch": 16, "recompute": "none", "compile": 1},
-       profile=True),
-    _c("1g-gemma3-mb4x8-full", "gemma3-1b", 1, 32, seq=512, fix={"micro_batch": 4, "recompute": "full", "compile": 0},
-       profile=True),
-    _c("1g-gptj-eager", "gptj-6b-8l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}, profile=True),
-    _c("1g-gptj-compiled", "gptj-6b-8l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}, profile=True),
-    _c("1g-gptj-mb2x4-op", "gptj-6b-8l", 1, 8, fix={"micro_batch": 2, "recompute": "op", "compile": 0}, profile=True),
-    _c("1g-dsv2-eager", "deepseek-v2-lite-4l", 1, 8, fix={"micro_batch": 4, "recompute": "none", "compile": 0},
-       profile=True),
-    _c("1g-dsv2-compiled", "deepseek-v2-lite-4l", 1, 8, fix={"micro_batch": 4, "recompute": "none", "compile": 1},
-       profile=True),
-    _c("1g-dsv2-mb2x4-full", "deepseek-v2-lite-4l", 1, 8, fix={"micro_batch": 2, "recompute": "full", "compile": 0},
-       profile=True),
-    _c("1g-codegen-eager", "codegen-2b-12l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0},
-       profile=True),
-    _c("1g-codegen-compiled", "codegen-2b-12l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1},
-       profile=True),
-    _c("1g-codegen-mb4x2-full", "codegen-2b-12l", 1, 8, fix={"micro_batch": 4, "recompute": "full", "compile": 0},
-       profile=True),
-    _c("1g-phi2-eager", "phi2-16l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}, profile=True),
-    _c("1g-phi2-compiled", "phi2-16l", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 1}, profile=True),
-    _c("1g-phi2-mb2x4-op", "phi2-16l", 1, 8, fix={"micro_batch": 2, "recompute": "op", "compile": 0}, profile=True),
+    *_trio("1g-gemma3", "gemma3-1b", 32, 16, (4, "full"), seq=512),
+    *_trio("1g-gptj", "gptj-6b-8l", 8, 8, (2, "op")),
+    *_trio("1g-dsv2", "deepseek-v2-lite-4l", 8, 4, (2, "full")),
+    *_trio("1g-codegen", "codegen-2b-12l", 8, 8, (4, "full")),
+    *_trio("1g-phi2", "phi2-16l", 8, 8, (2, "op")),
 ]
 
 
