@@ -150,6 +150,15 @@ def hf_parts(model: nn.Module) -> HFParts:
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     window, mixed = _windows(model.config)
     blocks = children[layers_idx][1]
+    # a convolution in a block is a state-space or short-convolution mixer (Mamba, Jamba, Falcon-H1, Qwen3-Next's
+    # linear attention, LFM2): it reads `attention_mask` as a padding mask, where causal_lm_forward passes the
+    # attention layers' causal one (the trainer failed on the shapes; the meta trace broadcast them silently)
+    conv = next((f"{full(children[layers_idx][0])}.{n}" for n, m in blocks.named_modules()
+                 if isinstance(m, nn.modules.conv._ConvNd)), None)
+    if conv is not None:
+        raise UserError(f"{type(model).__name__}: {conv} is a convolution inside a block (a state-space or "
+                        f"convolution mixer), which autoparallel's Hugging Face forward does not run; only "
+                        f"attention blocks are supported there; pass a package.module:callable")
     none_args = _required_block_args(model, blocks[0], rotary is not None) if len(blocks) else ()
     return HFParts(embed=embed, positions=positions, dropout=dropout, layers=full(children[layers_idx][0]),
                    norm=norm, rotary=rotary, rotary_by_layer_type=by_type, head="lm_head", attn_implementation=impl,

@@ -312,3 +312,17 @@ def test_pinned_recompute_on_mixed_block_classes_is_feasible(hidden: int = 32, l
     plan = plan_model(model, hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=16,
                       fix={"micro_batch": 2, "recompute": "op", "compile": 0})
     assert plan.recompute == ("op",) * layers
+
+
+def test_state_space_mixers_are_one_clear_error():
+    """Mamba's mixer reads `attention_mask` as a padding mask where autoparallel's forward passes attention's
+    causal one: the trainer failed on the shapes and the meta trace broadcast them into a wrong graph (which the
+    planner then planned, tensor-parallel mixers included). Refused, naming the convolution."""
+    import transformers as T
+
+    from autoparallel.errors import UserError
+    cfg = T.MambaConfig(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4)
+    with torch.device("meta"):
+        model = T.AutoModelForCausalLM.from_config(cfg)
+    with pytest.raises(UserError, match=r"backbone\.layers\.0\.mixer\.conv1d is a convolution inside a block"):
+        trace(model, batch=1, seq_len=16)
