@@ -195,11 +195,17 @@ def calibrated(profile: HardwareProfile, key: str, default: float) -> float:
     return float(value) if isinstance(value, (int, float)) and value > 0 else default
 
 
+def _calibrated_entry(profile: HardwareProfile, table: str, key: str, default: float) -> float:
+    """A measured value from a table of the profile's calibration section (calibration[table][key]), else
+    `default`."""
+    values = profile.calibration.get(table) if profile.calibration else None
+    value = values.get(key) if isinstance(values, dict) else None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else default
+
+
 def memory_fraction(profile: HardwareProfile, cls: str) -> float:
     """Achieved fraction of memory bandwidth of a kernel class (calibrated, else memory_bound)."""
-    table = profile.calibration.get("memory_fraction") if profile.calibration else None
-    value = table.get(cls) if isinstance(table, dict) else None
-    return float(value) if isinstance(value, (int, float)) and value > 0 else profile.efficiency.memory_bound
+    return _calibrated_entry(profile, "memory_fraction", cls, profile.efficiency.memory_bound)
 
 
 def gemm_efficiency(flops: np.ndarray | float, profile: HardwareProfile) -> np.ndarray | float:
@@ -208,16 +214,20 @@ def gemm_efficiency(flops: np.ndarray | float, profile: HardwareProfile) -> np.n
     return eff.gemm_max * flops / (flops + eff.gemm_half_flops)
 
 
-def _class_tables(profile: HardwareProfile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(curve maximum, curve half-size [FLOPs], bandwidth fraction) per class code."""
+def _class_tables(profile: HardwareProfile, dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(curve maximum, curve half-size [FLOPs], bandwidth fraction) per class code; the maxima are fractions of
+    the compute dtype's peak."""
     eff = profile.efficiency
     peak_max = np.full(len(CLASSES), eff.gemm_max)
     half = np.full(len(CLASSES), eff.gemm_half_flops)
     peak_max[CLASS_CODE["gemm_unaligned"]] = calibrated(profile, "gemm_unaligned_max", eff.gemm_max)
     peak_max[CLASS_CODE["gemm_grouped"]] = calibrated(profile, "gemm_grouped_max", eff.gemm_max)
-    by_dtype = profile.calibration.get("gemm_best_fraction_by_dtype") if profile.calibration else None
-    fp32 = by_dtype.get("fp32") if isinstance(by_dtype, dict) else None
-    peak_max[CLASS_CODE["gemm_fp32"]] = float(fp32) if isinstance(fp32, (int, float)) and fp32 > 0 else eff.gemm_max
+    # an fp32 GEMM's calibrated fraction is of the fp32 peak, rescaled to the compute dtype's; in an fp32 model
+    # every GEMM is one, at the plain gemm curve
+    peak, fp32_peak = profile.peak(dtype), profile.peak_flops.get("fp32", profile.peak(dtype))
+    peak_max[CLASS_CODE["gemm_fp32"]] = (
+        _calibrated_entry(profile, "gemm_best_fraction_by_dtype", "fp32", eff.gemm_max) * fp32_peak / peak
+        if fp32_peak != peak else eff.gemm_max)
     half[CLASS_CODE["gemm_grouped"]] = calibrated(profile, "gemm_grouped_half_flops", eff.gemm_half_flops)
     for phase in ("fwd", "bwd"):
         code = CLASS_CODE[f"attention_{phase}"]
@@ -242,13 +252,7 @@ def op_times(flops: np.ndarray, bytes_moved: np.ndarray, matmul: np.ndarray, pro
         curve_max, mem = np.full(len(flops), eff.gemm_max), np.full(len(flops), eff.memory_bound)
         half = np.full(len(flops), eff.gemm_half_flops)
     else:
-        maxes, halves, fracs = _class_tables(profile)
-        # an fp32 GEMM's fraction is of the fp32 peak: rescaled to the compute dtype's, which `peak` is; in an
-        # fp32 model every GEMM is one, at the plain gemm curve
-        fp32_peak = profile.peak_flops.get("fp32", peak)
-        maxes = maxes.copy()
-        maxes[CLASS_CODE["gemm_fp32"]] = (maxes[CLASS_CODE["gemm_fp32"]] * fp32_peak / peak if fp32_peak != peak
-                                          else maxes[CLASS_CODE["gemm"]])
+        maxes, halves, fracs = _class_tables(profile, dtype)
         curve_max, half, mem = maxes[op_class], halves[op_class], fracs[op_class]
     with np.errstate(divide="ignore", invalid="ignore"):
         per_group = groups is not None and op_class is not None
