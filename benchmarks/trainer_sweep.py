@@ -392,11 +392,15 @@ def _parameters(model: str) -> tuple[int, int]:
 
 
 def _build(model: str) -> Any:
-    """MODELS[model] on the current default device: the catalog's implementation, or for an "hf" entry the
+    """MODELS[model] on the current default device (`build_spec`)."""
+    return build_spec(MODELS[model])
+
+
+def build_spec(spec: dict[str, Any]) -> Any:
+    """A MODELS entry on the current default device: the catalog's implementation, or for an "hf" entry the
     Hugging Face model a user builds from that config (sdpa attention unless the entry names another,
     transformers' own initialization)."""
     from autoparallel.models import build_model, load_model_spec
-    spec = MODELS[model]
     if not spec.get("hf"):
         return build_model(load_model_spec(spec))
     from transformers import AutoConfig, AutoModelForCausalLM

@@ -36,6 +36,9 @@
 #                                                           # attention, Gemma 3 under full recompute (after its fix)
 #   bash benchmarks/device/trainer_sweep.sh families7       # one GPU: CodeGen 2B's and Phi-2's widths (FAMILIES7), held
 #                                                           # out from the fp32-GEMM class
+#   bash benchmarks/device/trainer_sweep.sh host-mix        # one GPU: host factor, then the host time per block of the
+#                                                           # sweep's families at 32 tokens a row (host_mix.py;
+#                                                           # host-mix-compiled: six of them compiled)
 #   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
 #                                                           # timelines of host-paced and compiled MoE rows
 #                                                           # (profile_timeline.py; the compiled MoE's whole traces)
@@ -138,6 +141,12 @@ case "${1:-}" in
   selective-hf) held_out selective_hf "$SELECTIVE_HF" 420 --profile-all ;;
   families6) held_out families6 "$FAMILIES6" 470 --profile-all ;;
   families7) held_out families7 "$FAMILIES7" 440 --profile-all ;;
+  host-mix|host-mix-compiled)  # host time per block of the sweep's families at 32 tokens a row (host_mix.py)
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    flag=""; [ "$1" = host-mix-compiled ] && flag=--compiled
+    timeout 450 python benchmarks/host_mix.py measure $flag --out "$OUT/host_mix.jsonl" 2>&1 | quiet \
+      | grep "blocks fwd\|Error\|error" | cut -c1-200 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
   *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7" >&2
      exit 2 ;;

@@ -1,0 +1,305 @@
+"""What does the host pay per block, model by model? The unit of the host floor (issue 12)
+
+The cost model prices an eager phase's host time per traced aten op (`compute.host_floor`), at rates fitted
+on the calibration probes (a llama, a GPT, a MoE of the catalog). Models whose op mix differs miss both ways:
+Gemma 3's blocks (118 forward ops, 81 of them small fp32 elementwise ops of its six RMSNorms) were
+predicted host-paced at 633 ms and ran GPU-paced at 485 ms; Hugging Face rows paced by the host under
+recompute were predicted fast. This measures, for the sweep's model families at their widths on a few
+layers, the host time AutoParallelTrainer takes for the forward and for the backward of the middle blocks
+of a step at 32 tokens a row (so the GPU never paces the host), and `report` sets it against counts of
+what the host does per block on the meta trace: aten ops, the kernels among them (views launch none),
+Python-level torch calls (a TorchFunctionMode), module calls, and autograd nodes in the backward.
+
+Timing: forward hooks give the host time from block 0's end to block k's end (blocks 1..k, each with its
+FSDP2 hooks), gradient hooks on the same outputs the backward of blocks k..1, all in the first micro-batch
+of each step after a device synchronization; the median over the steps.
+
+    python benchmarks/host_mix.py measure --out $OUT/host_mix.jsonl [--compiled] [--only a,b]   # one GPU
+    python benchmarks/host_mix.py report --raw benchmarks/results/raw/host_mix_s36.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import trainer_sweep as ts  # noqa: E402
+
+SEQ = 32
+ROWS = 4          # four micro-batches of one row: the first one is timed
+LAYERS = 6        # each model on this many layers (fewer where its spec has fewer)
+TIMED = 4         # blocks 1..TIMED
+# the sweep's families; Mixtral's layers (1.4B parameters each) are left out
+MIX = ("llama-1.3b", "gpt-350m", "moe-1.2b-8e", "qwen3-1.7b", "qwen2.5-1.5b", "qwen3-30b-a3b-4l", "gpt2-xl",
+       "phi3-mini-16l", "gemma-2b", "pythia-1.4b", "olmo2-1b", "granite-3-2b", "llama3.2-1b", "stablelm-2-1.6b",
+       "gemma3-1b", "gptj-6b-8l", "deepseek-v2-lite-4l", "codegen-2b-12l", "phi2-16l", "qwen1.5-moe-a2.7b-4l")
+COMPILED = ("llama-1.3b", "gpt-350m", "llama3.2-1b", "gemma3-1b", "pythia-1.4b", "phi2-16l")
+
+
+def spec_of(model: str) -> dict[str, Any]:
+    """MODELS[model] on min(LAYERS, its own) layers."""
+    spec = dict(ts.MODELS[model])
+    key = "n_layer" if "n_layer" in spec else "num_hidden_layers"
+    spec[key] = min(LAYERS, spec[key])
+    return spec
+
+
+def plan_of(spec: dict[str, Any], compile_: bool) -> Any:
+    import torch
+
+    from autoparallel.api import plan_result
+    with torch.device("meta"):
+        meta = ts.build_spec(spec)
+    result, _ = plan_result(meta, hardware="h200", gpus=1, global_batch=ROWS, seq_len=SEQ, gpus_per_node=1,
+                            fix={"micro_batch": 1, "recompute": "none", "compile": int(compile_), "tp": 1, "pp": 1,
+                                 "ep": 1})
+    return result.plan
+
+
+class Windows:
+    """Host seconds of blocks 1..k's forward and backward in the first micro-batch of an armed step."""
+
+    def __init__(self, blocks: list[Any], k: int) -> None:
+        self.armed = False
+        self.k = k
+        self.marks: dict[str, float] = {}
+        blocks[0].register_forward_hook(self._out(0))
+        blocks[k].register_forward_hook(self._out(k))
+
+    def _out(self, i: int):
+        def hook(_mod: Any, _args: Any, out: Any) -> None:
+            import torch
+            if not self.armed or f"f{i}" in self.marks:
+                return
+            self.marks[f"f{i}"] = time.perf_counter()
+            t = out[0] if isinstance(out, tuple) else out
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                t.register_hook(self._grad(i))
+        return hook
+
+    def _grad(self, i: int):
+        def hook(_g: Any) -> None:
+            self.marks.setdefault(f"b{i}", time.perf_counter())
+        return hook
+
+    def take(self) -> tuple[float, float]:
+        m, self.marks = self.marks, {}
+        return m["f" + str(self.k)] - m["f0"], m["b0"] - m["b" + str(self.k)]
+
+
+def measure_one(model: str, compile_: bool, steps: int) -> dict[str, Any]:
+    import torch
+
+    from autoparallel import AutoParallelTrainer
+    from autoparallel.trainer.structure import find_layout, get_submodule
+    spec = spec_of(model)
+    plan = plan_of(spec, compile_)
+    gc.collect()
+    torch._dynamo.reset()
+    cuda = torch.cuda.is_available()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if cuda:
+        torch.cuda.empty_cache()
+    torch.manual_seed(0)
+    with torch.device("cuda" if cuda else "cpu"):
+        m = ts.build_spec(spec)
+    if not spec.get("hf"):
+        with torch.no_grad():
+            m.init_weights(seed=0)
+    trainer = AutoParallelTrainer(m, optimizer=None, plan=plan)
+    del m
+    part = trainer.model_parts[0]
+    blocks = [get_submodule(part, p) for p in find_layout(part).block_paths]
+    k = min(TIMED, len(blocks) - 1)
+    win = Windows(blocks, k)
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, spec["vocab_size"], (ROWS, SEQ + 1), generator=gen) for _ in range(2)]
+    for i in range(5):
+        trainer.step(batches[i % 2])
+    fwd, bwd, step = [], [], []
+    for i in range(steps):
+        sync()
+        win.armed = True
+        t = time.perf_counter()
+        trainer.step(batches[i % 2])
+        sync()
+        step.append(time.perf_counter() - t)
+        win.armed = False
+        f, b = win.take()
+        fwd.append(f)
+        bwd.append(b)
+    del trainer
+    return {"name": model, "compile": int(compile_), "blocks": k, "layers": len(blocks), "plan": plan.to_dict(),
+            "fwd_s": fwd, "bwd_s": bwd, "step_s": step}
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    models = args.only.split(",") if args.only else (COMPILED if args.compiled else MIX)
+    for model in models:
+        try:
+            rec = measure_one(model, args.compiled, args.steps)
+        except Exception as e:  # one family failing must not lose the others' numbers
+            rec = {"name": model, "compile": int(args.compiled), "error": f"{type(e).__name__}: {e}"[:400]}
+        with open(args.out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        if "error" in rec:
+            print(f"{model}: {rec['error']}", flush=True)
+        else:
+            med = {k: statistics.median(rec[k]) * 1e3 for k in ("fwd_s", "bwd_s", "step_s")}
+            print(f"{model} compile={rec['compile']}: {rec['blocks']} blocks fwd {med['fwd_s']:.2f} ms bwd "
+                  f"{med['bwd_s']:.2f} ms; step {med['step_s']:.1f} ms", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--out", required=True)
+    m.add_argument("--steps", type=int, default=12)
+    m.add_argument("--compiled", action="store_true", help="the COMPILED models, compiled")
+    m.add_argument("--only", default=None)
+    r = sub.add_parser("report")
+    r.add_argument("--raw", required=True, nargs="+")
+    args = p.parse_args(argv)
+    return cmd_measure(args) if args.cmd == "measure" else cmd_report(args)
+
+
+COUNTS = ("fwd_ops", "fwd_kernels", "fwd_calls", "fwd_modules", "nodes", "bwd_ops", "bwd_kernels")
+
+
+def counts_of(model: str) -> dict[str, float]:
+    """Per block (the mean over blocks 1..TIMED) of what the host does: the traced graph's aten ops and the
+    kernels among them (an op that moves bytes or does FLOPs; views do neither), forward and backward; and
+    from a meta forward, the Python-level torch calls that dispatch an aten op (a TorchFunctionMode sees
+    only the outermost call: F.linear's t, mm and view are one), the module calls, and the autograd nodes
+    the forward records (its backward runs one each)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from autoparallel.api import trace_model
+    from autoparallel.trainer.structure import find_layout
+    spec = spec_of(model)
+    with torch.device("meta"):
+        meta = ts.build_spec(spec).to(torch.bfloat16)  # the trainer computes in bf16 (grouped GEMMs need it)
+    blocks = find_layout(meta).block_paths
+    timed = blocks[1:1 + min(TIMED, len(blocks) - 1)]
+    graph = trace_model(meta, seq_len=SEQ)
+    out = dict.fromkeys(COUNTS, 0.0)
+    for b in timed:
+        for _, a in graph.nodes(block=graph.blocks[blocks.index(b)]):
+            kernel = a["flops"] > 0 or a["bytes_read"] + a["bytes_written"] > 0
+            out[f"{a['phase']}_ops"] += 1
+            out[f"{a['phase']}_kernels"] += kernel
+    stack: list[str] = []
+    state = {"dispatched": 0}
+
+    class Dispatches(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            state["dispatched"] += 1
+            return func(*args, **(kwargs or {}))
+
+    class Calls(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            before = state["dispatched"]
+            result = func(*args, **(kwargs or {}))
+            if state["dispatched"] > before and stack and stack[-1] in timed:
+                out["fwd_calls"] += 1
+            return result
+
+    def enter(path: str):
+        def hook(*_: Any) -> None:
+            if stack and stack[-1] in timed and path != stack[-1]:
+                out["fwd_modules"] += 1
+            stack.append(path if path in timed or not stack else stack[-1])
+            if path in timed:
+                state[path] = torch.autograd._get_sequence_nr()
+        return hook
+
+    def leave(path: str):
+        def hook(*_: Any) -> None:
+            stack.pop()
+            if path in timed:
+                out["nodes"] += torch.autograd._get_sequence_nr() - state[path]
+        return hook
+
+    for path, mod in meta.named_modules():
+        mod.register_forward_pre_hook(enter(path))
+        mod.register_forward_hook(leave(path), always_call=True)
+    ids = torch.randint(0, spec["vocab_size"], (1, SEQ), device="meta")
+    with Dispatches(), Calls():
+        meta(ids)
+    return {k: v / len(timed) for k, v in out.items()}
+
+
+def _loo(y: list[float], xs: list[list[float]]) -> tuple[list[float], list[float]]:
+    """Non-negative least squares of relative errors (weights 1/y) of y on the columns xs: the
+    coefficients on all rows, and each row's prediction with itself left out."""
+    import numpy as np
+    from scipy.optimize import nnls
+    Y, X = np.array(y), np.array(xs).T
+    W = 1 / Y
+    coef = nnls(X * W[:, None], Y * W)[0]
+    loo = []
+    for i in range(len(Y)):
+        keep = np.arange(len(Y)) != i
+        c = nnls(X[keep] * W[keep, None], Y[keep] * W[keep])[0]
+        loo.append(float(X[i] @ c))
+    return list(coef), loo
+
+
+UNITS = {"aten ops": ("ops",), "kernels + views": ("kernels", "views"), "torch calls": ("calls",),
+         "torch calls + modules": ("calls", "modules"), "calls + kernels": ("calls", "kernels"),
+         "calls + modules + kernels": ("calls", "modules", "kernels"), "autograd nodes": ("nodes",),
+         "nodes + kernels": ("nodes", "kernels")}
+
+
+def _feature(c: dict[str, float], phase: str, name: str) -> float:
+    if name == "views":
+        return c[f"{phase}_ops"] - c[f"{phase}_kernels"]
+    if name in ("calls", "modules"):
+        return c[f"fwd_{name}"]
+    return c["nodes"] if name == "nodes" else c[f"{phase}_{name}"]
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    recs = [json.loads(line) for raw in args.raw for line in Path(raw).read_text().splitlines() if line.strip()]
+    eager = [r for r in recs if "error" not in r and not r["compile"]]
+    counts = {r["name"]: counts_of(r["name"]) for r in eager}
+    print("| model | host fwd us/block | host bwd us/block | " + " | ".join(COUNTS) + " |")
+    print("|---|---:|---:|" + "---:|" * len(COUNTS))
+    y = {}
+    for r in eager:
+        f = statistics.median(r["fwd_s"]) / r["blocks"] * 1e6
+        b = statistics.median(r["bwd_s"]) / r["blocks"] * 1e6
+        y[r["name"]] = (f, b)
+        c = counts[r["name"]]
+        print(f"| {r['name']} | {f:.0f} | {b:.0f} | " + " | ".join(f"{c[k]:.0f}" for k in COUNTS) + " |")
+    names = list(y)
+    for phase, col in (("fwd", 0), ("bwd", 1)):
+        print(f"\n{phase}: host per block against each unit (coefficients in us; error of each model left out)")
+        print("| unit | coefficients | mean abs error | max | within 10% |\n|---|---|---:|---:|---:|")
+        for unit, cols in UNITS.items():
+            if phase == "bwd" and cols in (("calls",), ("calls", "modules")):
+                continue
+            target = [y[n][col] for n in names]
+            coef, loo = _loo(target, [[_feature(counts[n], phase, k) for k in cols] for n in names])
+            err = [abs(p / t - 1) for p, t in zip(loo, target)]
+            print(f"| {unit} | " + ", ".join(f"{k} {c:.2f}" for k, c in zip(cols, coef)) +
+                  f" | {statistics.mean(err):.1%} | {max(err):.1%} | {sum(e <= 0.1 for e in err)} of {len(err)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
