@@ -15,7 +15,8 @@ FSDP2 hooks), gradient hooks on the same outputs the backward of blocks k..1, al
 of each step after a device synchronization; the median over the steps.
 
     python benchmarks/host_mix.py measure --out $OUT/host_mix.jsonl [--compiled] [--only a,b]   # one GPU
-    python benchmarks/host_mix.py report --raw benchmarks/results/raw/host_mix_s36.jsonl
+    python benchmarks/host_mix.py report --raw benchmarks/results/raw/host_mix_s36.jsonl \
+        --speed benchmarks/results/raw/trainer_speed_s36.jsonl
 """
 
 from __future__ import annotations
@@ -171,11 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--only", default=None)
     r = sub.add_parser("report")
     r.add_argument("--raw", required=True, nargs="+")
+    r.add_argument("--profile", default="h200", help="the profile whose predictions stand beside the measurements")
+    r.add_argument("--speed", default=None, help="the run's speed probes (trainer_speed_sN.jsonl): the profile's "
+                                                 "host terms rescaled to its VM")
     args = p.parse_args(argv)
     return cmd_measure(args) if args.cmd == "measure" else cmd_report(args)
 
 
-COUNTS = ("fwd_ops", "fwd_kernels", "fwd_calls", "fwd_modules", "nodes", "bwd_ops", "bwd_kernels")
+COUNTS = ("fwd_ops", "fwd_kernels", "fwd_calls", "fwd_modules", "nodes", "bwd_ops", "bwd_kernels", "tensors")
 
 
 def counts_of(model: str) -> dict[str, float]:
@@ -202,6 +206,7 @@ def counts_of(model: str) -> dict[str, float]:
             kernel = a["flops"] > 0 or a["bytes_read"] + a["bytes_written"] > 0
             out[f"{a['phase']}_ops"] += 1
             out[f"{a['phase']}_kernels"] += kernel
+    out["tensors"] = sum(len(list(meta.get_submodule(b).parameters())) for b in timed)
     stack: list[str] = []
     state = {"dispatched": 0}
 
@@ -248,7 +253,7 @@ def _loo(y: list[float], xs: list[list[float]]) -> tuple[list[float], list[float
     coefficients on all rows, and each row's prediction with itself left out."""
     import numpy as np
     from scipy.optimize import nnls
-    Y, X = np.array(y), np.array(xs).T
+    Y, X = np.array(y), np.array(xs)
     W = 1 / Y
     coef = nnls(X * W[:, None], Y * W)[0]
     loo = []
@@ -259,10 +264,12 @@ def _loo(y: list[float], xs: list[list[float]]) -> tuple[list[float], list[float
     return list(coef), loo
 
 
+# each with FSDP2's parameter tensors of the block, which the cost model prices apart (host_us_per_fsdp_tensor)
 UNITS = {"aten ops": ("ops",), "kernels + views": ("kernels", "views"), "torch calls": ("calls",),
          "torch calls + modules": ("calls", "modules"), "calls + kernels": ("calls", "kernels"),
-         "calls + modules + kernels": ("calls", "modules", "kernels"), "autograd nodes": ("nodes",),
-         "nodes + kernels": ("nodes", "kernels")}
+         "calls + views": ("calls", "views"), "calls + modules + kernels": ("calls", "modules", "kernels"),
+         "autograd nodes": ("nodes",), "nodes + kernels": ("nodes", "kernels"), "nodes + views": ("nodes", "views"),
+         "kernels": ("kernels",)}
 
 
 def _feature(c: dict[str, float], phase: str, name: str) -> float:
@@ -270,34 +277,77 @@ def _feature(c: dict[str, float], phase: str, name: str) -> float:
         return c[f"{phase}_ops"] - c[f"{phase}_kernels"]
     if name in ("calls", "modules"):
         return c[f"fwd_{name}"]
-    return c["nodes"] if name == "nodes" else c[f"{phase}_{name}"]
+    return c[name] if name in ("nodes", "tensors") else c[f"{phase}_{name}"]
+
+
+def profile_of(name: str, speed: str | None) -> Any:
+    """Profile `name`, its host terms rescaled to the VM whose speed probes `speed` holds (`calibrate
+    --trainer --rescale`'s factor)."""
+    from autoparallel.calibrate_trainer import fit_host_speed, load_records, rescaled
+    from hardware_profiles import load_profile
+    base = load_profile(name)
+    return rescaled(base, fit_host_speed(load_records([speed]), base).factor) if speed else base
+
+
+def model_block_times(rec: dict[str, Any], profile: Any) -> tuple[float, float]:
+    """The cost model's forward and backward seconds of one timed block (the mean over blocks 1..k) of the
+    record's plan: at 32 tokens a row its kernels are microseconds, so these are its host floors."""
+    import torch
+
+    from autoparallel.api import context, make_cluster
+    from autoparallel.plan import Plan
+    plan = Plan.from_dict(rec["plan"])
+    with torch.device("meta"):
+        meta = ts.build_spec(spec_of(rec["name"]))
+    cm = context(meta, make_cluster(profile, 1, 1), 1, SEQ).cost_model
+    key = cm.segments_key(cm.placements_for(plan), False)
+    span = plan.mesh_span()
+    costs = [cm.segment_cost(key, b, 1, 1, False, 1, "none", span["tp"], span["ep"], bool(rec["compile"]))
+             for b in (cm.block_rep(i) for i in range(1, 1 + rec["blocks"]))]
+    return (statistics.mean(c.fwd_s for c in costs), statistics.mean(c.bwd_s for c in costs))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     recs = [json.loads(line) for raw in args.raw for line in Path(raw).read_text().splitlines() if line.strip()]
-    eager = [r for r in recs if "error" not in r and not r["compile"]]
-    counts = {r["name"]: counts_of(r["name"]) for r in eager}
-    print("| model | host fwd us/block | host bwd us/block | " + " | ".join(COUNTS) + " |")
-    print("|---|---:|---:|" + "---:|" * len(COUNTS))
+    ok = [r for r in recs if "error" not in r]
+    profile = profile_of(args.profile, args.speed)
+    counts = {r["name"]: counts_of(r["name"]) for r in ok}
+    print(f"Host per block (us; median over the steps), the prediction of profile {args.profile} (rescaled by "
+          f"{args.speed or 'nothing'}), and what the host does per block on the meta trace.\n")
+    print("| model | compiled | fwd | model | bwd | model | " + " | ".join(COUNTS) + " |")
+    print("|---|---|---:|---:|---:|---:|" + "---:|" * len(COUNTS))
     y = {}
-    for r in eager:
+    err: dict[tuple[int, str], list[float]] = {}
+    for r in ok:
         f = statistics.median(r["fwd_s"]) / r["blocks"] * 1e6
         b = statistics.median(r["bwd_s"]) / r["blocks"] * 1e6
-        y[r["name"]] = (f, b)
+        mf, mb = (x * 1e6 for x in model_block_times(r, profile))
+        for phase, meas, pred in (("fwd", f, mf), ("bwd", b, mb), ("sum", f + b, mf + mb)):
+            err.setdefault((r["compile"], phase), []).append(pred / meas - 1)
+        if not r["compile"]:
+            y[r["name"]] = (f, b)
         c = counts[r["name"]]
-        print(f"| {r['name']} | {f:.0f} | {b:.0f} | " + " | ".join(f"{c[k]:.0f}" for k in COUNTS) + " |")
+        print(f"| {r['name']} | {'yes' if r['compile'] else 'no'} | {f:.0f} | {mf:.0f} ({mf / f - 1:+.0%}) | {b:.0f} | "
+              f"{mb:.0f} ({mb / b - 1:+.0%}) | " + " | ".join(f"{c[k]:.0f}" for k in COUNTS) + " |")
+    print("\nThe model's error per block (mean of |error|, and the mean signed error):\n")
+    print("| blocks | phase | mean abs | mean signed | n |\n|---|---|---:|---:|---:|")
+    for (comp, phase), e in sorted(err.items()):
+        print(f"| {'compiled' if comp else 'eager'} | {phase} | {statistics.mean(abs(x) for x in e):.1%} | "
+              f"{statistics.mean(e):+.1%} | {len(e)} |")
     names = list(y)
-    for phase, col in (("fwd", 0), ("bwd", 1)):
-        print(f"\n{phase}: host per block against each unit (coefficients in us; error of each model left out)")
+    for phase, col in (("fwd", 0), ("bwd", 1)) if len(names) > 2 else ():
+        print(f"\nEager {phase}: host per block against each unit, least squares of the relative error (coefficients "
+              "in us; the error of each model left out of its own fit)\n")
         print("| unit | coefficients | mean abs error | max | within 10% |\n|---|---|---:|---:|---:|")
         for unit, cols in UNITS.items():
             if phase == "bwd" and cols in (("calls",), ("calls", "modules")):
                 continue
             target = [y[n][col] for n in names]
+            cols = (*cols, "tensors")
             coef, loo = _loo(target, [[_feature(counts[n], phase, k) for k in cols] for n in names])
-            err = [abs(p / t - 1) for p, t in zip(loo, target)]
+            e = [abs(p / t - 1) for p, t in zip(loo, target)]
             print(f"| {unit} | " + ", ".join(f"{k} {c:.2f}" for k, c in zip(cols, coef)) +
-                  f" | {statistics.mean(err):.1%} | {max(err):.1%} | {sum(e <= 0.1 for e in err)} of {len(err)} |")
+                  f" | {statistics.mean(e):.1%} | {max(e):.1%} | {sum(x <= 0.1 for x in e)} of {len(e)} |")
     return 0
 
 

@@ -323,13 +323,20 @@ def compiled_times(times: np.ndarray, matmul: np.ndarray, profile: HardwareProfi
     return np.where(matmul, times, times * frac)
 
 
-def compiled_host_floor(n_ops: int, per_op_s: float) -> float:
-    """Host time of a compiled phase of `n_ops` traced ops [s]: the graph call's guards and wrappers and
-    the launches of its fused kernels, n_ops * per_op_s (cost_models.host host_us_per_op_compiled; per
-    traced op, not per kernel: Inductor's kernel count follows the op count). A 350M GPT's compiled step
-    left its GPU idle 17-27 ms (docs/trainer_sweep_notes.md): compiled steps of small models are
-    host-bound too."""
-    return n_ops * per_op_s
+# A compiled block's forward call costs the host more than its backward's: at 32 tokens a row the forwards
+# of six families took 1.52 ms on average beyond their FSDP2 per-tensor work, the backwards 1.01 ms
+# (benchmarks/results/raw/host_mix_compiled_s36.jsonl). The calibrated per-call term is their mean; each
+# phase takes its share, so the probes' steps (forward plus backward) fit it unchanged.
+COMPILED_CALL_SHARE = {"fwd": 1.2, "bwd": 0.8}
+
+
+def compiled_host_floor(per_call_s: float, phase: str) -> float:
+    """Host time of one phase of a compiled block [s]: its graph call's guards and wrappers and the launches
+    of its fused kernels (cost_models.host host_us_per_compiled_call), the same for any op count --
+    Inductor fuses Gemma 3's 121 forward ops into about as few launches as a llama's 63. A 350M GPT's
+    compiled step left its GPU idle 17-27 ms (docs/trainer_sweep_notes.md): compiled steps of small models
+    are host-bound too."""
+    return per_call_s * COMPILED_CALL_SHARE[phase]
 
 
 def host_floor(n_ops: float, profile: HardwareProfile, phase: str = "fwd", expert: np.ndarray | None = None,

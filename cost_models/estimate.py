@@ -230,6 +230,8 @@ class CostModel:
         A compiled block without recompute keeps what AOTAutograd's partitioner saves (`_compiled_saved`).
         """
         seg = self.segment_cache[placements_key][name]
+        # the trainer compiles each block and, at tp = cp = 1, the loss; the embedding runs eager
+        compiled = compiled and name != "pre" and (name != "post" or self.compiled_loss(compiled, tp, cp))
         recompute = self.runtime_recompute(name, recompute)
         b = float(micro_batch) / cp
         # the trainer's host work around the ops (cost_models.host): per-op dispatch of DTensor and of per-op
@@ -451,7 +453,7 @@ class CostModel:
         # kernels while the grouped GEMMs stayed the same (benchmarks/results/raw/timeline_h200_d.jsonl).
         # A per-expert loop's data-dependent GEMMs break the graph, and such a block is priced as eager.
         if compiled and not dynamic_gemm.any():
-            floor = compiled_host_floor(len(t), self.host.compiled_op_s) + host.fsdp_s
+            floor = compiled_host_floor(self.host.compiled_call_s, phase) + host.fsdp_s
             return stretch_to(compiled_times(t, ops.matmul, self.profile), floor - comm_s), flops, div, floor
         extra = n_fp8 * FP8_EAGER_KERNELS[fp8] if n_fp8 else 0.0
         floor = host_floor(len(t), self.profile, phase, expert, dynamic_gemm, host.per_op_s,

@@ -36,9 +36,13 @@ drains the GPU queue. Each is one calibration term (microseconds), per unit of w
   host_us_per_ep_sync           per forward of an expert-parallel MoE layer: the device-to-host read of the
                                 token counts; added to the time (the GPU idles while the host refills its queue)
   host_us_per_step              per step: optimizer launch, zero_grad, FSDP's root hooks, the loss read back
-  host_us_per_op_compiled       per traced op of a compiled block's phase: the graph call's guards and
-                                wrappers and its fused kernels' launches (compute.compiled_host_floor); a
-                                350M GPT's compiled step left its GPU idle 17-27 ms
+  host_us_per_compiled_call     per phase of a compiled block per micro-batch: the graph call's guards and
+                                wrappers and its fused kernels' launches (compute.compiled_host_floor). Per
+                                call, not per traced op: at 32 tokens a row the compiled blocks of six
+                                families took 1.7-2.6 ms of host a forward and 1.3-1.8 ms a backward whether
+                                they traced 38 ops (GPT) or 121 (Gemma 3), their eager forwards 1.3-3.5 ms
+                                (benchmarks/host_mix.py, docs/host_mix.md); per traced op, Gemma 3's compiled
+                                step was predicted host-paced at 542 ms and ran GPU-paced at 293
 
 Profiles without these keys (every uncalibrated one) charge nothing for them. `autoparallel calibrate
 --trainer` fits them, with the per-op rates, from AutoParallelTrainer's own steps on small host-bound
@@ -57,7 +61,7 @@ from hardware_profiles import HardwareProfile
 # calibration keys, in the order of HostTerms' fields
 HOST_TERMS = ("host_us_per_op_dtensor", "host_us_per_op_sac", "host_us_per_tp_collective", "host_us_per_fsdp_collective", "host_us_per_checkpoint",
               "host_us_per_recompute_op", "host_us_per_pipeline_action", "host_us_per_ep_sync", "host_us_per_step",
-              "host_us_per_op_compiled", "host_us_per_fsdp_tensor")
+              "host_us_per_compiled_call", "host_us_per_fsdp_tensor")
 
 
 def _us(profile: HardwareProfile, key: str) -> float:
@@ -77,7 +81,7 @@ class HostTerms:
     pipeline_action_s: float = 0.0
     ep_sync_s: float = 0.0
     step_s: float = 0.0
-    compiled_op_s: float = 0.0
+    compiled_call_s: float = 0.0
     fsdp_tensor_s: float = 0.0
 
     @classmethod

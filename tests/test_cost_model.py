@@ -381,6 +381,36 @@ def test_fsdp_host_work_counts_the_units_parameter_tensors(model):
         assert extra == pytest.approx(rate * 1e-6 * tensors * plan.num_micro_batches, rel=1e-6)
 
 
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt"])
+def test_a_compiled_block_pays_its_host_call_per_phase_whatever_its_op_count(model):
+    """cost_models.host host_us_per_compiled_call: a compiled block's phase costs the host one graph call
+    (compute.compiled_host_floor, the forward's share 1.2 and the backward's 0.8 of the term), not a rate per
+    traced op: a host-bound compiled step (the term far above any block's kernels at these widths) grows
+    by exactly term x 2 x (blocks + the compiled loss) x micro-batches, for the llama's blocks and the GPT's
+    alike though their op counts differ; the embedding runs eager, as the trainer runs it, and an eager
+    step does not move with the term."""
+    from autoparallel.api import make_cluster
+    from autoparallel.sharding import cost_model
+    from cost_models.compute import COMPILED_CALL_SHARE
+    ctx = context(model, "h200", 1, 128)
+    prof = ctx.cluster.profile
+
+    def with_call(us: float):
+        return cost_model(ctx.graph, make_cluster(replace(prof, calibration={**prof.calibration,
+                                                                               "host_us_per_compiled_call": us}), 1))
+    rate = 5000.0
+    cm, cm0 = with_call(rate), with_call(0.0)
+    assert sum(COMPILED_CALL_SHARE.values()) == pytest.approx(2.0)
+    plan = Plan(model=model, hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=128, micro_batch=2,
+                compile=True)
+    extra = cm.estimate(plan).step_time_s - cm0.estimate(plan).step_time_s
+    assert cm.compiled_loss(True, 1, 1)
+    calls = len(ctx.graph.blocks) + 1
+    assert extra == pytest.approx(rate * 1e-6 * 2 * calls * plan.num_micro_batches, rel=1e-6)
+    eager = replace(plan, compile=False)
+    assert cm.estimate(eager).step_time_s == cm0.estimate(eager).step_time_s
+
+
 def test_the_trainer_update_prices_adamw_and_fsdp_copies_at_their_own_fractions():
     """compute.fsdp_update_time: 28 B of AdamW per optimizer parameter at memory_fraction.adamw, and
     FSDP2's copies at fsdp_copy_fraction: at d = 4, ZeRO-3, two micro-batches, 2 x 2 unshards of
