@@ -332,8 +332,8 @@ COMPILED_CALL_SHARE = {"fwd": 1.2, "bwd": 0.8}
 
 def compiled_host_floor(per_call_s: float, phase: str) -> float:
     """Host time of one phase of a compiled block [s]: its graph call's guards and wrappers and the launches
-    of its fused kernels (cost_models.host host_us_per_compiled_call), the same for any op count --
-    Inductor fuses Gemma 3's 121 forward ops into about as few launches as a llama's 63. A 350M GPT's
+    of its fused kernels (cost_models.host host_us_per_compiled_call), the same for any op count: compiled,
+    Gemma 3's blocks (121 traced forward ops) took the host about as long as a llama's (63). A 350M GPT's
     compiled step left its GPU idle 17-27 ms (docs/trainer_sweep_notes.md): compiled steps of small models
     are host-bound too."""
     return per_call_s * COMPILED_CALL_SHARE[phase]

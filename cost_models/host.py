@@ -57,11 +57,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hardware_profiles import HardwareProfile
+from hardware_profiles.errors import UserError
 
 # calibration keys, in the order of HostTerms' fields
 HOST_TERMS = ("host_us_per_op_dtensor", "host_us_per_op_sac", "host_us_per_tp_collective", "host_us_per_fsdp_collective", "host_us_per_checkpoint",
               "host_us_per_recompute_op", "host_us_per_pipeline_action", "host_us_per_ep_sync", "host_us_per_step",
               "host_us_per_compiled_call", "host_us_per_fsdp_tensor")
+
+# calibration keys of earlier profiles whose unit changed -> the key that replaced them
+RETIRED = {"host_us_per_op_compiled": "host_us_per_compiled_call"}  # per traced op -> per graph call (s36)
 
 
 def _us(profile: HardwareProfile, key: str) -> float:
@@ -86,4 +90,10 @@ class HostTerms:
 
     @classmethod
     def of(cls, profile: HardwareProfile) -> HostTerms:
+        cal = profile.calibration or {}
+        for old, new in RETIRED.items():
+            if old in cal and new not in cal:  # dropped silently, the profile's fitted host work would vanish
+                raise UserError(f"hardware profile {profile.name!r}: calibration.{old} is no longer read (its "
+                                f"unit changed: {new}); refit it with `autoparallel calibrate --trainer --fit "
+                                f"PROBES --base h200 --output FILE` (or --rescale), or delete the entry")
         return cls(*(_us(profile, k) for k in HOST_TERMS))

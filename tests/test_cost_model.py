@@ -4,6 +4,7 @@ bubble), plan validation, and every shipped hardware profile."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -409,6 +410,28 @@ def test_a_compiled_block_pays_its_host_call_per_phase_whatever_its_op_count(mod
     assert extra == pytest.approx(rate * 1e-6 * 2 * calls * plan.num_micro_batches, rel=1e-6)
     eager = replace(plan, compile=False)
     assert cm.estimate(eager).step_time_s == cm0.estimate(eager).step_time_s
+
+
+def test_a_profile_with_the_retired_per_op_compiled_term_is_one_clear_error(tmp_path):
+    """A profile fitted before the compiled host floor became one call a phase carries
+    host_us_per_op_compiled, which nothing reads: priced without it, its compiled plans would lose their host
+    work silently. `estimate` says so in one line (exit 2) and names the refit; with the new term beside it
+    the old one is ignored."""
+    import yaml
+    from cli_harness import run_cli
+    data = yaml.safe_load(Path(load_profile("h200").path).read_text())
+    cal = data["calibration"]
+    cal["host_us_per_op_compiled"] = cal.pop("host_us_per_compiled_call")
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(data))
+    argv = ["estimate", "tiny-llama", "--hardware", str(path), "--gpus", "1", "--global-batch", "4", "--seq-len", "128"]
+    old = run_cli(argv)
+    assert old.kind == "usage-error", old.err
+    assert "host_us_per_op_compiled is no longer read" in old.error_lines[0]
+    assert "calibrate --trainer" in old.error_lines[0]
+    cal["host_us_per_compiled_call"] = 1000.0
+    path.write_text(yaml.safe_dump(data))
+    assert run_cli(argv).kind == "ok"
 
 
 def test_the_trainer_update_prices_adamw_and_fsdp_copies_at_their_own_fractions():

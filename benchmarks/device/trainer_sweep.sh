@@ -148,6 +148,6 @@ case "${1:-}" in
     timeout 450 python benchmarks/host_mix.py measure $flag --out "$OUT/host_mix.jsonl" 2>&1 | quiet \
       | grep "blocks fwd\|Error\|error" | cut -c1-200 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|host-mix|host-mix-compiled" >&2
      exit 2 ;;
 esac
