@@ -248,18 +248,34 @@ def counts_of(model: str) -> dict[str, float]:
     return {k: v / len(timed) for k, v in out.items()}
 
 
+def _nnls(A: Any, b: Any) -> Any:
+    """argmin |A x - b| over x >= 0 for a handful of columns: the best unconstrained fit over each subset of
+    columns whose coefficients all come out non-negative (exact; scipy is no dependency of the project)."""
+    import itertools
+
+    import numpy as np
+    best, best_res = np.zeros(A.shape[1]), float(np.sum(b * b))
+    for k in range(1, A.shape[1] + 1):
+        for cols in itertools.combinations(range(A.shape[1]), k):
+            x = np.linalg.lstsq(A[:, cols], b, rcond=None)[0]
+            res = float(np.sum((A[:, cols] @ x - b) ** 2))
+            if (x >= 0).all() and res < best_res:
+                best, best_res = np.zeros(A.shape[1]), res
+                best[list(cols)] = x
+    return best
+
+
 def _loo(y: list[float], xs: list[list[float]]) -> tuple[list[float], list[float]]:
     """Non-negative least squares of relative errors (weights 1/y) of y on the columns xs: the
     coefficients on all rows, and each row's prediction with itself left out."""
     import numpy as np
-    from scipy.optimize import nnls
     Y, X = np.array(y), np.array(xs)
     W = 1 / Y
-    coef = nnls(X * W[:, None], Y * W)[0]
+    coef = _nnls(X * W[:, None], Y * W)
     loo = []
     for i in range(len(Y)):
         keep = np.arange(len(Y)) != i
-        c = nnls(X[keep] * W[keep, None], Y[keep] * W[keep])[0]
+        c = _nnls(X[keep] * W[keep, None], Y[keep] * W[keep])
         loo.append(float(X[i] @ c))
     return list(coef), loo
 
