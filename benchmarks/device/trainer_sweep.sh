@@ -149,8 +149,8 @@ case "${1:-}" in
     flag=""; [ "$1" = host-mix-compiled ] && flag=--compiled
     timeout 450 python benchmarks/host_mix.py measure $flag --out "$OUT/host_mix.jsonl" 2>&1 | quiet \
       | grep "blocks fwd\|Error\|error" | cut -c1-200 ;;
-  compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 300 ;;
+  compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|host-mix|host-mix-compiled" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|host-mix|host-mix-compiled|compiled-hf" >&2
      exit 2 ;;
 esac
