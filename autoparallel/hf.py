@@ -26,9 +26,12 @@ file of a model_type the catalog does not implement, given to the CLI) imports i
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
+import logging
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,6 +66,20 @@ class HFParts:
     logit_ops: tuple[tuple[str, float], ...] = ()  # what the LM's forward does to the logits, in order
 
 
+@contextlib.contextmanager
+def quiet_optional_kernels() -> Iterator[None]:
+    """transformers imports torchao's quantizer while it builds a model, and torchao logs a warning for each
+    optional CUDA extension its build cannot load ("Failed to load ..._C_mxfp8...so"): lines on the CLI's
+    stderr that say nothing about the plan. Its logger is raised to errors for the build only."""
+    log = logging.getLogger("torchao")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def causal_lm_from_config(config: HFConfig) -> nn.Module:
     """The causal LM transformers builds from `config` (AutoModelForCausalLM.from_config, transformers' own
     attention default: SDPA where the model has it) on the current default device: the meta device under
@@ -82,7 +99,8 @@ def causal_lm_from_config(config: HFConfig) -> nn.Module:
         raise UserError(f"{config.source}: transformers {version} cannot read it ({type(e).__name__}: "
                         f"{_first_line(e)}); check model_type and the keys") from None
     try:
-        model = AutoModelForCausalLM.from_config(hf_config)
+        with quiet_optional_kernels():
+            model = AutoModelForCausalLM.from_config(hf_config)
     except ValueError as e:
         if "Unrecognized configuration class" in str(e):
             raise UserError(f"{config.source}: model_type {model_type!r} has no causal language model in "

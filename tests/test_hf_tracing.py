@@ -254,6 +254,41 @@ def test_cli_plans_a_config_the_catalog_does_not_implement_as_transformers_build
     assert from_cli.g.number_of_nodes() == from_module.g.number_of_nodes()
 
 
+def test_the_hf_build_keeps_torchao_extension_warnings_off_the_cli(tmp_path, monkeypatch):
+    """transformers imports torchao's quantizer while it builds a model, and a torchao build whose optional
+    CUDA extensions do not load logs "Failed to load ..." for each (seen on this project's CPU machine): the
+    CLI's stderr must not carry them for a plan (hf.quiet_optional_kernels), and torchao's logger is as it
+    was afterwards. The warning is raised inside the build here, so the check holds with any torchao or none."""
+    import logging
+
+    import transformers
+    from cli_harness import run_cli
+    original = transformers.AutoModelForCausalLM.from_config
+    builds = []
+
+    def noisy(*args, **kwargs):
+        builds.append(1)
+        logging.getLogger("torchao").warning("Failed to load _C_mxfp8.so: Could not load this library")
+        return original(*args, **kwargs)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config", noisy)
+    log = logging.getLogger("torchao")
+    level = log.level
+    emitted: list[logging.LogRecord] = []  # what any handler (the CLI's stderr, through logging's last resort) gets
+    handler = logging.Handler()
+    handler.emit = emitted.append
+    log.addHandler(handler)
+    try:
+        o = run_cli(["plan", _config_dir(tmp_path, "gemma"), "--hardware", "h100-sxm", "--gpus", "1", "--global-batch",
+                     "4", "--seq-len", "16", "--quiet", "--no-cache"])
+        assert o.kind == "ok", (o.err, o.escaped)
+        assert builds and not emitted and "Failed to load" not in o.err
+        assert log.level == level
+        log.warning("after the build")  # torchao's own warnings elsewhere are untouched
+        assert [r.getMessage() for r in emitted] == ["after the build"]
+    finally:
+        log.removeHandler(handler)
+
+
 @pytest.mark.parametrize("model_type, changes, message", [
     ("t5", {}, "has no causal language model in transformers"),
     ("bert", {}, "not a decoder-only causal language model"),
