@@ -55,15 +55,16 @@ def spec_of(model: str) -> dict[str, Any]:
     return spec
 
 
-def plan_of(spec: dict[str, Any], compile_: bool) -> Any:
+def plan_of(spec: dict[str, Any], compile_: bool, rows: int = ROWS, micro_batch: int = 1, seq: int = SEQ) -> Any:
+    """The planner's one-GPU plan of a MODELS entry with every field pinned (no recompute, no parallelism)."""
     import torch
 
     from autoparallel.api import plan_result
     with torch.device("meta"):
         meta = ts.build_spec(spec)
-    result, _ = plan_result(meta, hardware="h200", gpus=1, global_batch=ROWS, seq_len=SEQ, gpus_per_node=1,
-                            fix={"micro_batch": 1, "recompute": "none", "compile": int(compile_), "tp": 1, "pp": 1,
-                                 "ep": 1})
+    result, _ = plan_result(meta, hardware="h200", gpus=1, global_batch=rows, seq_len=seq, gpus_per_node=1,
+                            fix={"micro_batch": micro_batch, "recompute": "none", "compile": int(compile_), "tp": 1,
+                                 "pp": 1, "ep": 1})
     return result.plan
 
 

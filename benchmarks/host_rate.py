@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import host_mix  # noqa: E402
 import trainer_sweep as ts  # noqa: E402
 
 from autoparallel import calibrate_trainer as ct  # noqa: E402
@@ -132,16 +133,7 @@ def launch_rates(n: int = 500) -> dict[str, float]:
 
 
 def short_plan(model: str, rows: int, micro_batch: int, compile_: int) -> Any:
-    import torch
-
-    from autoparallel.api import plan_result
-    from autoparallel.models import build_model, load_model_spec
-    with torch.device("meta"):
-        meta = build_model(load_model_spec(ts.MODELS[model]))
-    result, _ = plan_result(meta, hardware="h200", gpus=1, global_batch=rows, seq_len=SHORT_SEQ, gpus_per_node=1,
-                            fix={"micro_batch": micro_batch, "recompute": "none", "compile": compile_, "tp": 1,
-                                 "pp": 1, "ep": 1})
-    return result.plan
+    return host_mix.plan_of(ts.MODELS[model], bool(compile_), rows, micro_batch, SHORT_SEQ)
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
