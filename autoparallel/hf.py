@@ -54,7 +54,8 @@ class HFParts:
     positions: str | None      # learned position table ("transformer.wpe")
     dropout: str | None        # embedding dropout ("transformer.drop")
     layers: str                # ModuleList of blocks ("model.layers", "transformer.h")
-    norm: str | None           # final norm ("model.norm", "transformer.ln_f")
+    after: tuple[str, ...]     # what runs between the blocks and the head, in order: the final norm
+                               # ("model.norm"), OPT's output projection ("model.decoder.project_out")
     rotary: str | None         # rotary table module ("model.rotary_emb")
     head: str                  # "lm_head"
     attn_implementation: str   # config._attn_implementation ("sdpa", "eager", ...)
@@ -64,20 +65,31 @@ class HFParts:
     none_args: tuple[str, ...] = ()    # required block arguments passed as None (Falcon's `alibi` under rotary)
     embed_scale: float = 1.0           # the base model's multiplier of the token embeddings (Granite)
     logit_ops: tuple[tuple[str, float], ...] = ()  # what the LM's forward does to the logits, in order
+    before: tuple[str, ...] = ()       # what runs on the token embeddings before the positions are added
+                                       # (OPT's input projection "model.decoder.project_in")
+    positions_by_mask: bool = False    # the table counts each row's unpadded tokens (OPT's, which HF calls
+                                       # with the attention mask); otherwise positions are 0..S-1
+
+
+# torchao's (one warning per optional CUDA extension its build cannot load: "Failed to load ..._C_mxfp8...so"),
+# torch's pytree (torchao registers Enums as pytree constants at import, which torch now deprecates)
+IMPORT_NOISE_LOGGERS = ("torchao", "torch.utils._pytree")
 
 
 @contextlib.contextmanager
 def quiet_optional_kernels() -> Iterator[None]:
-    """transformers imports torchao's quantizer while it builds a model, and torchao logs a warning for each
-    optional CUDA extension its build cannot load ("Failed to load ..._C_mxfp8...so"): lines on the CLI's
-    stderr that say nothing about the plan. Its logger is raised to errors for the build only."""
-    log = logging.getLogger("torchao")
-    level = log.level
-    log.setLevel(logging.ERROR)
+    """transformers imports torchao's quantizer while it builds a model, and importing torchao logs warnings
+    (IMPORT_NOISE_LOGGERS): lines on the CLI's stderr that say nothing about the plan. Those loggers are
+    raised to errors for the build only."""
+    logs = [logging.getLogger(name) for name in IMPORT_NOISE_LOGGERS]
+    levels = [log.level for log in logs]
+    for log in logs:
+        log.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        log.setLevel(level)
+        for log, level in zip(logs, levels, strict=True):
+            log.setLevel(level)
 
 
 def causal_lm_from_config(config: HFConfig) -> nn.Module:
@@ -155,10 +167,20 @@ def hf_parts(model: nn.Module) -> HFParts:
     def full(name: str) -> str:
         return f"{base_path}.{name}"
 
-    before, after = children[:layers_idx], children[layers_idx + 1:]
-    positions = next((full(n) for n, c in before if isinstance(c, nn.Embedding) and full(n) != embed), None)
-    dropout = next((full(n) for n, c in before if isinstance(c, nn.Dropout)), None)
-    norm = next((full(n) for n, c in after if computes(c)), None)  # OLMo's final LayerNorm has no parameters
+    from autoparallel.trainer.structure import forward_order
+
+    layers_name, blocks = children[layers_idx]
+    kinds = dict(children)
+    # in the order the base model's forward runs them (OPT registers its final norm before its blocks)
+    order = forward_order(base, [n for n, c in children if n == layers_name or computes(c) or isinstance(c, nn.Dropout)])
+    cut = order.index(layers_name)
+    before, after = order[:cut], order[cut + 1:]
+    positions = next((n for n in before if isinstance(kinds[n], nn.Embedding) and full(n) != embed), None)
+    dropout = next((full(n) for n in before if isinstance(kinds[n], nn.Dropout)), None)
+    layerdrop = getattr(model.config, "layerdrop", 0) or 0
+    if layerdrop > 0:  # OPT's, BART-style: the model's own forward skips blocks at random in training
+        raise UserError(f"{type(model).__name__}: config.layerdrop={layerdrop} skips blocks at random in training, "
+                        f"which autoparallel's Hugging Face forward does not do; set config.layerdrop = 0")
     # the rotary table: an `inv_freq` buffer (Llama's), or by name (GPT-J's keeps `embed_positions`, Gemma 3's
     # one inv_freq per layer type)
     rotary_name, rotary_mod = next(((n, c) for n, c in children if hasattr(c, "inv_freq") or "rotary" in n.lower()),
@@ -167,7 +189,6 @@ def hf_parts(model: nn.Module) -> HFParts:
     by_type = rotary_mod is not None and "layer_type" in inspect.signature(rotary_mod.forward).parameters
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     window, mixed = _windows(model.config)
-    blocks = children[layers_idx][1]
     # a convolution in a block is a state-space or short-convolution mixer (Mamba, Jamba, Falcon-H1, Qwen3-Next's
     # linear attention, LFM2): it reads `attention_mask` as a padding mask, where causal_lm_forward passes the
     # attention layers' causal one (the trainer failed on the shapes; the meta trace broadcast them silently)
@@ -178,11 +199,14 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"convolution mixer), which autoparallel's Hugging Face forward does not run; only "
                         f"attention blocks are supported there; pass a package.module:callable")
     none_args = _required_block_args(model, blocks[0], rotary is not None) if len(blocks) else ()
-    return HFParts(embed=embed, positions=positions, dropout=dropout, layers=full(children[layers_idx][0]),
-                   norm=norm, rotary=rotary, rotary_by_layer_type=by_type, head="lm_head", attn_implementation=impl,
-                   sliding_window=window,
-                   mixed_windows=mixed, none_args=none_args, embed_scale=_embed_scale(base),
-                   logit_ops=_logit_ops(model))
+    table = kinds[positions] if positions is not None else None
+    return HFParts(embed=embed, positions=full(positions) if positions is not None else None, dropout=dropout,
+                   layers=full(layers_name), after=tuple(full(n) for n in after if computes(kinds[n])),
+                   rotary=rotary, rotary_by_layer_type=by_type, head="lm_head", attn_implementation=impl,
+                   sliding_window=window, mixed_windows=mixed, none_args=none_args, embed_scale=_embed_scale(base),
+                   logit_ops=_logit_ops(model),
+                   before=tuple(full(n) for n in before if computes(kinds[n]) and full(n) != embed and n != positions),
+                   positions_by_mask=table is not None and "attention_mask" in inspect.signature(table.forward).parameters)
 
 
 def _number(x: object) -> float | None:
@@ -247,13 +271,14 @@ def _required_block_args(model: nn.Module, block: nn.Module, rotary: bool) -> tu
 
 
 def computes(module: nn.Module) -> bool:
-    """Whether a module around the blocks computes something: it holds parameters, or it is a
-    parameter-free leaf that is neither a dropout nor a rotary table (OLMo's final LayerNorm). The final
-    norm is the first such module after the blocks, and a pipeline stage drops the ones it does not own."""
+    """Whether a module around the blocks computes something a pipeline stage must own: it holds
+    parameters, or it is a parameter-free leaf that is neither a dropout nor a table of buffers (OLMo's
+    final LayerNorm computes; rotary tables, Llama's `inv_freq` or GPT-J's and Gemma 3's own buffers, do
+    not: every stage's blocks need them). A stage drops the modules that compute and that it does not own."""
     if any(True for _ in module.parameters()):
         return True
     return (not any(True for _ in module.children()) and not isinstance(module, nn.Dropout)
-            and not hasattr(module, "inv_freq"))
+            and not any(True for _ in module.buffers()))
 
 
 def _windows(config: object) -> tuple[int | None, bool]:
@@ -457,10 +482,17 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     h = embed(x) if embed is not None else x
     if embed is not None and parts.embed_scale != 1.0:
         h = h * parts.embed_scale
+    for path in parts.before if embed is not None else ():
+        h = _get(model, path)(h)
     positions = torch.arange(seq, device=x.device)
     table = _get(model, parts.positions)
     if embed is not None and table is not None:
-        h = h + table(positions)  # [S, H]; sliced to the rank's chunk under SP (tensor_parallel.py)
+        # [S, H] ([B, S, H] from a padding mask); sliced to the rank's chunk under SP (tensor_parallel.py)
+        if not parts.positions_by_mask:
+            h = h + table(positions)
+        else:  # OPT's table takes position ids by keyword (and adds its offset); HF counts unpadded tokens
+            ids = positions if attention_mask is None else (attention_mask.cumsum(1) * attention_mask - 1).long()
+            h = h + table(None, 0, position_ids=ids)
     drop = _get(model, parts.dropout)
     if embed is not None and drop is not None:
         h = drop(h)
@@ -488,9 +520,10 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
             kwargs["position_embeddings"] = tables[kind]
         out = layer(h, **kwargs)
         h = out[0] if isinstance(out, tuple) else out
-    norm = _get(model, parts.norm)
-    if norm is not None:
-        h = norm(h)
+    for path in parts.after:
+        mod = _get(model, path)
+        if mod is not None:  # a stage that does not end the model holds none of them
+            h = mod(h)
     head = _get(model, parts.head)
     return apply_logit_ops(head(h), parts.logit_ops) if head is not None else h
 

@@ -38,9 +38,13 @@ def megatron_placements(graph: OpGraph, sequence_parallel: bool = False) -> dict
         elif kind == "linear":
             if succs[path] & experts:
                 out[path] = "replicate"  # a router: its logits must be whole on every rank
+            elif _outside_blocks(graph, path):
+                # around the blocks only the LM head (the Linear no parametric op reads) is split; OPT's
+                # input and output projections (project_in / project_out) stay whole
+                out[path] = "replicate" if succs[path] else "colwise"
             elif any(kinds[p] == "linear" and _feeds_linear(p, kinds, succs, experts) for p in preds[path]):
                 out[path] = "rowwise"
-            elif any(kinds[s] == "linear" for s in succs[path]) or _is_lm_head(graph, path):
+            elif any(kinds[s] == "linear" for s in succs[path]):
                 out[path] = "colwise"
             else:
                 out[path] = "replicate"
@@ -129,11 +133,11 @@ def _feeds_linear(path: str, kinds: dict[str, str], succs: dict[str, set[str]], 
 
 
 def _is_token_embedding(graph: OpGraph, path: str) -> bool:
-    """The embedding whose table is as large as the vocabulary (largest embedding table)."""
-    embs = [(op.param_count, p) for p, op in graph.parametric_ops.items() if op.kind == "embedding"]
+    """The embedding with the most rows, the vocabulary's (OPT's position table is wider than its token
+    embedding, which project_in widens)."""
+    embs = [(op.in_features or 0, p) for p, op in graph.parametric_ops.items() if op.kind == "embedding"]
     return bool(embs) and max(embs)[1] == path
 
 
-def _is_lm_head(graph: OpGraph, path: str) -> bool:
-    """A Linear outside every block, after the last block: the output projection."""
+def _outside_blocks(graph: OpGraph, path: str) -> bool:
     return not any(path == b or path.startswith(b + ".") for b in graph.blocks)

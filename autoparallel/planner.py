@@ -304,6 +304,9 @@ class Planner:
             raise UserError(f"pin pp={f['pp']} exceeds the model's {self.cm.num_blocks} blocks")
         if f.get("vpp", 1) > 1 and f.get("pp", 2) == 1:
             raise UserError("pin vpp>1 contradicts pp=1: interleaving needs pipeline stages")
+        if f.get("sequence_parallel") and not self.cm.sequence_splits:
+            raise UserError("pin sequence_parallel=true: the model's blocks flatten batch and sequence into one dim "
+                            "(OPT's MLP), which sequence parallelism cannot shard; drop the pin")
 
     def mesh_configs(self) -> Iterator[MeshConfig]:
         n, f = self.cluster.num_devices, self.fix
@@ -347,6 +350,8 @@ class Planner:
                                         continue
                                     if sp and cp > 1 and (self.seq_len // cp) % tp:
                                         continue  # SP splits each cp rank's tokens over tp (check_runnable)
+                                    if sp and not self.cm.sequence_splits:
+                                        continue  # blocks that flatten their tokens (OPT's MLP)
                                     even = self.cm.vocab_splits_evenly(tp)
                                     if sp and (not even or tp in self._fallback_tp):
                                         # the trainer runs replicated vocab ends only without SP, and the

@@ -14,7 +14,7 @@ Timing: forward hooks give the host time from block 0's end to block k's end (bl
 FSDP2 hooks), gradient hooks on the same outputs the backward of blocks k..1, all in the first micro-batch
 of each step after a device synchronization; the median over the steps.
 
-    python benchmarks/host_mix.py measure --out $OUT/host_mix.jsonl [--compiled] [--only a,b]   # one GPU
+    python benchmarks/host_mix.py measure --out $OUT/host_mix.jsonl [--compiled] [--recompute op] [--only a,b]
     python benchmarks/host_mix.py report --raw benchmarks/results/raw/host_mix_s36.jsonl \
         --speed benchmarks/results/raw/trainer_speed_s36.jsonl
 """
@@ -55,15 +55,16 @@ def spec_of(model: str) -> dict[str, Any]:
     return spec
 
 
-def plan_of(spec: dict[str, Any], compile_: bool, rows: int = ROWS, micro_batch: int = 1, seq: int = SEQ) -> Any:
-    """The planner's one-GPU plan of a MODELS entry with every field pinned (no recompute, no parallelism)."""
+def plan_of(spec: dict[str, Any], compile_: bool, rows: int = ROWS, micro_batch: int = 1, seq: int = SEQ,
+            recompute: str = "none") -> Any:
+    """The planner's one-GPU plan of a MODELS entry with every field pinned (no parallelism)."""
     import torch
 
     from autoparallel.api import plan_result
     with torch.device("meta"):
         meta = ts.build_spec(spec)
     result, _ = plan_result(meta, hardware="h200", gpus=1, global_batch=rows, seq_len=seq, gpus_per_node=1,
-                            fix={"micro_batch": micro_batch, "recompute": "none", "compile": int(compile_), "tp": 1,
+                            fix={"micro_batch": micro_batch, "recompute": recompute, "compile": int(compile_), "tp": 1,
                                  "pp": 1, "ep": 1})
     return result.plan
 
@@ -99,13 +100,13 @@ class Windows:
         return m["f" + str(self.k)] - m["f0"], m["b0"] - m["b" + str(self.k)]
 
 
-def measure_one(model: str, compile_: bool, steps: int) -> dict[str, Any]:
+def measure_one(model: str, compile_: bool, steps: int, recompute: str = "none") -> dict[str, Any]:
     import torch
 
     from autoparallel import AutoParallelTrainer
     from autoparallel.trainer.structure import find_layout, get_submodule
     spec = spec_of(model)
-    plan = plan_of(spec, compile_)
+    plan = plan_of(spec, compile_, recompute=recompute)
     gc.collect()
     torch._dynamo.reset()
     cuda = torch.cuda.is_available()
@@ -141,7 +142,8 @@ def measure_one(model: str, compile_: bool, steps: int) -> dict[str, Any]:
         fwd.append(f)
         bwd.append(b)
     del trainer
-    return {"name": model, "compile": int(compile_), "blocks": k, "layers": len(blocks), "plan": plan.to_dict(),
+    return {"name": model, "compile": int(compile_), "recompute": recompute, "blocks": k, "layers": len(blocks),
+            "plan": plan.to_dict(),
             "fwd_s": fwd, "bwd_s": bwd, "step_s": step}
 
 
@@ -149,7 +151,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     models = args.only.split(",") if args.only else (COMPILED if args.compiled else MIX)
     for model in models:
         try:
-            rec = measure_one(model, args.compiled, args.steps)
+            rec = measure_one(model, args.compiled, args.steps, args.recompute)
         except Exception as e:  # one family failing must not lose the others' numbers
             rec = {"name": model, "compile": int(args.compiled), "error": f"{type(e).__name__}: {e}"[:400]}
         with open(args.out, "a") as f:
@@ -171,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--steps", type=int, default=12)
     m.add_argument("--compiled", action="store_true", help="the COMPILED models, compiled")
     m.add_argument("--only", default=None)
+    m.add_argument("--recompute", default="none", choices=("none", "op", "full"),
+                   help="every block under this mode: the backward window then holds the blocks' recompute")
     r = sub.add_parser("report")
     r.add_argument("--raw", required=True, nargs="+")
     r.add_argument("--profile", default="h200", help="the profile whose predictions stand beside the measurements")

@@ -192,10 +192,22 @@ PHI2_16L = {"name": "phi2-16l", "hf": True, "model_type": "phi", "vocab_size": 5
             "partial_rotary_factor": 0.4, "max_position_embeddings": 2048, "hidden_act": "gelu_new",
             "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0, "tie_word_embeddings": False,
             "bos_token_id": 50256, "eos_token_id": 50256}
+# sixteenth session, two families never measured before, predicted before the run (FAMILIES8): OPT-1.3B as
+# transformers builds it (learned positions counted from the mask, pre-LN, ReLU MLP on flattened tokens) and
+# StarCoderBase-1B's widths (GPT-BigCode: multi-query attention, 24 layers, learned positions)
+OPT_1_3B = {"name": "opt-1.3b", "hf": True, "model_type": "opt", "vocab_size": 50272, "hidden_size": 2048,
+            "num_hidden_layers": 24, "ffn_dim": 8192, "num_attention_heads": 32, "max_position_embeddings": 2048,
+            "word_embed_proj_dim": 2048, "do_layer_norm_before": True, "activation_function": "relu",
+            "dropout": 0.0, "attention_dropout": 0.0, "layerdrop": 0.0, "enable_bias": True, "pad_token_id": 1,
+            "bos_token_id": 2, "eos_token_id": 2}
+STARCODERBASE_1B = {"name": "starcoderbase-1b", "hf": True, "model_type": "gpt_bigcode", "vocab_size": 49152,
+                    "n_embd": 2048, "n_layer": 24, "n_head": 16, "n_inner": 8192, "n_positions": 8192,
+                    "multi_query": True, "activation_function": "gelu_pytorch_tanh", "resid_pdrop": 0.0,
+                    "embd_pdrop": 0.0, "attn_pdrop": 0.0, "bos_token_id": 0, "eos_token_id": 0}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
-                                 GPTJ_6B_8L, DEEPSEEK_V2_LITE_4L, CODEGEN_2B_12L, PHI2_16L)}
+                                 GPTJ_6B_8L, DEEPSEEK_V2_LITE_4L, CODEGEN_2B_12L, PHI2_16L, OPT_1_3B, STARCODERBASE_1B)}
 
 
 @dataclass(frozen=True)
@@ -370,6 +382,9 @@ CONFIGS = [
     *_trio("1g-dsv2", "deepseek-v2-lite-4l", 8, 4, (2, "full")),
     *_trio("1g-codegen", "codegen-2b-12l", 8, 8, (4, "full")),
     *_trio("1g-phi2", "phi2-16l", 8, 8, (2, "op")),
+    # sixteenth session, predicted before the run (FAMILIES8)
+    *_trio("1g-opt", "opt-1.3b", 8, 8, (2, "op")),
+    *_trio("1g-bigcode", "starcoderbase-1b", 8, 8, (4, "full")),
 ]
 
 

@@ -56,7 +56,7 @@ from cost_models.compute import (
     stretch_to,
     update_time,
 )
-from cost_models.facts import attention_geometry, attention_heads, num_experts, vocab_size
+from cost_models.facts import attention_geometry, attention_heads, flattens_tokens, num_experts, vocab_size
 from cost_models.graph import OpGraph
 from cost_models.host import HostTerms
 from cost_models.pipeline_schedule import RankTimes, pipeline_time
@@ -548,6 +548,11 @@ class CostModel:
         """Whether the blocks attend through fused SDPA kernels, which context parallelism rings."""
         segs = self.segments({}, False)
         return any(s.attn_kv_bytes > 0 for s in segs.values())
+
+    @cached_property
+    def sequence_splits(self) -> bool:
+        """Whether sequence parallelism can shard the blocks' residual stream (facts.flattens_tokens)."""
+        return not flattens_tokens(self.graph)
 
     def vocab_splits_evenly(self, tp: int) -> bool:
         """Whether the vocabulary divides tp. When it does not, the trainer keeps the embedding and LM

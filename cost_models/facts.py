@@ -25,6 +25,23 @@ def attention_heads(graph: OpGraph) -> tuple[int, int]:
     return heads, heads
 
 
+def flattens_tokens(graph: OpGraph) -> bool:
+    """Whether a block's norm or Linear hands on its tokens flattened, [batch * seq, features] rather than
+    [batch, seq, features] (OPT's blocks reshape around their MLP): sequence parallelism shards dim 1, which
+    is then the features, so it cannot run such a model (the trainer refuses it; the planner does not choose
+    it). The last op of a module gives its output (a Linear on 3-D input views its 2-D matmul back); an MoE
+    layer, which flattens its tokens to route them and which SP runs on the gathered sequence, is exempt."""
+    ops = graph.parametric_ops
+    moe = tuple(path.rpartition(".")[0] + "." for path, op in ops.items() if op.kind == "experts")
+    checked = {p for p, op in ops.items() if op.kind in ("linear", "norm") and op.block is not None
+               and not p.startswith(moe)}
+    last: dict[str, Sequence[int]] = {}
+    for _, a in graph.nodes(phase="fwd"):
+        if a.get("module") in checked and a["out_shapes"]:
+            last[a["module"]] = a["out_shapes"][0]
+    return any(len(shape) == 2 for shape in last.values())
+
+
 def attention_geometry(graph: OpGraph) -> tuple[int, int]:
     """(key sequence length, head dimension) of the fused attention kernels, from the first one's output
     [B, H, S, D]; (0, 0) without any (compute.attention_times then falls back to the FLOP curve)."""

@@ -81,6 +81,11 @@ def config(name: str):
     if name == "gemma3":  # one rotary table per attention layer type (local and global bases)
         return T.Gemma3TextConfig(**_KW, head_dim=4, sliding_window=64,
                                   layer_types=["sliding_attention", "full_attention"])
+    if name == "opt":  # positions counted from the padding mask, projections around the blocks, its final
+        # norm registered before them (word_embed_proj_dim < hidden_size: OPT-350m's project_in / project_out)
+        return T.OPTConfig(vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=8,
+                           max_position_embeddings=64, word_embed_proj_dim=16, dropout=0.0, pad_token_id=None, bos_token_id=0,
+                           eos_token_id=0)
     raise KeyError(name)
 
 

@@ -256,37 +256,44 @@ def test_cli_plans_a_config_the_catalog_does_not_implement_as_transformers_build
 
 def test_the_hf_build_keeps_torchao_extension_warnings_off_the_cli(tmp_path, monkeypatch):
     """transformers imports torchao's quantizer while it builds a model, and a torchao build whose optional
-    CUDA extensions do not load logs "Failed to load ..." for each (seen on this project's CPU machine): the
-    CLI's stderr must not carry them for a plan (hf.quiet_optional_kernels), and torchao's logger is as it
-    was afterwards. The warning is raised inside the build here, so the check holds with any torchao or none."""
+    CUDA extensions do not load logs "Failed to load ..." for each, and torch's pytree a deprecation for each
+    Enum torchao registers (both seen on this project's CPU machine): the CLI's stderr must not carry them
+    for a plan (hf.quiet_optional_kernels), and the loggers are as they were afterwards. The warnings are
+    raised inside the build here, so the check holds with any torchao or none."""
     import logging
 
     import transformers
     from cli_harness import run_cli
+
+    from autoparallel.hf import IMPORT_NOISE_LOGGERS
     original = transformers.AutoModelForCausalLM.from_config
     builds = []
+    logs = [logging.getLogger(name) for name in IMPORT_NOISE_LOGGERS]
 
     def noisy(*args, **kwargs):
         builds.append(1)
-        logging.getLogger("torchao").warning("Failed to load _C_mxfp8.so: Could not load this library")
+        for log in logs:
+            log.warning("Failed to load _C_mxfp8.so: Could not load this library")
         return original(*args, **kwargs)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config", noisy)
-    log = logging.getLogger("torchao")
-    level = log.level
+    levels = [log.level for log in logs]
     emitted: list[logging.LogRecord] = []  # what any handler (the CLI's stderr, through logging's last resort) gets
     handler = logging.Handler()
     handler.emit = emitted.append
-    log.addHandler(handler)
+    for log in logs:
+        log.addHandler(handler)
     try:
         o = run_cli(["plan", _config_dir(tmp_path, "gemma"), "--hardware", "h100-sxm", "--gpus", "1", "--global-batch",
                      "4", "--seq-len", "16", "--quiet", "--no-cache"])
         assert o.kind == "ok", (o.err, o.escaped)
         assert builds and not emitted and "Failed to load" not in o.err
-        assert log.level == level
-        log.warning("after the build")  # torchao's own warnings elsewhere are untouched
-        assert [r.getMessage() for r in emitted] == ["after the build"]
+        assert [log.level for log in logs] == levels
+        for log in logs:
+            log.warning("after the build")  # their own warnings elsewhere are untouched
+        assert [r.getMessage() for r in emitted] == ["after the build"] * len(logs)
     finally:
-        log.removeHandler(handler)
+        for log in logs:
+            log.removeHandler(handler)
 
 
 @pytest.mark.parametrize("model_type, changes, message", [
@@ -361,3 +368,33 @@ def test_state_space_mixers_are_one_clear_error():
         model = T.AutoModelForCausalLM.from_config(cfg)
     with pytest.raises(UserError, match=r"backbone\.layers\.0\.mixer\.conv1d is a convolution inside a block"):
         trace(model, batch=1, seq_len=16)
+
+
+@pytest.mark.parametrize("name, post_ln, flattens", [("opt", False, True), ("opt", True, True), ("llama", False, False),
+                                                     ("gpt2", False, False), ("qwen2moe", False, False)])
+def test_blocks_that_flatten_their_tokens_are_planned_without_sequence_parallelism(name, post_ln, flattens):
+    """OPT's blocks reshape to [batch * seq, hidden] around their MLP (its norm reads that before the MLP,
+    pre-LN; only the Linears do, post-LN as OPT-350m), so no dim is the sequence there: the planner never
+    chooses SP for it and a pin is one error. An MoE layer, which flattens its tokens to route them (and
+    which SP runs on the gathered sequence), does not count."""
+    from autoparallel.api import plan_model
+    from autoparallel.errors import UserError
+    from cost_models.facts import flattens_tokens
+
+    model = HF.build(name, meta=True) if not post_ln else _built(HF.config(name), do_layer_norm_before=False)
+    assert flattens_tokens(trace(model, batch=1, seq_len=16)) is flattens
+    if flattens:
+        with pytest.raises(UserError, match="flatten batch and sequence"):
+            plan_model(model, hardware="h100-sxm", gpus=2, global_batch=8, seq_len=16,
+                       fix={"tp": 2, "sequence_parallel": True})
+        assert not plan_model(model, hardware="h100-sxm", gpus=2, global_batch=8, seq_len=16,
+                              fix={"tp": 2}).sequence_parallel
+
+
+def _built(config, **changes):
+    import transformers as T
+
+    for key, value in changes.items():
+        setattr(config, key, value)
+    with torch.device("meta"):
+        return T.AutoModelForCausalLM.from_config(config)

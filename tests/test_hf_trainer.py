@@ -17,6 +17,9 @@ gate_up_proj and GPT-2's fused, transposed c_attn column-parallel piece by piece
                        under pipelining
   qwen2moe             ep2 x tp2 + SP (shared expert split over tp inside the MoE branch)
   olmo2                attention kept whole (norms over all heads); a hand-written head split refused
+  opt                  pp2 x tp2 with padding (final norm and output projection registered before the
+                       blocks, positions from the mask, head counts made local); refused under SP
+  gptj                 pp2 x dp2 (a rotary table registered after the blocks, kept on every stage)
 plus full / selective activation checkpointing (with ZeRO-3 expert units), meta-device models, resume
 across plans (fused weights re-laid for another tp included) and save_pretrained exports.
 """
@@ -94,6 +97,16 @@ WORLD4: list[Config] = [
     Config("olmo-pp2xdp2", "olmo", PP2DP2),
     Config("cohere-dp2xtp2", "cohere", DP2TP2),
     Config("granite-pp2xdp2", "granite", PP2DP2),
+    # OPT: its final norm and output projection registered before its blocks but run after them (each stage
+    # owns what runs on it), positions counted from the padding mask on the first stage, its attention's
+    # view(bsz, -1, self.num_heads, ...) under a head split (num_heads made local: with the global count the
+    # -1 silently took 1/tp of the tokens)
+    Config("opt-pp2xtp2-masked", "opt", {"pp": 2, "tp": 2, "micro_batch": 2}, masked=True),
+    # ... and refused under SP: its MLP flattens the tokens, so no dim is the sequence
+    Config("opt-dp2xtp2-sp-refused", "opt", DP2TP2SP),
+    # GPT-J's rotary table (a buffer other than inv_freq) registered after its blocks: every stage keeps it
+    # (the first stage's blocks ran without position embeddings; the group hung)
+    Config("gptj-pp2xdp2", "gptj", PP2DP2),
 ]
 
 
@@ -116,6 +129,7 @@ def _max_diffs(losses, params, ref_losses, ref_params) -> tuple[float, float]:
 
 
 REFUSED = {"olmo2-head-split-refused": r"norm model\.layers\.0\.self_attn\.q_norm spans all heads",
+           "opt-dp2xtp2-sp-refused": r"model\.decoder\.layers\.0\.final_layer_norm reads a 2-D input",
            "mixtral-aux-pp2xdp2-refused": r"output_router_logits: the router load-balancing loss .* pp=2"}
 
 
@@ -284,10 +298,11 @@ def test_train_hf_example_trains_and_exports(tmp_path):
 
 
 @pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe", "olmo2", "olmo", "cohere", "granite", "gemma2",
-                                  "falcon", "gpt_neox", "gptj", "gemma3"))
+                                  "falcon", "gpt_neox", "gptj", "gemma3", "opt"))
 def test_training_forward_equals_the_models_own(name):
     """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
-    model's own forward bit for bit, with and without a padding mask, and leaves the user's module alone."""
+    model's own forward bit for bit, without a padding mask and with right and left padding (OPT counts
+    positions from the mask), and leaves the user's module alone."""
     import copy
 
     from autoparallel.hf import hf_parts, install_forward
@@ -303,6 +318,9 @@ def test_training_forward_equals_the_models_own(name):
         assert torch.equal(mine(ids), model(input_ids=ids).logits)
         valid = mask.bool()
         assert torch.equal(mine(ids, mask)[valid], model(input_ids=ids, attention_mask=mask).logits[valid])
+        left = mask.flip(1)
+        valid = left.bool()
+        assert torch.equal(mine(ids, left)[valid], model(input_ids=ids, attention_mask=left).logits[valid])
 
 
 def test_mixed_sliding_window_layers_beyond_the_window_are_refused():

@@ -10,6 +10,8 @@ convention; Hugging Face models get one from autoparallel/hf.py).
 
 from __future__ import annotations
 
+import inspect
+import re
 from dataclasses import dataclass
 
 from torch import nn
@@ -68,18 +70,32 @@ def find_layout(model: nn.Module) -> ModelLayout:
     return ModelLayout(path, keys, pre, post)
 
 
+def forward_order(parent: nn.Module, names: list[str]) -> list[str]:
+    """`names` (children of `parent`) in the order its class's forward first mentions them (`self.<name>`),
+    which is the order they run in; registration order is not, for every model (OPT registers its final
+    norm and output projection before its blocks). The registration order given where the source cannot be
+    read or does not name each of them (a forward that reaches a child another way)."""
+    try:
+        source = inspect.getsource(type(parent).forward)
+    except (OSError, TypeError):
+        return names
+    first = {n: m.start() for n in names if (m := re.search(rf"\bself\.{re.escape(n)}\b", source))}
+    return sorted(names, key=first.__getitem__) if len(first) == len(names) else names
+
+
 def _around(model: nn.Module, path: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Modules that compute, registered before / after the container at each level of its path (an HF
-    model's `model.embed_tokens` before `model.layers`, `model.norm` and `lm_head` after), outermost
-    first for `pre`, innermost first for `post` (execution order); `hf.computes` says which modules
-    compute (OLMo's parameter-free final LayerNorm does: a stage that does not own it must not apply it)."""
+    """Modules that compute, run before / after the container at each level of its path (an HF model's
+    `model.embed_tokens` before `model.layers`, `model.norm` and `lm_head` after; `forward_order`),
+    outermost first for `pre`, innermost first for `post` (execution order); `hf.computes` says which
+    modules compute (OLMo's parameter-free final LayerNorm does: a stage that does not own it must not
+    apply it)."""
     pre: list[str] = []
     post: list[str] = []
     from autoparallel.hf import computes
 
     parent, prefix = model, ""
     for piece in path.split("."):
-        names = [n for n, c in parent.named_children() if n == piece or computes(c)]
+        names = forward_order(parent, [n for n, c in parent.named_children() if n == piece or computes(c)])
         idx = names.index(piece) if piece in names else len(names)
         pre += [prefix + n for n in names[:idx]]
         post[:0] = [prefix + n for n in names[idx + 1:]]

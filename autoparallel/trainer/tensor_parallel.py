@@ -127,6 +127,33 @@ def _check_heads(root: nn.Module, placements: dict[str, str], tp: int) -> None:
                             f"head count")
 
 
+# attributes an attention keeps its head counts in and may reshape with (OPT's view(bsz, -1, self.num_heads,
+# head_dim), GPT-J's _split_heads(x, self.num_attention_heads, ...))
+HEAD_COUNT_ATTRS = ("num_heads", "num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads", "n_kv_heads")
+
+
+def _localize_head_counts(root: nn.Module, placements: dict[str, str], tp: int) -> None:
+    """Give each attention whose projections are split into whole heads its rank's head counts. A forward
+    that reshapes by a global count fails, or, where the sequence dim is -1 (OPT), silently attends over
+    1/tp of the tokens in tp times as many heads. A count is an attribute of HEAD_COUNT_ATTRS that times
+    the attention's head_dim is the width of one of its column-sharded projections."""
+    parents: dict[str, set[int]] = {}
+    for path, v in placements.items():
+        feats = linear_features(get_submodule(root, path))
+        if v == "colwise" and feats is not None and fused_split(get_submodule(root, _parent(path)),
+                                                                path.rpartition(".")[2]) is None:
+            parents.setdefault(_parent(path), set()).add(feats[1])
+    for parent_path, widths in parents.items():
+        parent = get_submodule(root, parent_path)
+        head_dim = getattr(parent, "head_dim", None)
+        if not isinstance(head_dim, int):
+            continue
+        for attr in HEAD_COUNT_ATTRS:
+            count = vars(parent).get(attr)
+            if isinstance(count, int) and not isinstance(count, bool) and count * head_dim in widths:
+                setattr(parent, attr, count // tp)
+
+
 def _map_hidden(args: tuple, kwargs: dict, fn) -> tuple[tuple, dict]:
     """Apply `fn` to a module's hidden-state input: the first positional argument, or the
     `hidden_states` keyword (HF blocks call their attention with keywords only)."""
@@ -177,6 +204,7 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
     head = lm_head_path(full_placements, layout) if loss_parallel else None
     placements = {p: v for p, v in full_placements.items() if get_submodule(part, p) is not None}
     _check_heads(part, placements, tp)
+    _localize_head_counts(part, placements, tp)
     colwise_paired: set[str] = set()
     for path, v in placements.items():
         if v == "rowwise":
@@ -200,8 +228,9 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         if v == "colwise":
             colwise = _TransposedColwise if transposed else ColwiseParallel
             if path in colwise_paired:
-                if _parent(path) and (isinstance(seq_in, Shard) or _projections_only(part, _parent(path), placements,
-                                                                                      layout)):
+                # (never a block's input, which its residual add and norms read as it is: OPT's fc1 / fc2)
+                if _parent(path) and _parent(path) not in layout.block_paths and (
+                        isinstance(seq_in, Shard) or _projections_only(part, _parent(path), placements, layout)):
                     # The parent's pre-hook makes its input one Replicate DTensor (all-gathering the
                     # sequence under SP) and hands it to every colwise sibling. Declaring that input
                     # Replicate keeps the children from converting it each: a per-child conversion is
@@ -213,6 +242,8 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
                     styles[path] = colwise(input_layouts=Replicate())
                 else:
                     styles[path] = colwise(input_layouts=seq_in)
+                    if isinstance(seq_in, Shard):
+                        mod.register_forward_pre_hook(_sequence_dim_check(path))
                 split = fused_split(get_submodule(part, _parent(path)), path.rpartition(".")[2])
                 if split is not None:
                     relayout.update(_fused_relayout(part, path, split, tp, transposed))
@@ -225,7 +256,7 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
         elif v == "vocab":
             if _is_position_table(path, layout):  # a few rows only: kept replicated (see docstring)
                 if sequence_parallel:
-                    styles[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(0))
+                    styles[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(-2))
             else:
                 styles[path] = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq_in)
         elif v == "sequence":
@@ -236,9 +267,10 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
             # gathered sequence, replicated like its branch
             if not _inside_attention(part, path, placements) and isinstance(seq_in, Shard):
                 styles[path] = SequenceParallel(use_local_output=True)  # post-norms feed the residual add
+                get_submodule(part, path).register_forward_pre_hook(_sequence_dim_check(path))
         elif v == "replicate" and sequence_parallel and _is_position_table(path, layout):
-            # [S, h] positional rows -> this rank's sequence chunk (a slice, no communication)
-            styles[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(0))
+            # [S, h] ([B, S, h]) positional rows -> this rank's sequence chunk (a slice, no communication)
+            styles[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(-2))
         elif (v == "replicate" and sequence_parallel and is_norm_like(mod) and isinstance(seq_in, Shard)
               and not _inside_attention(part, path, placements)):
             raise UserError(f"plan: sequence_parallel is true but norm {path} is 'replicate'; norms on the "
@@ -288,6 +320,19 @@ def enable_async_tp(tp_mesh: DeviceMesh) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             register(tp_mesh.get_group().group_name)
+
+
+def _sequence_dim_check(path: str):
+    """A module on the sequence-sharded stream (a norm, a Linear taking its own input) must read [batch, seq,
+    hidden]: on a flattened [tokens, hidden] input (OPT's MLP) SP would take the hidden dim for the sequence.
+    One error (every rank raises it at the same call) rather than a wrong layout or a shape error deep in
+    DTensor; the planner does not choose SP there (CostModel.sequence_splits)."""
+    def check(_mod: nn.Module, args: tuple) -> None:
+        if args and isinstance(args[0], torch.Tensor) and args[0].dim() < 3:
+            raise UserError(f"plan: sequence_parallel is true but {path} reads a {args[0].dim()}-D input "
+                            f"(the block flattens batch and sequence), which sequence parallelism cannot shard; "
+                            f"use sequence_parallel: false")
+    return check
 
 
 def _waited_output(_mod: nn.Module, _args: tuple, out: Any) -> Any:
@@ -442,9 +487,12 @@ class _GatherScatter(ParallelStyle):
 
 def _replicated_regions(root: nn.Module, placements: dict[str, str], layout: ModelLayout) -> list[str]:
     """Children of each block (not norms) holding a replicated or expert parametric module that is
-    not a norm: under sequence parallelism they run on the gathered sequence."""
-    out: list[str] = []
+    not a norm, and replicated Linears around the blocks (OPT's project_in / project_out): under sequence
+    parallelism they run on the gathered sequence (on a rank's chunk, their weights' gradients would be
+    partial sums that differ between the tp ranks)."""
     modules = dict(root.named_modules())
+    out = [p for p in layout.pre + layout.post
+           if placements.get(p) == "replicate" and linear_features(modules.get(p)) is not None]
     for block in layout.block_paths:
         bmod = get_submodule(root, block)
         if bmod is None:
