@@ -69,6 +69,9 @@ class HFParts:
                                        # (OPT's input projection "model.decoder.project_in")
     positions_by_mask: bool = False    # the table counts each row's unpadded tokens (OPT's, which HF calls
                                        # with the attention mask); otherwise positions are 0..S-1
+    block_args: tuple[str, ...] = ("attention_mask", "position_ids", "position_embeddings")  # of BLOCK_ARGS,
+                                       # those the blocks take (GPT-1's take no position_ids)
+    explicit_mask: bool = False        # the attention reads a materialized causal mask (Doge's), never None
 
 
 # torchao's (one warning per optional CUDA extension its build cannot load: "Failed to load ..._C_mxfp8...so"),
@@ -167,14 +170,28 @@ def hf_parts(model: nn.Module) -> HFParts:
     def full(name: str) -> str:
         return f"{base_path}.{name}"
 
-    from autoparallel.trainer.structure import forward_order
+    from autoparallel.trainer.structure import forward_order, mentioned_before, runs_around
 
     layers_name, blocks = children[layers_idx]
     kinds = dict(children)
-    # in the order the base model's forward runs them (OPT registers its final norm before its blocks)
+    # in the order the base model's forward runs them (OPT registers its final norm before its blocks); a
+    # module it runs on both sides (NanoChat's parameter-free norm) is in both lists
     order = forward_order(base, [n for n, c in children if n == layers_name or computes(c) or isinstance(c, nn.Dropout)])
     cut = order.index(layers_name)
-    before, after = order[:cut], order[cut + 1:]
+    twice = runs_around(base, order, layers_name)
+    if any(True for n in twice for _ in kinds[n].parameters()):
+        raise UserError(f"{type(model).__name__}: {base_path}'s forward runs {sorted(twice)} both before and after "
+                        f"its blocks with the same parameters, which pipeline stages cannot share; not supported")
+    before, after = order[:cut], [n for n in order[:cut] if n in twice] + order[cut + 1:]
+    # floating-point tensors the base model holds itself are values its forward mixes in (CTRL's sinusoidal
+    # position table), which causal_lm_forward would skip; integer and boolean ones are the causal masks and
+    # position ids it builds itself (GPT-BigCode's `bias`, GPT-1's `position_ids`)
+    own = [n for n, t in [*base.named_buffers(recurse=False), *base.named_parameters(recurse=False)]
+           if t.is_floating_point()]
+    if own:
+        raise UserError(f"{type(model).__name__}: {base_path} holds {own} itself, which its forward reads and "
+                        f"autoparallel's Hugging Face forward does not reproduce; this architecture is not supported "
+                        f"there; pass a package.module:callable")
     positions = next((n for n in before if isinstance(kinds[n], nn.Embedding) and full(n) != embed), None)
     dropout = next((full(n) for n in before if isinstance(kinds[n], nn.Dropout)), None)
     layerdrop = getattr(model.config, "layerdrop", 0) or 0
@@ -198,15 +215,34 @@ def hf_parts(model: nn.Module) -> HFParts:
         raise UserError(f"{type(model).__name__}: {conv} is a convolution inside a block (a state-space or "
                         f"convolution mixer), which autoparallel's Hugging Face forward does not run; only "
                         f"attention blocks are supported there; pass a package.module:callable")
+    # what runs on the token embeddings before the blocks: only an input projection that changes their width
+    # (OPT's project_in, which must run before the hidden-wide positions are added); anything else there has
+    # no place in causal_lm_forward (XGLM's sinusoidal table, a buffer module with a forward of its own; BART's
+    # layernorm_embedding, after the positions): one error rather than a forward without it
+    widen = [n for n in before if (f := linear_features(kinds[n])) is not None and f[0] != f[1] and n not in twice]
+    handled = {embed.rpartition(".")[2], positions, rotary_name, *widen, *twice}
+    skipped = [n for n in mentioned_before(base, [n for n, _ in children], layers_name)
+               if n not in handled and not isinstance(kinds[n], nn.Dropout)]
+    if skipped:
+        raise UserError(f"{type(model).__name__}: {base_path}'s forward runs {skipped} "
+                        f"({', '.join(type(kinds[n]).__name__ for n in skipped)}) before its blocks, which autoparallel's "
+                        f"Hugging Face forward does not reproduce; this architecture is not supported there")
     none_args = _required_block_args(model, blocks[0], rotary is not None) if len(blocks) else ()
     table = kinds[positions] if positions is not None else None
+    accepted = inspect.signature(blocks[0].forward).parameters if len(blocks) else {}
+    takes_all = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    try:  # Doge's forward builds the causal mask even where SDPA's is_causal would do: its attention adds to it
+        explicit_mask = "allow_is_causal_skip=False" in inspect.getsource(type(base).forward)
+    except (OSError, TypeError):
+        explicit_mask = False
     return HFParts(embed=embed, positions=full(positions) if positions is not None else None, dropout=dropout,
                    layers=full(layers_name), after=tuple(full(n) for n in after if computes(kinds[n])),
                    rotary=rotary, rotary_by_layer_type=by_type, head="lm_head", attn_implementation=impl,
                    sliding_window=window, mixed_windows=mixed, none_args=none_args, embed_scale=_embed_scale(base),
                    logit_ops=_logit_ops(model),
-                   before=tuple(full(n) for n in before if computes(kinds[n]) and full(n) != embed and n != positions),
-                   positions_by_mask=table is not None and "attention_mask" in inspect.signature(table.forward).parameters)
+                   before=tuple(full(n) for n in before if n in widen or n in twice),
+                   positions_by_mask=table is not None and "attention_mask" in inspect.signature(table.forward).parameters,
+                   block_args=tuple(a for a in BLOCK_ARGS if takes_all or a in accepted), explicit_mask=explicit_mask)
 
 
 def _number(x: object) -> float | None:
@@ -457,11 +493,13 @@ def _get(model: nn.Module, path: str | None) -> nn.Module | None:
 
 
 def causal_mask(attention_mask: torch.Tensor | None, seq: int, dtype: torch.dtype,
-                device: torch.device, implementation: str, window: int | None = None) -> torch.Tensor | None:
-    """None where SDPA's is_causal gives causal attention (what HF does without padding); otherwise an
-    additive [B|1, 1, S, S] mask: causal (within `window` positions back, HF's sliding window), plus
-    padded keys (attention_mask == 0) masked out."""
-    if attention_mask is None and implementation == "sdpa" and window is None:
+                device: torch.device, implementation: str, window: int | None = None, batch: int = 1,
+                explicit: bool = False) -> torch.Tensor | None:
+    """None where SDPA's is_causal gives causal attention (what HF does without padding, unless the model
+    asks for a materialized mask: `explicit`); otherwise an additive [B, 1, S, S] mask (a broadcast view
+    without padding: XGLM's eager attention checks the batch dim): causal (within `window` positions back,
+    HF's sliding window), plus padded keys (attention_mask == 0) masked out."""
+    if attention_mask is None and implementation == "sdpa" and window is None and not explicit:
         return None
     allowed = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
     if window is not None:
@@ -470,7 +508,7 @@ def causal_mask(attention_mask: torch.Tensor | None, seq: int, dtype: torch.dtyp
     if attention_mask is not None:
         allowed = allowed & attention_mask[:, None, None, :].bool()
     zero = torch.zeros((), dtype=dtype, device=device)
-    return torch.where(allowed, zero, torch.finfo(dtype).min)
+    return torch.where(allowed, zero, torch.finfo(dtype).min).expand(batch, 1, seq, seq)
 
 
 def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -503,14 +541,15 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
         raise UserError(f"sequence of {seq} tokens is longer than the sliding window ({window}) of a model that "
                         f"mixes sliding-window and full-attention layers, which is not supported; use seq_len <= "
                         f"{window}")
-    kwargs: dict = {"attention_mask": causal_mask(attention_mask, seq, h.dtype, h.device,
-                                                  parts.attn_implementation, window),
+    kwargs: dict = {"attention_mask": causal_mask(attention_mask, seq, h.dtype, h.device, parts.attn_implementation,
+                                                  window, x.shape[0], parts.explicit_mask),
                     "position_ids": positions[None]}
     rotary = _get(model, parts.rotary)
     tables: dict[str, object] = {}
     if rotary is not None and not parts.rotary_by_layer_type:
         kwargs["position_embeddings"] = rotary(h, positions[None])
     kwargs.update(dict.fromkeys(parts.none_args))
+    kwargs = {k: v for k, v in kwargs.items() if k in parts.block_args or k in parts.none_args}
     layers = _get(model, parts.layers)
     for layer in layers if layers is not None else ():
         if rotary is not None and parts.rotary_by_layer_type:
@@ -519,22 +558,28 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
                 tables[kind] = rotary(h, positions[None], kind)
             kwargs["position_embeddings"] = tables[kind]
         out = layer(h, **kwargs)
-        h = out[0] if isinstance(out, tuple) else out
-    for path in parts.after:
-        mod = _get(model, path)
-        if mod is not None:  # a stage that does not end the model holds none of them
-            h = mod(h)
+        h = out[0] if isinstance(out, (tuple, list)) else out  # GPT-1's blocks return a list
     head = _get(model, parts.head)
-    return apply_logit_ops(head(h), parts.logit_ops) if head is not None else h
+    if head is None:  # a pipeline stage that does not end the model (one that runs on both sides of the
+        return h      # blocks, NanoChat's norm, stays on every stage)
+    for path in parts.after:
+        h = _get(model, path)(h)
+    return apply_logit_ops(head(h), parts.logit_ops)
 
 
 def _layer_type(layer: nn.Module) -> str | None:
     """The attention layer type of a block whose rotary table depends on it (Gemma 3's attention holds
-    `layer_type`, "sliding_attention" or "full_attention"), found below any wrapper (activation
-    checkpointing's) once and kept on the block (a copy the trainer or tracer owns)."""
+    `layer_type`, OLMo 3's `attention_type`: "sliding_attention" or "full_attention"), found below any
+    wrapper (activation checkpointing's) once and kept on the block (a copy the trainer or tracer owns)."""
     kind = vars(layer).get("_layer_type", False)
     if kind is False:
-        kind = next((k for k in (getattr(m, "layer_type", None) for m in layer.modules()) if isinstance(k, str)), None)
+        kind = next((k for m in layer.modules() for k in (getattr(m, a, None) for a in ("layer_type", "attention_type"))
+                     if isinstance(k, str)), None)
+        if kind is None:  # else the config's entry for the block's index (Mellum's, Laguna's attention keep none)
+            idx = next((i for m in layer.modules() if isinstance(i := getattr(m, "layer_idx", None), int)), None)
+            types = next((t for m in layer.modules() if isinstance(t := getattr(getattr(m, "config", None),
+                                                                                "layer_types", None), list)), None)
+            kind = types[idx] if idx is not None and types is not None and idx < len(types) else None
         layer._layer_type = kind
     return kind
 

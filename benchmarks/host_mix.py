@@ -312,7 +312,8 @@ def profile_of(name: str, speed: str | None) -> Any:
 
 def model_block_times(rec: dict[str, Any], profile: Any) -> tuple[float, float]:
     """The cost model's forward and backward seconds of one timed block (the mean over blocks 1..k) of the
-    record's plan: at 32 tokens a row its kernels are microseconds, so these are its host floors."""
+    record's plan and recompute mode: at 32 tokens a row its kernels are microseconds, so these are its host
+    floors."""
     import torch
 
     from autoparallel.api import context, make_cluster
@@ -323,9 +324,11 @@ def model_block_times(rec: dict[str, Any], profile: Any) -> tuple[float, float]:
     cm = context(meta, make_cluster(profile, 1, 1), 1, SEQ).cost_model
     key = cm.segments_key(cm.placements_for(plan), False)
     span = plan.mesh_span()
-    costs = [cm.segment_cost(key, b, 1, 1, False, 1, "none", span["tp"], span["ep"], bool(rec["compile"]))
+    mode = rec.get("recompute", "none")
+    costs = [cm.segment_cost(key, b, 1, 1, False, 1, mode, span["tp"], span["ep"], bool(rec["compile"]))
              for b in (cm.block_rep(i) for i in range(1, 1 + rec["blocks"]))]
-    return (statistics.mean(c.fwd_s for c in costs), statistics.mean(c.bwd_s for c in costs))
+    # the backward window holds the blocks' recompute (it runs inside their backward)
+    return (statistics.mean(c.fwd_s for c in costs), statistics.mean(c.bwd_s + c.recompute_s for c in costs))
 
 
 def cmd_report(args: argparse.Namespace) -> int:

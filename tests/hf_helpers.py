@@ -86,6 +86,28 @@ def config(name: str):
         return T.OPTConfig(vocab_size=VOCAB, hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=8,
                            max_position_embeddings=64, word_embed_proj_dim=16, dropout=0.0, pad_token_id=None, bos_token_id=0,
                            eos_token_id=0)
+    # found by benchmarks/hf_coverage.py: what their forwards do beyond the others'
+    if name == "nanochat":  # one parameter-free norm run before the blocks and after them
+        return T.NanoChatConfig(**_KW)
+    if name == "doge":  # an attention that reads a materialized causal mask (is_causal would not apply)
+        return T.DogeConfig(**_KW)
+    if name == "olmo3":  # a rotary table per layer type, the type kept as the attention's `attention_type`
+        return T.Olmo3Config(**_KW, sliding_window=64, layer_types=["sliding_attention", "full_attention"])
+    if name == "openai-gpt":  # blocks that take no position_ids and return a list
+        return T.OpenAIGPTConfig(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0,
+                                 embd_pdrop=0.0, attn_pdrop=0.0)
+    # refused, each with one line: a sinusoidal table the base model holds itself (CTRL), a position module of
+    # its own forward (XGLM), a norm between the embeddings and the blocks (BART's decoder)
+    if name == "ctrl":
+        return T.CTRLConfig(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, dff=64, n_positions=64,
+                            resid_pdrop=0.0, embd_pdrop=0.0)
+    if name == "xglm":
+        return T.XGLMConfig(vocab_size=VOCAB, d_model=32, num_layers=2, attention_heads=4, ffn_dim=64,
+                            max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    if name == "bart":
+        return T.BartConfig(vocab_size=VOCAB, d_model=32, decoder_layers=2, decoder_attention_heads=4,
+                            decoder_ffn_dim=64, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
+                            max_position_embeddings=64, dropout=0.0)
     raise KeyError(name)
 
 

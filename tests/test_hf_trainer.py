@@ -20,6 +20,7 @@ gate_up_proj and GPT-2's fused, transposed c_attn column-parallel piece by piece
   opt                  pp2 x tp2 with padding (final norm and output projection registered before the
                        blocks, positions from the mask, head counts made local); refused under SP
   gptj                 pp2 x dp2 (a rotary table registered after the blocks, kept on every stage)
+  nanochat             pp2 x dp2 (one norm run before and after the blocks, by the first and last stage)
 plus full / selective activation checkpointing (with ZeRO-3 expert units), meta-device models, resume
 across plans (fused weights re-laid for another tp included) and save_pretrained exports.
 """
@@ -107,6 +108,8 @@ WORLD4: list[Config] = [
     # GPT-J's rotary table (a buffer other than inv_freq) registered after its blocks: every stage keeps it
     # (the first stage's blocks ran without position embeddings; the group hung)
     Config("gptj-pp2xdp2", "gptj", PP2DP2),
+    # NanoChat's one parameter-free norm before and after the blocks: on both end stages, applied once on each
+    Config("nanochat-pp2xdp2", "nanochat", PP2DP2),
 ]
 
 
@@ -298,7 +301,8 @@ def test_train_hf_example_trains_and_exports(tmp_path):
 
 
 @pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe", "olmo2", "olmo", "cohere", "granite", "gemma2",
-                                  "falcon", "gpt_neox", "gptj", "gemma3", "opt"))
+                                  "falcon", "gpt_neox", "gptj", "gemma3", "opt", "nanochat", "doge", "olmo3",
+                                  "openai-gpt"))
 def test_training_forward_equals_the_models_own(name):
     """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
     model's own forward bit for bit, without a padding mask and with right and left padding (OPT counts
@@ -321,6 +325,19 @@ def test_training_forward_equals_the_models_own(name):
         left = mask.flip(1)
         valid = left.bool()
         assert torch.equal(mine(ids, left)[valid], model(input_ids=ids, attention_mask=left).logits[valid])
+
+
+@pytest.mark.parametrize("name, message", [
+    ("ctrl", r"transformer holds \['pos_encoding'\] itself"),
+    ("xglm", r"runs \['embed_positions'\] \(XGLMSinusoidalPositionalEmbedding\) before its blocks"),
+    ("bart", r"runs \['layernorm_embedding'\] \(LayerNorm\) before its blocks")])
+def test_forwards_the_hf_path_cannot_reproduce_are_one_clear_error(name, message):
+    """What a base model's forward does around its blocks that causal_lm_forward has no place for is refused
+    with one line naming it (each gave other logits, or failed deep in transformers, before)."""
+    from autoparallel.hf import hf_parts
+
+    with pytest.raises(UserError, match=message):
+        hf_parts(HF.build(name))
 
 
 def test_mixed_sliding_window_layers_beyond_the_window_are_refused():

@@ -70,17 +70,52 @@ def find_layout(model: nn.Module) -> ModelLayout:
     return ModelLayout(path, keys, pre, post)
 
 
-def forward_order(parent: nn.Module, names: list[str]) -> list[str]:
-    """`names` (children of `parent`) in the order its class's forward first mentions them (`self.<name>`),
-    which is the order they run in; registration order is not, for every model (OPT registers its final
-    norm and output projection before its blocks). The registration order given where the source cannot be
-    read or does not name each of them (a forward that reaches a child another way)."""
+def forward_mentions(parent: nn.Module, names: list[str]) -> dict[str, tuple[int, int]] | None:
+    """Where `parent`'s class forward first and last names each of `names` (`self.<name>`, offsets in its
+    source); None where the source cannot be read or does not name each of them (a forward that reaches a
+    child another way)."""
     try:
         source = inspect.getsource(type(parent).forward)
     except (OSError, TypeError):
-        return names
-    first = {n: m.start() for n in names if (m := re.search(rf"\bself\.{re.escape(n)}\b", source))}
-    return sorted(names, key=first.__getitem__) if len(first) == len(names) else names
+        return None
+    out: dict[str, tuple[int, int]] = {}
+    for n in names:
+        hits = [m.start() for m in re.finditer(rf"\bself\.{re.escape(n)}\b", source)]
+        if not hits:
+            return None
+        out[n] = (hits[0], hits[-1])
+    return out
+
+
+def mentioned_before(parent: nn.Module, names: list[str], piece: str) -> list[str]:
+    """Those of `names` that `parent`'s forward names before it first names `piece` ([] without its source)."""
+    try:
+        source = inspect.getsource(type(parent).forward)
+    except (OSError, TypeError):
+        return []
+    first = re.search(rf"\bself\.{re.escape(piece)}\b", source)
+    if first is None:
+        return []
+    return [n for n in names if n != piece
+            and (m := re.search(rf"\bself\.{re.escape(n)}\b", source)) is not None and m.start() < first.start()]
+
+
+def forward_order(parent: nn.Module, names: list[str]) -> list[str]:
+    """`names` (children of `parent`) in the order its class's forward first names them, which is the order
+    they run in; registration order is not, for every model (OPT registers its final norm and output
+    projection before its blocks). The registration order given where `forward_mentions` has none."""
+    where = forward_mentions(parent, names)
+    return names if where is None else sorted(names, key=lambda n: where[n][0])
+
+
+def runs_around(parent: nn.Module, names: list[str], piece: str) -> set[str]:
+    """Children of `names` that `parent`'s forward names both before and after `piece` (NanoChat applies one
+    parameter-free norm before its blocks and after them): every pipeline stage keeps them."""
+    where = forward_mentions(parent, names + [piece]) if piece not in names else forward_mentions(parent, names)
+    if where is None:
+        return set()
+    first, last = where[piece]
+    return {n for n in names if n != piece and where[n][0] < first and where[n][1] > last}
 
 
 def _around(model: nn.Module, path: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -96,6 +131,7 @@ def _around(model: nn.Module, path: str) -> tuple[tuple[str, ...], tuple[str, ..
     parent, prefix = model, ""
     for piece in path.split("."):
         names = forward_order(parent, [n for n, c in parent.named_children() if n == piece or computes(c)])
+        names = [n for n in names if n not in runs_around(parent, names, piece)]  # kept on every stage
         idx = names.index(piece) if piece in names else len(names)
         pre += [prefix + n for n in names[:idx]]
         post[:0] = [prefix + n for n in names[idx + 1:]]

@@ -1,0 +1,184 @@
+"""Which Hugging Face causal LMs does autoparallel run as they are, and does it run them right?
+
+For every model_type transformers maps to a causal LM (AutoModelForCausalLM), this builds a tiny random-weight
+model of it (the config class's defaults, shrunk: 2 layers, width 64, 4 heads, vocabulary 256, dropout off) on
+the CPU in fp32 and sets autoparallel's forward (`autoparallel.hf`, the one the trainer and the tracer run)
+against the model's own: the logits without a padding mask and, at the unpadded positions, with right and left
+padding. Each type ends as one of
+
+    same       the logits agree (max |difference| <= 1e-5 of the largest logit; the forwards differ only in
+               the order of a few fp32 sums, if at all)
+    refused    autoparallel says why in one line (UserError): not decoder-only, a state-space mixer, ALiBi, ...
+    DIFFERENT  the forwards disagree: a silent wrong answer, the row to fix first
+    error      anything else: transformers cannot build the tiny config or its own forward fails on it (this
+               script's shrinking: stage "build" / "own forward"), or autoparallel fails unannounced ("forward")
+
+    python benchmarks/hf_coverage.py [--only llama,opt] [--out benchmarks/results/hf_coverage.json]
+        [--doc docs/hf_coverage.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from autoparallel.errors import UserError  # noqa: E402
+from autoparallel.hf import hf_parts, install_forward, is_hf_causal_lm, quiet_optional_kernels  # noqa: E402
+
+SEQ = 16
+ROWS = 2
+MAX_PARAMS = 20_000_000  # a tiny config is ~0.1-1M; larger means the shrinking missed a sub-config
+TOLERANCE = 1e-5  # of the largest |logit|: fp32 sums in another order differ by ~1e-7 relative per op
+# the tiny shape, under the names config classes use for it (set where the class has the attribute)
+SHRINK = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "num_hidden_layers": 2, "n_layer": 2, "num_layers": 2,
+          "num_attention_heads": 4, "n_head": 4, "num_key_value_heads": 2, "intermediate_size": 128, "ffn_dim": 128,
+          "n_inner": 128, "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 128, "n_positions": 128,
+          "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32, "num_experts": 4,
+          "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "word_embed_proj_dim": 64,
+          "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
+          "first_k_dense_replace": 1, "layerdrop": 0.0, "rotary_dim": 8}
+
+
+def tiny_config(model_type: str) -> Any:
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model(model_type)
+    for key, value in SHRINK.items():
+        if hasattr(cfg, key) and getattr(cfg, key) is not None:
+            setattr(cfg, key, value)
+    if isinstance(getattr(cfg, "qk_rope_head_dim", None), int):  # latent attention: rotary over qk_rope_head_dim
+        cfg.head_dim = cfg.qk_rope_head_dim
+    for key, value in list(vars(cfg).items()):
+        if isinstance(value, float) and ("dropout" in key or "pdrop" in key):
+            setattr(cfg, key, 0.0)
+    layers = next((getattr(cfg, k) for k in ("num_hidden_layers", "n_layer", "num_layers") if hasattr(cfg, k)), 2)
+    for key in ("layer_types", "mlp_only_layers"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, list) and len(value) > layers:
+            setattr(cfg, key, value[:layers])
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if isinstance(getattr(cfg, key, None), int) and getattr(cfg, key) >= SHRINK["vocab_size"]:
+            setattr(cfg, key, 0)
+    return cfg
+
+
+def check(model_type: str) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM
+
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {"model_type": model_type}
+    try:
+        cfg = tiny_config(model_type)
+        with quiet_optional_kernels(), torch.device("meta"):  # its size first: a config this script cannot
+            size = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())  # shrink stays big
+        if size > MAX_PARAMS:
+            return {**out, "result": "error", "stage": "build",
+                    "detail": f"the tiny config still has {size / 1e6:.0f}M parameters (sub-configs not shrunk)"}
+        torch.manual_seed(0)
+        with quiet_optional_kernels():
+            model = AutoModelForCausalLM.from_config(cfg).float().eval()
+    except Exception as e:  # the tiny config is this script's guess, not the user's
+        return {**out, "result": "error", "stage": "build", "detail": f"{type(e).__name__}: {_line(e)}"}
+    out["class"] = type(model).__name__
+    if not is_hf_causal_lm(model):
+        return {**out, "result": "refused", "detail": "not a decoder-only causal LM (is_hf_causal_lm)"}
+    try:
+        parts = hf_parts(model)
+    except UserError as e:
+        return {**out, "result": "refused", "detail": str(e).splitlines()[0], "seconds": time.perf_counter() - t0}
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, SHRINK["vocab_size"], (ROWS, SEQ), generator=g)
+    right = torch.ones_like(ids)
+    right[1, SEQ - 5:] = 0
+    masks = (None, right, right.flip(1))
+    try:
+        with torch.no_grad():
+            refs = [model(input_ids=ids, attention_mask=mask).logits for mask in masks]
+    except Exception as e:  # the model's own forward fails on the tiny config: this script's shrinking
+        return {**out, "result": "error", "stage": "own forward", "detail": f"{type(e).__name__}: {_line(e)}"}
+    try:
+        mine = copy.deepcopy(model)
+        install_forward(mine, parts)
+        diffs = []
+        with torch.no_grad():
+            for mask, ref in zip(masks, refs, strict=True):
+                got = mine(ids, mask)
+                valid = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
+                diffs.append(float((got[valid] - ref[valid]).abs().max() / ref[valid].abs().max().clamp_min(1e-30)))
+    except UserError as e:
+        return {**out, "result": "refused", "detail": str(e).splitlines()[0], "seconds": time.perf_counter() - t0}
+    except Exception as e:
+        return {**out, "result": "error", "stage": "forward", "detail": f"{type(e).__name__}: {_line(e)}",
+                "where": traceback.format_exc().strip().splitlines()[-3].strip(), "seconds": time.perf_counter() - t0}
+    worst = max(diffs)
+    return {**out, "result": "same" if worst <= TOLERANCE else "DIFFERENT", "rel_diff": diffs,
+            "detail": "" if worst <= TOLERANCE else "no mask / right padding / left padding: "
+            + ", ".join(f"{d:.1e}" for d in diffs), "seconds": time.perf_counter() - t0}
+
+
+def _line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return (text[0] if text else "")[:200]
+
+
+def write_doc(rows: list[dict[str, Any]], path: Path, command: str) -> None:
+    import transformers
+
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["result"]] = counts.get(r["result"], 0) + 1
+    lines = ["# Hugging Face causal LMs: which run as they are, and whether they run right", "",
+             f"Command: `{command}` (CPU; transformers {transformers.__version__}, torch {torch.__version__}).", "",
+             "Each model_type AutoModelForCausalLM maps, built tiny (2 layers, width 64, random weights, fp32), "
+             "with autoparallel's forward (autoparallel/hf.py: what the trainer and the tracer run) against the "
+             "model's own, without a padding mask and with right and left padding. `same`: logits within "
+             f"{TOLERANCE:g} of the largest; `refused`: one error line says why; `DIFFERENT`: a wrong answer; "
+             "`error`: the tiny config does not build or the model's own forward fails on it (this script's "
+             "shrinking: stage build / own forward), or autoparallel fails unannounced (stage forward).", "",
+             "Totals: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), "",
+             "| model_type | class | result | detail |", "|---|---|---|---|"]
+    for r in rows:
+        detail = r.get("detail", "").replace("|", "\\|")
+        stage = f" ({r['stage']})" if r.get("stage") else ""
+        lines.append(f"| {r['model_type']} | {r.get('class', '')} | {r['result']}{stage} | {detail} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--only", default=None, help="comma-separated model_types")
+    p.add_argument("--out", default=None, help="JSON of the rows")
+    p.add_argument("--doc", default=None, help="markdown table")
+    args = p.parse_args(argv)
+    types = args.only.split(",") if args.only else sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    rows = []
+    for model_type in types:
+        with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):  # transformers' warnings
+            row = check(model_type)
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "where"}), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
+    if args.doc:
+        write_doc(rows, Path(args.doc), "python benchmarks/hf_coverage.py" + (f" --only {args.only}" if args.only else "")
+                  + f" --out {args.out} --doc {args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
