@@ -70,34 +70,31 @@ def find_layout(model: nn.Module) -> ModelLayout:
     return ModelLayout(path, keys, pre, post)
 
 
-def forward_mentions(parent: nn.Module, names: list[str]) -> dict[str, tuple[int, int]] | None:
-    """Where `parent`'s class forward first and last names each of `names` (`self.<name>`, offsets in its
-    source); None where the source cannot be read or does not name each of them (a forward that reaches a
-    child another way)."""
+def _mentions(parent: nn.Module, names: list[str]) -> dict[str, list[int]] | None:
+    """Offsets in `parent`'s class forward where it names each of `names` (`self.<name>`; [] where it does
+    not); None where the source cannot be read."""
     try:
         source = inspect.getsource(type(parent).forward)
     except (OSError, TypeError):
         return None
-    out: dict[str, tuple[int, int]] = {}
-    for n in names:
-        hits = [m.start() for m in re.finditer(rf"\bself\.{re.escape(n)}\b", source)]
-        if not hits:
-            return None
-        out[n] = (hits[0], hits[-1])
-    return out
+    return {n: [m.start() for m in re.finditer(rf"\bself\.{re.escape(n)}\b", source)] for n in names}
+
+
+def forward_mentions(parent: nn.Module, names: list[str]) -> dict[str, tuple[int, int]] | None:
+    """Where `parent`'s class forward first and last names each of `names`; None where the source cannot be
+    read or does not name each of them (a forward that reaches a child another way)."""
+    hits = _mentions(parent, names)
+    if hits is None or not all(hits.values()):
+        return None
+    return {n: (h[0], h[-1]) for n, h in hits.items()}
 
 
 def mentioned_before(parent: nn.Module, names: list[str], piece: str) -> list[str]:
     """Those of `names` that `parent`'s forward names before it first names `piece` ([] without its source)."""
-    try:
-        source = inspect.getsource(type(parent).forward)
-    except (OSError, TypeError):
+    hits = _mentions(parent, [*names, piece])
+    if hits is None or not hits[piece]:
         return []
-    first = re.search(rf"\bself\.{re.escape(piece)}\b", source)
-    if first is None:
-        return []
-    return [n for n in names if n != piece
-            and (m := re.search(rf"\bself\.{re.escape(n)}\b", source)) is not None and m.start() < first.start()]
+    return [n for n in names if n != piece and hits[n] and hits[n][0] < hits[piece][0]]
 
 
 def forward_order(parent: nn.Module, names: list[str]) -> list[str]:
@@ -111,7 +108,7 @@ def forward_order(parent: nn.Module, names: list[str]) -> list[str]:
 def runs_around(parent: nn.Module, names: list[str], piece: str) -> set[str]:
     """Children of `names` that `parent`'s forward names both before and after `piece` (NanoChat applies one
     parameter-free norm before its blocks and after them): every pipeline stage keeps them."""
-    where = forward_mentions(parent, names + [piece]) if piece not in names else forward_mentions(parent, names)
+    where = forward_mentions(parent, names if piece in names else [*names, piece])
     if where is None:
         return set()
     first, last = where[piece]
