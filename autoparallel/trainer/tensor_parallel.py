@@ -487,12 +487,9 @@ class _GatherScatter(ParallelStyle):
 
 def _replicated_regions(root: nn.Module, placements: dict[str, str], layout: ModelLayout) -> list[str]:
     """Children of each block (not norms) holding a replicated or expert parametric module that is
-    not a norm, and replicated Linears around the blocks (OPT's project_in / project_out): under sequence
-    parallelism they run on the gathered sequence (on a rank's chunk, their weights' gradients would be
-    partial sums that differ between the tp ranks)."""
+    not a norm: under sequence parallelism they run on the gathered sequence."""
+    out: list[str] = []
     modules = dict(root.named_modules())
-    out = [p for p in layout.pre + layout.post
-           if placements.get(p) == "replicate" and linear_features(modules.get(p)) is not None]
     for block in layout.block_paths:
         bmod = get_submodule(root, block)
         if bmod is None:
