@@ -204,10 +204,24 @@ STARCODERBASE_1B = {"name": "starcoderbase-1b", "hf": True, "model_type": "gpt_b
                     "n_embd": 2048, "n_layer": 24, "n_head": 16, "n_inner": 8192, "n_positions": 8192,
                     "multi_query": True, "activation_function": "gelu_pytorch_tanh", "resid_pdrop": 0.0,
                     "embd_pdrop": 0.0, "attn_pdrop": 0.0, "bos_token_id": 0, "eos_token_id": 0}
+# and two more, predicted before the run (FAMILIES9): OLMo 3 7B's widths (8 of its 32 layers: three sliding-window
+# layers to each full one, a rotary table per layer type) and SmolLM3 3B (rotary left out of every fourth layer,
+# a tied 128k vocabulary), both supported on the HF path this session
+OLMO3_7B_8L = {"name": "olmo3-7b-8l", "hf": True, "model_type": "olmo3", "vocab_size": 100278, "hidden_size": 4096,
+               "intermediate_size": 11008, "num_hidden_layers": 8, "num_attention_heads": 32,
+               "num_key_value_heads": 32, "max_position_embeddings": 65536, "sliding_window": 4096,
+               "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"] * 2,
+               "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "pad_token_id": 100277, "bos_token_id": None,
+               "eos_token_id": 100257}
+SMOLLM3_3B = {"name": "smollm3-3b", "hf": True, "model_type": "smollm3", "vocab_size": 128256, "hidden_size": 2048,
+              "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4,
+              "max_position_embeddings": 65536, "no_rope_layer_interval": 4, "tie_word_embeddings": True,
+              "rms_norm_eps": 1e-6, "pad_token_id": 128004, "bos_token_id": 128000, "eos_token_id": 128012}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
-                                 GPTJ_6B_8L, DEEPSEEK_V2_LITE_4L, CODEGEN_2B_12L, PHI2_16L, OPT_1_3B, STARCODERBASE_1B)}
+                                 GPTJ_6B_8L, DEEPSEEK_V2_LITE_4L, CODEGEN_2B_12L, PHI2_16L, OPT_1_3B, STARCODERBASE_1B, OLMO3_7B_8L,
+                                 SMOLLM3_3B)}
 
 
 @dataclass(frozen=True)
@@ -385,6 +399,8 @@ CONFIGS = [
     # sixteenth session, predicted before the run (FAMILIES8)
     *_trio("1g-opt", "opt-1.3b", 8, 8, (2, "op")),
     *_trio("1g-bigcode", "starcoderbase-1b", 8, 8, (4, "full")),
+    *_trio("1g-olmo3", "olmo3-7b-8l", 8, 8, (2, "op")),
+    *_trio("1g-smollm3", "smollm3-3b", 8, 4, (2, "full")),
 ]
 
 
