@@ -840,7 +840,7 @@ class Fit:
     collective_latency_s: float | None = None
     collective_span: str = "intra"
     per_dtype_gemm: dict[str, float] = field(default_factory=dict)  # best achieved fraction of peak
-    gemm_unaligned: float | None = None  # curve maximum of GEMMs with a dim not a multiple of 8
+    gemm_unaligned: float | None = None  # curve maximum of GEMMs with an odd dim (50257)
     gemm_grouped: float | None = None    # curve maximum of torch._grouped_mm (MoE experts), per group
     gemm_grouped_half: float | None = None  # its half-size [FLOPs of one group]
     gemm_fp8: float | None = None        # curve maximum of the FP8 GEMMs against the fp8 peak

@@ -56,14 +56,27 @@ def tiny_config(model_type: str) -> Any:
     from transformers import AutoConfig
 
     cfg = AutoConfig.for_model(model_type)
+    shrink(cfg)
+    return cfg
+
+
+def shrink(cfg: Any) -> None:
+    """SHRINK where the config has the attribute, dropout off, per-layer lists cut to the layers; the same in
+    its sub-configs (a multimodal model's text_config, DBRX's attn_config / ffn_config)."""
+    from transformers import PretrainedConfig
+
     for key, value in SHRINK.items():
-        if hasattr(cfg, key) and getattr(cfg, key) is not None:
-            setattr(cfg, key, value)
+        if getattr(cfg, key, None) is not None:
+            with contextlib.suppress(AttributeError, TypeError, ValueError):  # a read-only property
+                setattr(cfg, key, value)
     if isinstance(getattr(cfg, "qk_rope_head_dim", None), int):  # latent attention: rotary over qk_rope_head_dim
-        cfg.head_dim = cfg.qk_rope_head_dim
+        with contextlib.suppress(AttributeError, TypeError, ValueError):
+            cfg.head_dim = cfg.qk_rope_head_dim
     for key, value in list(vars(cfg).items()):
         if isinstance(value, float) and ("dropout" in key or "pdrop" in key):
             setattr(cfg, key, 0.0)
+        elif isinstance(value, PretrainedConfig):
+            shrink(value)
     layers = next((getattr(cfg, k) for k in ("num_hidden_layers", "n_layer", "num_layers") if hasattr(cfg, k)), 2)
     for key in ("layer_types", "mlp_only_layers"):
         value = getattr(cfg, key, None)
@@ -72,7 +85,6 @@ def tiny_config(model_type: str) -> Any:
     for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
         if isinstance(getattr(cfg, key, None), int) and getattr(cfg, key) >= SHRINK["vocab_size"]:
             setattr(cfg, key, 0)
-    return cfg
 
 
 def check(model_type: str) -> dict[str, Any]:

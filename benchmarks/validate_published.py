@@ -290,7 +290,7 @@ def gemm_what_if(row: dict, spec: ModelSpec, ctx: Any, plan: Plan, meas_tok: flo
     return out
 
 
-GEMM_CLASSES = ("gemm", "gemm_unaligned", "gemm_grouped")
+GEMM_CLASSES = ("gemm", "gemm_unaligned", "gemm_align2", "gemm_grouped")
 
 
 def compute_split(cm: Any, plan: Plan) -> dict[str, float]:

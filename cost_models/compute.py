@@ -11,8 +11,12 @@ profile written by `autoparallel calibrate` may carry measured per-class values 
 (absent keys keep the generic value, so uncalibrated profiles behave as before):
 
   gemm              max = gemm_max                                   mm, addmm, bmm, baddbmm, conv, ...
-  gemm_unaligned    max = calibration.gemm_unaligned_max             a GEMM with M, N or K not a multiple
-                    of 8 elements: cuBLAS falls back to 1-element-aligned kernels (GPT-2's 50257 vocab)
+  gemm_unaligned    max = calibration.gemm_unaligned_max             a GEMM with M, N or K odd: cuBLAS falls
+                    back to 1-element-aligned kernels (GPT-2's 50257 vocab)
+  gemm_align2       max = calibration.gemm_align2_max                a GEMM with M, N and K even, one not a
+                    multiple of 8 elements: 2- or 4-element-aligned kernels (OLMo 3's 100278 vocab; on an
+                    H200 0.279 of peak for both, against 0.144 odd and 0.70 aligned: benchmarks/gemm_alignment.py)
+                    (default: gemm_unaligned_max, what the class was priced at before it had its own)
   gemm_grouped      max = calibration.gemm_grouped_max               torch._grouped_mm (MoE experts: one
                     kernel over G groups): the curve is evaluated at the FLOPs of one group, F / G, with
                     half-size calibration.gemm_grouped_half_flops, so t = (F + G F_half) / (P max): each
@@ -85,7 +89,7 @@ MEMORY_CLASSES = ("softmax", "softmax_backward", "log_softmax", "log_softmax_bac
                   "broadcast_binary_fp32", "strided")
 NARROW_NORM = 256  # RMSNorm over at most this many features (qk-norm over one head): a kernel of its own
 CLASSES = ("other", "gemm", "gemm_unaligned", "gemm_grouped", "gemm_fp32", "attention_fwd",
-           "attention_bwd") + MEMORY_CLASSES
+           "attention_bwd") + MEMORY_CLASSES + ("gemm_align2",)
 CLASS_CODE = {c: i for i, c in enumerate(CLASSES)}
 _GEMM_BASES = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear")
 _BY_BASE = {
@@ -127,7 +131,8 @@ def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: floa
     if base in _GEMM_BASES:
         if fp32_out:
             return CLASS_CODE["gemm_fp32"]
-        return CLASS_CODE["gemm_unaligned" if _unaligned(out_shapes, flops) else "gemm"]
+        return CLASS_CODE[{1: "gemm_unaligned", 2: "gemm_align2", 4: "gemm_align2"}.get(_alignment(out_shapes, flops),
+                                                                                       "gemm")]
     if base == "_grouped_mm":
         return CLASS_CODE["gemm_grouped"]
     if is_matmul(op_name):
@@ -150,13 +155,16 @@ def classify_node(attrs: dict) -> int:
                     attrs.get("fp32_broadcast", False), bool(dtypes) and dtypes[0] == "float32")
 
 
-def _unaligned(out_shapes: Sequence[Sequence[int]], flops: float, multiple: int = 8) -> bool:
-    """A GEMM out [..., M, N] of F = 2 * batch * M * N * K FLOPs with M, N or K not a multiple of 8."""
+def _alignment(out_shapes: Sequence[Sequence[int]], flops: float) -> int:
+    """The largest of 1, 2, 4, 8 elements dividing M, N and K of a GEMM out [..., M, N] of F = 2 * batch * M *
+    N * K FLOPs (8: aligned)."""
     if not out_shapes or len(out_shapes[0]) < 2 or flops <= 0:
-        return False
+        return 8
     *batch, m, n = (int(d) for d in out_shapes[0])
     k = flops / (2.0 * math.prod(batch) * m * n)
-    return m % multiple != 0 or n % multiple != 0 or abs(k - round(k)) > 1e-6 or round(k) % multiple != 0
+    if abs(k - round(k)) > 1e-6:
+        return 1
+    return next(a for a in (8, 4, 2, 1) if m % a == 0 and n % a == 0 and round(k) % a == 0)
 
 
 # Ops that return a tensor sharing their input's storage without the view flag: no kernel runs, but the
@@ -221,6 +229,7 @@ def _class_tables(profile: HardwareProfile, dtype: str) -> tuple[np.ndarray, np.
     peak_max = np.full(len(CLASSES), eff.gemm_max)
     half = np.full(len(CLASSES), eff.gemm_half_flops)
     peak_max[CLASS_CODE["gemm_unaligned"]] = calibrated(profile, "gemm_unaligned_max", eff.gemm_max)
+    peak_max[CLASS_CODE["gemm_align2"]] = calibrated(profile, "gemm_align2_max", peak_max[CLASS_CODE["gemm_unaligned"]])
     peak_max[CLASS_CODE["gemm_grouped"]] = calibrated(profile, "gemm_grouped_max", eff.gemm_max)
     # an fp32 GEMM's calibrated fraction is of the fp32 peak, rescaled to the compute dtype's; in an fp32 model
     # every GEMM is one, at the plain gemm curve

@@ -474,3 +474,30 @@ def test_a_gemm_on_fp32_inputs_runs_at_the_fp32_rate():
     assert t32 / t16 > 10
     fp32_model = [op_times(f, moved, mm, profile, "fp32", np.array([CLASS_CODE[c]]))[0] for c in ("gemm_fp32", "gemm")]
     assert fp32_model[0] == fp32_model[1]
+
+
+def test_a_gemm_is_priced_by_the_alignment_its_dims_allow():
+    """An LM head of an even vocabulary that is not a multiple of 8 (OLMo 3's 100278) runs 2-element-aligned
+    kernels at 0.279 of an H200's peak, an odd one (GPT-2's 50257) 1-element-aligned ones at about half that,
+    an aligned one at 0.70 (benchmarks/gemm_alignment.py): three classes. A profile without gemm_align2_max
+    prices the even ones as before, at gemm_unaligned_max."""
+    from cost_models.compute import _class_tables
+
+    tokens, hidden = 16384, 4096
+    flops = {v: 2.0 * tokens * v * hidden for v in (100278, 100276, 50257, 100280)}
+    kinds = {v: classify("aten.mm.default", [(tokens, v)], f) for v, f in flops.items()}
+    assert kinds == {100278: CLASS_CODE["gemm_align2"], 100276: CLASS_CODE["gemm_align2"],
+                     50257: CLASS_CODE["gemm_unaligned"], 100280: CLASS_CODE["gemm"]}
+    h200 = load_profile("h200")
+    peak_max, _, _ = _class_tables(h200, "bf16")
+    assert peak_max[CLASS_CODE["gemm_align2"]] == h200.calibration["gemm_align2_max"]
+    without = replace(h200, calibration={k: v for k, v in h200.calibration.items() if k != "gemm_align2_max"})
+    peak_max, _, _ = _class_tables(without, "bf16")
+    assert peak_max[CLASS_CODE["gemm_align2"]] == peak_max[CLASS_CODE["gemm_unaligned"]]
+    f = np.array([flops[100278], flops[50257]])
+    times = op_times(f, np.zeros(2), np.ones(2, dtype=bool), h200, "bf16",
+                     op_class=np.array([CLASS_CODE["gemm_align2"], CLASS_CODE["gemm_unaligned"]]))
+    # per FLOP the odd GEMM takes 0.279 / 0.126 as long, less the curves' size terms (these GEMMs are ~10 TFLOP,
+    # far past the half-size, so within a few percent of the maxima's ratio)
+    ratio = (times[1] / f[1]) / (times[0] / f[0])
+    assert abs(ratio / (0.279 / 0.126) - 1) < 0.05, ratio
