@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 IGNORE_INDEX = -100  # HF's label for positions without a loss
 
 
+BLOCK_ARGS = ("attention_mask", "position_ids", "position_embeddings")  # what causal_lm_forward passes a block
+
+
 @dataclass(frozen=True)
 class HFParts:
     """Module paths of an HF decoder-only causal LM (None: the model has no such piece)."""
@@ -69,8 +72,7 @@ class HFParts:
                                        # (OPT's input projection "model.decoder.project_in")
     positions_by_mask: bool = False    # the table counts each row's unpadded tokens (OPT's, which HF calls
                                        # with the attention mask); otherwise positions are 0..S-1
-    block_args: tuple[str, ...] = ("attention_mask", "position_ids", "position_embeddings")  # of BLOCK_ARGS,
-                                       # those the blocks take (GPT-1's take no position_ids)
+    block_args: tuple[str, ...] = BLOCK_ARGS  # those the blocks take (GPT-1's take no position_ids)
     explicit_mask: bool = False        # the attention reads a materialized causal mask (Doge's), never None
 
 
@@ -284,7 +286,6 @@ def apply_logit_ops(logits: torch.Tensor, ops: tuple[tuple[str, float], ...]) ->
     return logits
 
 
-BLOCK_ARGS = ("attention_mask", "position_ids", "position_embeddings")  # what causal_lm_forward passes a block
 
 
 def _required_block_args(model: nn.Module, block: nn.Module, rotary: bool) -> tuple[str, ...]:

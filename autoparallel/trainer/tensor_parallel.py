@@ -104,8 +104,10 @@ def _check_divisible(path: str, mod: nn.Module, placement: str, tp: int) -> None
                         f"that divides it")
 
 
-def _check_heads(root: nn.Module, placements: dict[str, str], tp: int) -> None:
-    """A column-sharded q/k/v must split whole heads: heads % tp == 0 (GQA: kv heads too)."""
+def _check_heads(root: nn.Module, placements: dict[str, str], tp: int) -> dict[str, set[int]]:
+    """A column-sharded q/k/v must split whole heads: heads % tp == 0 (GQA: kv heads too). Returns the
+    widths of the plain (not fused) head-split projections by parent attention, for _localize_head_counts."""
+    split_widths: dict[str, set[int]] = {}
     for path, placement in placements.items():
         parent = get_submodule(root, _parent(path))
         mod = get_submodule(root, path)
@@ -125,6 +127,8 @@ def _check_heads(root: nn.Module, placements: dict[str, str], tp: int) -> None:
             raise UserError(f"plan: {path} projects to {heads} attention heads, not divisible by tp={tp}; "
                             f"tensor parallelism splits whole heads, so pick a tp that divides the (kv) "
                             f"head count")
+        split_widths.setdefault(_parent(path), set()).add(feats[1])
+    return split_widths
 
 
 # attributes an attention keeps its head counts in and may reshape with (OPT's view(bsz, -1, self.num_heads,
@@ -132,25 +136,16 @@ def _check_heads(root: nn.Module, placements: dict[str, str], tp: int) -> None:
 HEAD_COUNT_ATTRS = ("num_heads", "num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads", "n_kv_heads")
 
 
-def _localize_head_counts(root: nn.Module, placements: dict[str, str], tp: int) -> None:
-    """Give each attention whose projections are split into whole heads its rank's head counts. A forward
-    that reshapes by a global count fails, or, where the sequence dim is -1 (OPT), silently attends over
-    1/tp of the tokens in tp times as many heads. A count is an attribute of HEAD_COUNT_ATTRS that times
-    the attention's head_dim is the width of one of its column-sharded projections."""
-    parents: dict[str, set[int]] = {}
-    for path, v in placements.items():
-        feats = linear_features(get_submodule(root, path))
-        if v == "colwise" and feats is not None and fused_split(get_submodule(root, _parent(path)),
-                                                                path.rpartition(".")[2]) is None:
-            parents.setdefault(_parent(path), set()).add(feats[1])
-    for parent_path, widths in parents.items():
+def _localize_head_counts(root: nn.Module, split_widths: dict[str, set[int]], tp: int) -> None:
+    """Give each attention whose projections are split into whole heads (`_check_heads`' widths by parent) its
+    rank's head counts. A forward that reshapes by a global count fails, or, where the sequence dim is -1 (OPT),
+    silently attends over 1/tp of the tokens in tp times as many heads. A count is an attribute of
+    HEAD_COUNT_ATTRS that times the attention's head_dim is the width of one of its column-sharded projections."""
+    for parent_path, widths in split_widths.items():
         parent = get_submodule(root, parent_path)
-        head_dim = getattr(parent, "head_dim", None)
-        if not isinstance(head_dim, int):
-            continue
         for attr in HEAD_COUNT_ATTRS:
             count = vars(parent).get(attr)
-            if isinstance(count, int) and not isinstance(count, bool) and count * head_dim in widths:
+            if isinstance(count, int) and not isinstance(count, bool) and count * parent.head_dim in widths:
                 setattr(parent, attr, count // tp)
 
 
@@ -203,8 +198,7 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
     tp = tp_mesh.size()
     head = lm_head_path(full_placements, layout) if loss_parallel else None
     placements = {p: v for p, v in full_placements.items() if get_submodule(part, p) is not None}
-    _check_heads(part, placements, tp)
-    _localize_head_counts(part, placements, tp)
+    _localize_head_counts(part, _check_heads(part, placements, tp), tp)
     colwise_paired: set[str] = set()
     for path, v in placements.items():
         if v == "rowwise":
