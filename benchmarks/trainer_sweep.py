@@ -217,11 +217,24 @@ SMOLLM3_3B = {"name": "smollm3-3b", "hf": True, "model_type": "smollm3", "vocab_
               "intermediate_size": 11008, "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4,
               "max_position_embeddings": 65536, "no_rope_layer_interval": 4, "tie_word_embeddings": True,
               "rms_norm_eps": 1e-6, "pad_token_id": 128004, "bos_token_id": 128000, "eos_token_id": 128012}
+# and two more, predicted before the run (FAMILIES10): StarCoder2 3B (GQA 24/2, LayerNorm with biases, a GELU MLP
+# without a gate, tied embeddings) and an Arcee model of transformers' AFM-4.5B-style defaults (a ReLU-squared MLP
+# without a gate, head_dim 80; 12 of its 32 layers)
+STARCODER2_3B = {"name": "starcoder2-3b", "hf": True, "model_type": "starcoder2", "vocab_size": 49152,
+                 "hidden_size": 3072, "intermediate_size": 12288, "num_hidden_layers": 30, "num_attention_heads": 24,
+                 "num_key_value_heads": 2, "max_position_embeddings": 16384, "sliding_window": 4096,
+                 "hidden_act": "gelu_pytorch_tanh", "use_bias": True, "norm_epsilon": 1e-5, "rope_theta": 999999.4420358813,
+                 "residual_dropout": 0.0, "embedding_dropout": 0.0, "attention_dropout": 0.0, "tie_word_embeddings": True,
+                 "bos_token_id": 0, "eos_token_id": 0}
+ARCEE_12L = {"name": "arcee-afm-12l", "hf": True, "model_type": "arcee", "vocab_size": 32000, "hidden_size": 2560,
+             "intermediate_size": 18432, "num_hidden_layers": 12, "num_attention_heads": 32, "num_key_value_heads": 32,
+             "head_dim": 80, "hidden_act": "relu2", "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+             "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
                                  GPTJ_6B_8L, DEEPSEEK_V2_LITE_4L, CODEGEN_2B_12L, PHI2_16L, OPT_1_3B, STARCODERBASE_1B, OLMO3_7B_8L,
-                                 SMOLLM3_3B)}
+                                 SMOLLM3_3B, STARCODER2_3B, ARCEE_12L)}
 
 
 @dataclass(frozen=True)
@@ -401,6 +414,9 @@ CONFIGS = [
     *_trio("1g-bigcode", "starcoderbase-1b", 8, 8, (4, "full")),
     *_trio("1g-olmo3", "olmo3-7b-8l", 8, 8, (2, "op")),
     *_trio("1g-smollm3", "smollm3-3b", 8, 4, (2, "full")),
+    # seventeenth session, predicted before the run (FAMILIES10)
+    *_trio("1g-starcoder2", "starcoder2-3b", 8, 4, (2, "full")),
+    *_trio("1g-arcee", "arcee-afm-12l", 8, 8, (2, "op")),
 ]
 
 

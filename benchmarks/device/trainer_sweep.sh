@@ -36,6 +36,8 @@
 #                                                           # attention, Gemma 3 under full recompute (after its fix)
 #   bash benchmarks/device/trainer_sweep.sh families7       # one GPU: CodeGen 2B's and Phi-2's widths (FAMILIES7), held
 #                                                           # out from the fp32-GEMM class
+#   bash benchmarks/device/trainer_sweep.sh families10      # one GPU: StarCoder2 3B and an Arcee AFM-style model
+#                                                           # (FAMILIES10), held out, predicted before the run
 #   bash benchmarks/device/trainer_sweep.sh host-mix        # one GPU: host factor, then the host time per block of the
 #                                                           # sweep's families at 32 tokens a row (host_mix.py;
 #                                                           # host-mix-compiled: six of them compiled)
@@ -63,7 +65,9 @@ FAMILIES6=$FAMILIES6,1g-dsv2-eager,1g-dsv2-compiled,1g-dsv2-mb2x4-full
 FAMILIES7=1g-codegen-eager,1g-codegen-compiled,1g-codegen-mb4x2-full,1g-phi2-eager,1g-phi2-compiled,1g-phi2-mb2x4-op
 FAMILIES8=1g-opt-eager,1g-opt-compiled,1g-opt-mb2x4-op,1g-bigcode-eager,1g-bigcode-compiled,1g-bigcode-mb4x2-full
 FAMILIES9=1g-olmo3-eager,1g-olmo3-compiled,1g-olmo3-mb2x4-op,1g-smollm3-eager,1g-smollm3-compiled,1g-smollm3-mb2x4-full
-SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES3,$FAMILIES4,$FAMILIES5,$SELECTIVE_HF,$FAMILIES6,$FAMILIES7,$FAMILIES8,$FAMILIES9
+FAMILIES10=1g-starcoder2-eager,1g-starcoder2-compiled,1g-starcoder2-mb2x4-full,1g-arcee-eager,1g-arcee-compiled
+FAMILIES10=$FAMILIES10,1g-arcee-mb2x4-op
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES3,$FAMILIES4,$FAMILIES5,$SELECTIVE_HF,$FAMILIES6,$FAMILIES7,$FAMILIES8,$FAMILIES9,$FAMILIES10
 # held_out NAME ROWS SECONDS [MEASURE FLAGS]: this VM's host factor, the rows into $OUT/NAME.jsonl, the factor again
 held_out() {
   local name=$1 rows=$2 seconds=$3
@@ -147,6 +151,7 @@ case "${1:-}" in
   families7) held_out families7 "$FAMILIES7" 440 --profile-all ;;
   families8) held_out families8 "$FAMILIES8" 400 --profile-all ;;
   families9) held_out families9 "$FAMILIES9" 420 --profile-all ;;
+  families10) held_out families10 "$FAMILIES10" 420 --profile-all ;;
   host-mix-sac)  # host time per block under per-op checkpointing and full recompute (the replay's share)
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
@@ -162,6 +167,6 @@ case "${1:-}" in
       | grep "blocks fwd\|Error\|error" | cut -c1-200 ;;
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|host-mix|host-mix-compiled|host-mix-sac|compiled-hf" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|host-mix|host-mix-compiled|host-mix-sac|compiled-hf" >&2
      exit 2 ;;
 esac
