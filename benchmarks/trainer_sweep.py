@@ -330,6 +330,9 @@ CONFIGS = [
     # tensors to the llama's 9, at more micro-batches and recomputed, and the compiled llama micro-batched
     _c("1g-gpt-mb4x2", "gpt-350m", 1, 8, fix={"micro_batch": 4, "compile": 0}),
     _c("1g-gpt-mb4x2-compiled", "gpt-350m", 1, 8, fix={"micro_batch": 4, "compile": 1}),
+    # the same plans at 64 tokens a row (timelines only: does FSDP2's host time per unit follow the tokens?)
+    _c("1g-gpt-s64-mb4x2", "gpt-350m", 1, 8, seq=64, fix={"micro_batch": 4, "recompute": "none", "compile": 0}),
+    _c("1g-llama-s64-mb4x2", "llama-1.3b", 1, 8, seq=64, fix={"micro_batch": 4, "recompute": "none", "compile": 0}),
     _c("1g-gpt-full", "gpt-350m", 1, 8, fix={"micro_batch": 8, "recompute": "full", "compile": 0}),
     _c("1g-llama-mb4x2-compiled", "llama-1.3b", 1, 8, fix={"micro_batch": 4, "compile": 1}),
     # a ~7B llama at seq 4096, 8 rows per step: a scale none of the fits saw
@@ -414,6 +417,8 @@ CONFIGS = [
     *_trio("1g-bigcode", "starcoderbase-1b", 8, 8, (4, "full")),
     *_trio("1g-olmo3", "olmo3-7b-8l", 8, 8, (2, "op")),
     *_trio("1g-smollm3", "smollm3-3b", 8, 4, (2, "full")),
+    _c("1g-smollm3-s64-mb2x4-full", "smollm3-3b", 1, 8, seq=64,
+       fix={"micro_batch": 2, "recompute": "full", "compile": 0}),
     # seventeenth session, predicted before the run (FAMILIES10)
     *_trio("1g-starcoder2", "starcoder2-3b", 8, 4, (2, "full")),
     *_trio("1g-arcee", "arcee-afm-12l", 8, 8, (2, "op")),
