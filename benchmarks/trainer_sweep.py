@@ -417,8 +417,8 @@ CONFIGS = [
     *_trio("1g-bigcode", "starcoderbase-1b", 8, 8, (4, "full")),
     *_trio("1g-olmo3", "olmo3-7b-8l", 8, 8, (2, "op")),
     *_trio("1g-smollm3", "smollm3-3b", 8, 4, (2, "full")),
-    _c("1g-smollm3-s64-mb2x4-full", "smollm3-3b", 1, 8, seq=64,
-       fix={"micro_batch": 2, "recompute": "full", "compile": 0}),
+    *(_c(f"1g-smollm3-s64-mb2x4{'-' + mode if mode != 'none' else ''}", "smollm3-3b", 1, 8, seq=64,
+         fix={"micro_batch": 2, "recompute": mode, "compile": 0}) for mode in ("none", "full", "op")),
     # seventeenth session, predicted before the run (FAMILIES10)
     *_trio("1g-starcoder2", "starcoder2-3b", 8, 4, (2, "full")),
     *_trio("1g-arcee", "arcee-afm-12l", 8, 8, (2, "op")),

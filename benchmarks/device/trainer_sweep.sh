@@ -69,7 +69,8 @@ FAMILIES9=1g-olmo3-eager,1g-olmo3-compiled,1g-olmo3-mb2x4-op,1g-smollm3-eager,1g
 FAMILIES10=1g-starcoder2-eager,1g-starcoder2-compiled,1g-starcoder2-mb2x4-full,1g-arcee-eager,1g-arcee-compiled
 FAMILIES10=$FAMILIES10,1g-arcee-mb2x4-op
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES3,$FAMILIES4,$FAMILIES5,$SELECTIVE_HF,$FAMILIES6,$FAMILIES7,$FAMILIES8,$FAMILIES9,$FAMILIES10
-SKIP_SINGLE=$SKIP_SINGLE,1g-gpt-s64-mb4x2,1g-llama-s64-mb4x2,1g-smollm3-s64-mb2x4-full
+SKIP_SINGLE=$SKIP_SINGLE,1g-gpt-s64-mb4x2,1g-llama-s64-mb4x2,1g-smollm3-s64-mb2x4-full,1g-smollm3-s64-mb2x4
+SKIP_SINGLE=$SKIP_SINGLE,1g-smollm3-s64-mb2x4-op
 # held_out NAME ROWS SECONDS [MEASURE FLAGS]: this VM's host factor, the rows into $OUT/NAME.jsonl, the factor again
 held_out() {
   local name=$1 rows=$2 seconds=$3
@@ -156,8 +157,8 @@ case "${1:-}" in
   families10) held_out families10 "$FAMILIES10" 420 --profile-all ;;
   families10-fsdp)  # FAMILIES10, then step timelines of three plans at 2048 and at 64 tokens a row
     bash "$0" families10
-    timeout 240 python benchmarks/profile_timeline.py --out "$OUT/timeline.jsonl" \
-      --only 1g-gpt-mb4x2,1g-gpt-s64-mb4x2,1g-llama-mb4x2,1g-llama-s64-mb4x2,1g-smollm3-mb2x4-full,1g-smollm3-s64-mb2x4-full \
+    timeout 290 python benchmarks/profile_timeline.py --out "$OUT/timeline.jsonl" \
+      --only 1g-smollm3-s64-mb2x4,1g-smollm3-s64-mb2x4-full,1g-smollm3-s64-mb2x4-op,1g-gpt-s64-mb4x2,1g-llama-s64-mb4x2,1g-smollm3-mb2x4-full,1g-gpt-mb4x2,1g-llama-mb4x2 \
       2>&1 | quiet | grep '^{' | cut -c1-200 ;;
   host-mix-sac)  # host time per block under per-op checkpointing and full recompute (the replay's share)
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
