@@ -60,7 +60,7 @@ class HFParts:
     after: tuple[str, ...]     # what runs between the blocks and the head, in order: the final norm
                                # ("model.norm"), OPT's output projection ("model.decoder.project_out")
     rotary: str | None         # rotary table module ("model.rotary_emb")
-    head: str                  # "lm_head"
+    head: str                  # the output head, get_output_embeddings() ("lm_head", BioGPT's "output_projection")
     attn_implementation: str   # config._attn_implementation ("sdpa", "eager", ...)
     rotary_by_layer_type: bool = False  # one table per attention layer type (Gemma 3: sliding / full)
     sliding_window: int | None = None  # attention window of the sliding layers (Mistral: all of them)
@@ -72,8 +72,11 @@ class HFParts:
                                        # (OPT's input projection "model.decoder.project_in")
     positions_by_mask: bool = False    # the table counts each row's unpadded tokens (OPT's, which HF calls
                                        # with the attention mask); otherwise positions are 0..S-1
+    positions_by_keyword: bool = False  # the table takes position ids by keyword, the mask first (OPT's, BioGPT's)
     block_args: tuple[str, ...] = BLOCK_ARGS  # those the blocks take (GPT-1's take no position_ids)
     explicit_mask: bool = False        # the attention reads a materialized causal mask (Doge's), never None
+    padding_mask_types: tuple[str, ...] = ()  # layer types whose blocks take the [B, S] padding mask itself, not
+                                              # a causal one (MiniMax's "linear_attention", a recurrent mixer)
 
 
 # torchao's (one warning per optional CUDA extension its build cannot load: "Failed to load ..._C_mxfp8...so"),
@@ -128,9 +131,9 @@ def causal_lm_from_config(config: HFConfig) -> nn.Module:
     except Exception as e:
         raise UserError(f"{config.source}: transformers {version} cannot build {model_type!r} from it "
                         f"({type(e).__name__}: {_first_line(e)}); fix the config") from None
-    if not is_hf_causal_lm(model):  # BERT's BertLMHeadModel: an encoder with a language-model head
+    if not is_hf_causal_lm(model):  # no output head (get_output_embeddings() is None), or an encoder-decoder
         raise UserError(f"{config.source}: model_type {model_type!r} builds {type(model).__name__}, not a decoder-only "
-                        f"causal language model (decoder layers and an lm_head), which is what autoparallel plans")
+                        f"causal language model (decoder layers and an output head), which is what autoparallel plans")
     return model
 
 
@@ -144,8 +147,15 @@ def is_hf_causal_lm(model: nn.Module) -> bool:
     import)."""
     names = {c.__name__ for c in type(model).__mro__}
     config = getattr(model, "config", None)
-    return ("PreTrainedModel" in names and hasattr(model, "get_input_embeddings") and hasattr(model, "lm_head")
+    return ("PreTrainedModel" in names and hasattr(model, "get_input_embeddings") and _output_head(model) is not None
             and not getattr(config, "is_encoder_decoder", False))
+
+
+def _output_head(model: nn.Module) -> nn.Module | None:
+    """transformers' get_output_embeddings(): `lm_head` by default, whatever the class names it otherwise
+    (BioGPT's `output_projection`, GPT-NeoX-Japanese's `embed_out`)."""
+    get = getattr(model, "get_output_embeddings", None)
+    return get() if callable(get) else None
 
 
 def _path_of(model: nn.Module, target: nn.Module | None) -> str | None:
@@ -166,8 +176,11 @@ def hf_parts(model: nn.Module) -> HFParts:
     base = model.get_submodule(base_path)
     children = list(base.named_children())
     layers_idx = next((i for i, (_, c) in enumerate(children) if isinstance(c, nn.ModuleList)), None)
-    if layers_idx is None:
-        raise UserError(f"{type(model).__name__}: the base model {base_path} has no ModuleList of blocks")
+    if layers_idx is None:  # BERT's embedding sits in an embeddings module, beside the encoder's blocks
+        raise UserError(f"{type(model).__name__}: its token embedding {embed} sits in {base_path} "
+                        f"({type(base).__name__}), which holds no ModuleList of blocks; only decoder-only causal LMs "
+                        f"whose base model holds the embedding and the blocks (model.embed_tokens and model.layers, "
+                        f"transformer.wte and transformer.h) are supported")
 
     def full(name: str) -> str:
         return f"{base_path}.{name}"
@@ -217,6 +230,13 @@ def hf_parts(model: nn.Module) -> HFParts:
         raise UserError(f"{type(model).__name__}: {conv} is a convolution inside a block (a state-space or "
                         f"convolution mixer), which autoparallel's Hugging Face forward does not run; only "
                         f"attention blocks are supported there; pass a package.module:callable")
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    if not getattr(config, "num_attention_heads", None):  # RWKV's time mixing (no convolution): a Python loop
+        # over the sequence, whose meta trace at 2048 tokens ran past 5 minutes
+        raise UserError(f"{type(model).__name__}: its config declares no attention heads (num_attention_heads), so "
+                        f"its blocks mix tokens by something other than attention (a recurrence), which "
+                        f"autoparallel's Hugging Face forward, tracer and cost model do not cover; this architecture "
+                        f"is not supported there")
     # what runs on the token embeddings before the blocks: only an input projection that changes their width
     # (OPT's project_in, which must run before the hidden-wide positions are added); anything else there has
     # no place in causal_lm_forward (XGLM's sinusoidal table, a buffer module with a forward of its own; BART's
@@ -229,22 +249,84 @@ def hf_parts(model: nn.Module) -> HFParts:
         raise UserError(f"{type(model).__name__}: {base_path}'s forward runs {skipped} "
                         f"({', '.join(type(kinds[n]).__name__ for n in skipped)}) before its blocks, which autoparallel's "
                         f"Hugging Face forward does not reproduce; this architecture is not supported there")
+    head = _head_path(model, base_path)
+    layer_types = [_find_layer_type(b) for b in blocks]
+    if by_type:
+        _check_rotary_tables(model, rotary, rotary_mod, full(layers_name), layer_types)
     none_args = _required_block_args(model, blocks[0], rotary is not None) if len(blocks) else ()
     table = kinds[positions] if positions is not None else None
     accepted = inspect.signature(blocks[0].forward).parameters if len(blocks) else {}
     takes_all = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    try:  # Doge's forward builds the causal mask even where SDPA's is_causal would do: its attention adds to it
-        explicit_mask = "allow_is_causal_skip=False" in inspect.getsource(type(base).forward)
+    try:
+        source = inspect.getsource(type(base).forward)
     except (OSError, TypeError):
-        explicit_mask = False
+        source = ""
+    keyword = table is not None and "attention_mask" in inspect.signature(table.forward).parameters
     return HFParts(embed=embed, positions=full(positions) if positions is not None else None, dropout=dropout,
                    layers=full(layers_name), after=tuple(full(n) for n in after if computes(kinds[n])),
-                   rotary=rotary, rotary_by_layer_type=by_type, head="lm_head", attn_implementation=impl,
+                   rotary=rotary, rotary_by_layer_type=by_type, head=head, attn_implementation=impl,
                    sliding_window=window, mixed_windows=mixed, none_args=none_args, embed_scale=_embed_scale(base),
                    logit_ops=_logit_ops(model),
                    before=tuple(full(n) for n in before if n in widen or n in twice),
-                   positions_by_mask=table is not None and "attention_mask" in inspect.signature(table.forward).parameters,
-                   block_args=tuple(a for a in BLOCK_ARGS if takes_all or a in accepted), explicit_mask=explicit_mask)
+                   # a table that takes the mask counts unpadded tokens only where the base model's forward does
+                   # so itself (OPT's cumsum); BioGPT's forward gives the same table position ids 0..S-1
+                   positions_by_mask=keyword and "cumsum(" in source, positions_by_keyword=keyword,
+                   block_args=tuple(a for a in BLOCK_ARGS if takes_all or a in accepted),
+                   # Doge's forward builds the causal mask even where SDPA's is_causal would do: its attention adds
+                   explicit_mask="allow_is_causal_skip=False" in source,
+                   padding_mask_types=_padding_mask_types(layer_types))
+
+
+def _head_path(model: nn.Module, base_path: str) -> str:
+    """The path of the output head (get_output_embeddings()), which causal_lm_forward runs on the base model's
+    output; any other module of the LM that computes (BERT's `cls` transform around its head, Inkling 2's
+    logit_softcap) it would skip: one error."""
+    from autoparallel.errors import UserError
+
+    head = _path_of(model, _output_head(model))
+    if head is None:
+        raise UserError(f"{type(model).__name__}: get_output_embeddings() gives none of its modules; only causal LMs "
+                        f"with an output head are supported")
+    base_root = base_path.partition(".")[0]
+    around = [n for n, c in model.named_children() if n not in (base_root, head) and computes(c)]
+    if around:
+        kinds = ", ".join(type(model.get_submodule(n)).__name__ for n in around)
+        raise UserError(f"{type(model).__name__}: {around} ({kinds}), beside its base model {base_root} and output "
+                        f"head {head}, would not run in autoparallel's Hugging Face forward (the base model's pieces, "
+                        f"then the head); this architecture is not supported there; pass a package.module:callable")
+    return head
+
+
+def _rotary_tables(rotary: nn.Module) -> list[str]:
+    """The layer types a per-layer-type rotary module holds a table for: its forward reads `{type}_inv_freq`."""
+    return sorted(n.removesuffix("_inv_freq") for n, _ in rotary.named_buffers(recurse=False)
+                  if n.endswith("_inv_freq") and not n.endswith("_original_inv_freq"))
+
+
+def _check_rotary_tables(model: nn.Module, rotary: str, rotary_mod: nn.Module, layers: str,
+                         kinds: list[str | None]) -> None:
+    """causal_lm_forward gives each block the rotary table of its layer type; a block whose type has none is one
+    error (DeepSeek V4's attention picks "main" or "compress" itself from a dict its base model passes)."""
+    from autoparallel.errors import UserError
+
+    tables = _rotary_tables(rotary_mod)
+    for i, kind in enumerate(kinds):
+        if kind not in tables:
+            raise UserError(f"{type(model).__name__}: {layers}.{i} is a layer of type {kind!r}, for which {rotary} "
+                            f"({type(rotary_mod).__name__}) holds no rotary table (it holds {tables}); autoparallel's "
+                            f"Hugging Face forward gives each block the table of its layer type, so this architecture "
+                            f"is not supported there; pass a package.module:callable")
+
+
+def _padding_mask_types(kinds: list[str | None]) -> tuple[str, ...]:
+    """The layer types among `kinds` that transformers gives the [B, S] padding mask rather than a causal one
+    (masking_utils' table: recurrent mixers such as MiniMax's lightning attention zero padded tokens themselves)."""
+    try:
+        from transformers.masking_utils import LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING as MASKS
+        from transformers.masking_utils import create_recurrent_attention_mask
+    except ImportError:  # a transformers without recurrent layer types
+        return ()
+    return tuple(sorted({k for k in kinds if k is not None and MASKS.get(k) is create_recurrent_attention_mask}))
 
 
 def _number(x: object) -> float | None:
@@ -527,11 +609,11 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     table = _get(model, parts.positions)
     if embed is not None and table is not None:
         # [S, H] ([B, S, H] from a padding mask); sliced to the rank's chunk under SP (tensor_parallel.py)
-        if not parts.positions_by_mask:
-            h = h + table(positions)
-        else:  # OPT's table takes position ids by keyword (and adds its offset); HF counts unpadded tokens
-            ids = positions if attention_mask is None else (attention_mask.cumsum(1) * attention_mask - 1).long()
-            h = h + table(None, 0, position_ids=ids)
+        ids = positions
+        if parts.positions_by_mask and attention_mask is not None:  # OPT's forward counts unpadded tokens
+            ids = (attention_mask.cumsum(1) * attention_mask - 1).long()
+        # OPT's and BioGPT's tables take the ids by keyword (and add their offset)
+        h = h + (table(None, 0, position_ids=ids) if parts.positions_by_keyword else table(ids))
     drop = _get(model, parts.dropout)
     if embed is not None and drop is not None:
         h = drop(h)
@@ -551,13 +633,16 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
         kwargs["position_embeddings"] = rotary(h, positions[None])
     kwargs.update(dict.fromkeys(parts.none_args))
     kwargs = {k: v for k, v in kwargs.items() if k in parts.block_args or k in parts.none_args}
+    causal = kwargs.get("attention_mask")
     layers = _get(model, parts.layers)
     for layer in layers if layers is not None else ():
+        kind = _layer_type(layer) if parts.rotary_by_layer_type or parts.padding_mask_types else None
         if rotary is not None and parts.rotary_by_layer_type:
-            kind = _layer_type(layer)
             if kind not in tables:
                 tables[kind] = rotary(h, positions[None], kind)
             kwargs["position_embeddings"] = tables[kind]
+        if "attention_mask" in kwargs:  # a recurrent layer zeroes padded tokens by the [B, S] mask itself (HF's)
+            kwargs["attention_mask"] = attention_mask if kind in parts.padding_mask_types else causal
         out = layer(h, **kwargs)
         h = out[0] if isinstance(out, (tuple, list)) else out  # GPT-1's blocks return a list
     head = _get(model, parts.head)
@@ -569,19 +654,25 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
 
 
 def _layer_type(layer: nn.Module) -> str | None:
-    """The attention layer type of a block whose rotary table depends on it (Gemma 3's attention holds
-    `layer_type`, OLMo 3's `attention_type`: "sliding_attention" or "full_attention"), found below any
-    wrapper (activation checkpointing's) once and kept on the block (a copy the trainer or tracer owns)."""
+    """`_find_layer_type` of a block, looked up once and kept on it: the forward runs on copies the trainer or
+    tracer owns (hf_parts reads the user's blocks and keeps nothing on them)."""
     kind = vars(layer).get("_layer_type", False)
     if kind is False:
-        kind = next((k for m in layer.modules() for k in (getattr(m, a, None) for a in ("layer_type", "attention_type"))
-                     if isinstance(k, str)), None)
-        if kind is None:  # else the config's entry for the block's index (Mellum's, Laguna's attention keep none)
-            idx = next((i for m in layer.modules() if isinstance(i := getattr(m, "layer_idx", None), int)), None)
-            types = next((t for m in layer.modules() if isinstance(t := getattr(getattr(m, "config", None),
-                                                                                "layer_types", None), list)), None)
-            kind = types[idx] if idx is not None and types is not None and idx < len(types) else None
-        layer._layer_type = kind
+        kind = layer._layer_type = _find_layer_type(layer)
+    return kind
+
+
+def _find_layer_type(layer: nn.Module) -> str | None:
+    """The layer type of a block, which picks its rotary table (Gemma 3's attention holds `layer_type`, OLMo 3's
+    `attention_type`: "sliding_attention" or "full_attention") and its mask (MiniMax's "linear_attention"), found
+    below any wrapper (activation checkpointing's)."""
+    kind = next((k for m in layer.modules() for k in (getattr(m, a, None) for a in ("layer_type", "attention_type"))
+                 if isinstance(k, str)), None)
+    if kind is None:  # else the config's entry for the block's index (Mellum's, Laguna's attention keep none)
+        idx = next((i for m in layer.modules() if isinstance(i := getattr(m, "layer_idx", None), int)), None)
+        types = next((t for m in layer.modules() if isinstance(t := getattr(getattr(m, "config", None),
+                                                                            "layer_types", None), list)), None)
+        kind = types[idx] if idx is not None and types is not None and idx < len(types) else None
     return kind
 
 

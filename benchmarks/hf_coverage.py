@@ -49,7 +49,7 @@ SHRINK = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "num_hidden_layers": 2
           "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32, "num_experts": 4,
           "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "word_embed_proj_dim": 64,
           "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
-          "first_k_dense_replace": 1, "layerdrop": 0.0, "rotary_dim": 8}
+          "first_k_dense_replace": 1, "layerdrop": 0.0, "rotary_dim": 8, "attention_hidden_size": 64}
 
 
 def tiny_config(model_type: str) -> Any:

@@ -298,7 +298,8 @@ def test_the_hf_build_keeps_torchao_extension_warnings_off_the_cli(tmp_path, mon
 
 @pytest.mark.parametrize("model_type, changes, message", [
     ("t5", {}, "has no causal language model in transformers"),
-    ("bert", {}, "not a decoder-only causal language model"),
+    # BertLMHeadModel has an output head (get_output_embeddings()), but no blocks beside its embedding
+    ("bert", {}, "bert.embeddings .*holds no ModuleList of blocks; only decoder-only causal LMs"),
     ("no_such_model", {}, "transformers .* cannot read it"),
     ("gemma", {"num_hidden_layers": 10 ** 7}, "'num_hidden_layers' = 10,000,000 is outside"),
     ("gemma", {"hidden_size": "wide"}, "'hidden_size' must be an integer"),

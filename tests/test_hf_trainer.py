@@ -300,18 +300,54 @@ def test_train_hf_example_trains_and_exports(tmp_path):
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "out").config.model_type == "llama"
 
 
+def _coverage_config(name: str):
+    """Tiny configs (2 layers, width 64) of model types benchmarks/hf_coverage.py found wrong, for the forward
+    checks below only (tests/hf_helpers.py's models are the trainer matrix's)."""
+    import transformers as T
+
+    if name == "biogpt":  # its head is `output_projection`; its position table takes the mask, yet counts 0..S-1
+        return T.BioGptConfig(vocab_size=HF.VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=128, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0)
+    if name == "minimax":  # a linear-attention layer (blocks of 8 tokens) that zeroes padded tokens by the 2-D mask
+        return T.MiniMaxConfig(vocab_size=HF.VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                               num_key_value_heads=2, head_dim=16, intermediate_size=128, num_local_experts=4,
+                               num_experts_per_tok=2, max_position_embeddings=64, block_size=8,
+                               layer_types=["full_attention", "linear_attention"])
+    if name == "rwkv":  # a head named `head`, blocks of time mixing (a recurrence) rather than attention
+        return T.RwkvConfig(vocab_size=HF.VOCAB, hidden_size=64, num_hidden_layers=2, attention_hidden_size=64,
+                            intermediate_size=128, context_length=64)
+    if name == "deepseek_v4":  # rotary tables "main" / "compress", none per layer type
+        return T.DeepseekV4Config(vocab_size=HF.VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=2, head_dim=8, qk_rope_head_dim=8, q_lora_rank=32,
+                                  moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
+                                  max_position_embeddings=64)
+    return None
+
+
+def _build(name: str):
+    from transformers import AutoModelForCausalLM
+
+    cfg = _coverage_config(name)
+    if cfg is None:
+        return HF.build(name)
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(cfg)
+
+
 @pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe", "olmo2", "olmo", "cohere", "granite", "gemma2",
                                   "falcon", "gpt_neox", "gptj", "gemma3", "opt", "nanochat", "doge", "olmo3",
-                                  "openai-gpt"))
+                                  "openai-gpt", "biogpt", "minimax"))
 def test_training_forward_equals_the_models_own(name):
     """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
     model's own forward bit for bit, without a padding mask and with right and left padding (OPT counts
     positions from the mask), and leaves the user's module alone."""
     import copy
 
-    from autoparallel.hf import hf_parts, install_forward
+    from autoparallel.hf import hf_parts, install_forward, is_hf_causal_lm
 
-    model = HF.build(name)
+    model = _build(name)
+    assert is_hf_causal_lm(model)  # by get_output_embeddings(): BioGPT's head is `output_projection`
     ids = HF.batches(1)[0]["input_ids"]
     mask = torch.ones_like(ids)
     mask[1, 10:] = 0
@@ -330,14 +366,30 @@ def test_training_forward_equals_the_models_own(name):
 @pytest.mark.parametrize("name, message", [
     ("ctrl", r"transformer holds \['pos_encoding'\] itself"),
     ("xglm", r"runs \['embed_positions'\] \(XGLMSinusoidalPositionalEmbedding\) before its blocks"),
-    ("bart", r"runs \['layernorm_embedding'\] \(LayerNorm\) before its blocks")])
+    ("bart", r"runs \['layernorm_embedding'\] \(LayerNorm\) before its blocks"),
+    ("deepseek_v4", r"model.layers.0 is a layer of type 'heavily_compressed_attention', for which model.rotary_emb "
+                    r"\(DeepseekV4RotaryEmbedding\) holds no rotary table \(it holds \['compress', 'main'\]\)"),
+    # its trace at 2048 tokens (a Python loop over the sequence in each block) had run past 5 minutes
+    ("rwkv", r"RwkvForCausalLM: its config declares no attention heads \(num_attention_heads\)")])
 def test_forwards_the_hf_path_cannot_reproduce_are_one_clear_error(name, message):
     """What a base model's forward does around its blocks that causal_lm_forward has no place for is refused
     with one line naming it (each gave other logits, or failed deep in transformers, before)."""
     from autoparallel.hf import hf_parts
 
     with pytest.raises(UserError, match=message):
-        hf_parts(HF.build(name))
+        hf_parts(_build(name))
+
+
+def test_modules_beside_the_base_model_and_head_are_one_clear_error():
+    """The head is get_output_embeddings(), whatever its name; a module the LM holds besides it and the base model
+    (Inkling 2's logit_softcap, BERT's transform around cls.predictions.decoder) would be skipped: refused."""
+    from autoparallel.hf import hf_parts
+
+    model = HF.build("llama")
+    model.logit_softcap = torch.nn.LayerNorm(32)
+    with pytest.raises(UserError, match=r"\['logit_softcap'\] \(LayerNorm\), beside its base model model and output "
+                                        r"head lm_head, would not run"):
+        hf_parts(model)
 
 
 def test_mixed_sliding_window_layers_beyond_the_window_are_refused():
