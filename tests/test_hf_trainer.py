@@ -380,6 +380,28 @@ def test_forwards_the_hf_path_cannot_reproduce_are_one_clear_error(name, message
         hf_parts(_build(name))
 
 
+def test_the_base_forward_orders_its_pieces_as_they_run():
+    """What runs around the blocks is ordered as the forward runs it, not as its text names it: a call's
+    arguments first (`self.norm(self.proj(h))` runs proj, then norm), an assigned value before its target."""
+    from autoparallel.trainer.structure import forward_order, runs_around
+
+    class Base(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm, self.proj, self.embed = torch.nn.Identity(), torch.nn.Identity(), torch.nn.Identity()
+            self.layers = torch.nn.ModuleList([torch.nn.Identity()])
+
+        def forward(self, x):
+            self.cache = self.embed(x)
+            for layer in self.layers:
+                x = layer(x)
+            return self.norm(self.proj(x))
+
+    base = Base()
+    assert forward_order(base, ["norm", "proj", "layers", "embed"]) == ["embed", "layers", "proj", "norm"]
+    assert runs_around(base, ["norm", "proj", "embed"], "layers") == set()
+
+
 def test_modules_beside_the_base_model_and_head_are_one_clear_error():
     """The head is get_output_embeddings(), whatever its name; a module the LM holds besides it and the base model
     (Inkling 2's logit_softcap, BERT's transform around cls.predictions.decoder) would be skipped: refused."""

@@ -10,8 +10,9 @@ convention; Hugging Face models get one from autoparallel/hf.py).
 
 from __future__ import annotations
 
+import ast
 import inspect
-import re
+import textwrap
 from dataclasses import dataclass
 
 from torch import nn
@@ -70,14 +71,40 @@ def find_layout(model: nn.Module) -> ModelLayout:
     return ModelLayout(path, keys, pre, post)
 
 
+class _SelfUses(ast.NodeVisitor):
+    """`self.<name>` uses of a forward in the order they run: a call's arguments before the call
+    (`self.norm(self.proj(h))` runs proj first), an assignment's value before its targets; the rest in
+    source order."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        self.generic_visit(node)
+        if isinstance(node.value, ast.Name) and node.value.id == "self":
+            self.order.append(node.attr)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        for arg in (*node.args, *node.keywords):
+            self.visit(arg)
+        self.visit(node.func)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self.visit(node.value)
+        for target in node.targets:
+            self.visit(target)
+
+
 def _mentions(parent: nn.Module, names: list[str]) -> dict[str, list[int]] | None:
-    """Offsets in `parent`'s class forward where it names each of `names` (`self.<name>`; [] where it does
-    not); None where the source cannot be read."""
+    """Where `parent`'s class forward uses each of `names` (`self.<name>`; [] where it does not), as
+    indices in the order the uses run (`_SelfUses`); None where the source cannot be read."""
     try:
-        source = inspect.getsource(type(parent).forward)
-    except (OSError, TypeError):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(type(parent).forward)))
+    except (OSError, TypeError, SyntaxError):
         return None
-    return {n: [m.start() for m in re.finditer(rf"\bself\.{re.escape(n)}\b", source)] for n in names}
+    uses = _SelfUses()
+    uses.visit(tree)
+    return {n: [i for i, u in enumerate(uses.order) if u == n] for n in names}
 
 
 def forward_mentions(parent: nn.Module, names: list[str]) -> dict[str, tuple[int, int]] | None:
