@@ -50,20 +50,29 @@ def megatron_placements(graph: OpGraph, sequence_parallel: bool = False) -> dict
                 out[path] = "replicate"
         else:
             out[path] = "replicate"
-    return _whole_or_split_together(out, kinds)
+    return _whole_or_split_together(out, kinds, graph, preds)
 
 
-def _whole_or_split_together(out: dict[str, str], kinds: dict[str, str]) -> dict[str, str]:
+def _whole_or_split_together(out: dict[str, str], kinds: dict[str, str], graph: OpGraph,
+                             preds: dict[str, set[str]]) -> dict[str, str]:
     """The Linears of one module (an attention: q/k/v/o) split together or not at all: when some of
     them must stay whole (OLMo2's q/k feed a norm over all heads, which a head split would cut), the
-    head-split siblings would hand attention mismatched head counts, so the module is replicated."""
+    head-split siblings would hand attention mismatched head counts, so the module is replicated. So is a
+    module with a norm over all the heads its column-parallel projections split: fed by one of them and as
+    wide as one's output (MiniMax's norm after its linear attention, before output_gate's product); a head
+    split would normalize each rank's heads alone, which the trainer refuses (tensor_parallel._check_per_head)."""
     parents: dict[str, list[str]] = {}
+    norms: dict[str, list[str]] = {}
     for path, kind in kinds.items():
-        if kind == "linear":
-            parents.setdefault(path.rpartition(".")[0], []).append(path)
-    for siblings in parents.values():
+        if kind in ("linear", "norm"):
+            (parents if kind == "linear" else norms).setdefault(path.rpartition(".")[0], []).append(path)
+    ops = graph.parametric_ops
+    for parent, siblings in parents.items():
         values = {out[p] for p in siblings}
-        if "rowwise" in values and "replicate" in values:
+        cols = [p for p in siblings if out[p] == "colwise"]
+        spans = any(preds[n] & set(cols) and any(ops[p].out_features == ops[n].in_features for p in cols)
+                    for n in norms.get(parent, ()))
+        if ("rowwise" in values and "replicate" in values) or spans:
             for p in siblings:
                 out[p] = "replicate"
     return out

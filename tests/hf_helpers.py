@@ -108,6 +108,27 @@ def config(name: str):
         return T.BartConfig(vocab_size=VOCAB, d_model=32, decoder_layers=2, decoder_attention_heads=4,
                             decoder_ffn_dim=64, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
                             max_position_embeddings=64, dropout=0.0)
+    # beyond the trainer matrix, for the forward checks: a head named `output_projection` and a position table
+    # that takes the mask yet counts 0..S-1 (BioGPT), a linear-attention layer (blocks of 8 tokens) that zeroes
+    # padded tokens by the 2-D mask (MiniMax), a recurrence with no attention heads (RWKV), a layer type without
+    # a rotary table (DeepSeek V4: "main" / "compress")
+    if name == "biogpt":
+        return T.BioGptConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=128, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0)
+    if name == "minimax":
+        return T.MiniMaxConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                               num_key_value_heads=2, head_dim=16, intermediate_size=128, num_local_experts=4,
+                               num_experts_per_tok=2, max_position_embeddings=64, block_size=8,
+                               layer_types=["full_attention", "linear_attention"])
+    if name == "rwkv":
+        return T.RwkvConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, attention_hidden_size=64,
+                            intermediate_size=128, context_length=64)
+    if name == "deepseek_v4":
+        return T.DeepseekV4Config(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                  num_key_value_heads=2, head_dim=8, qk_rope_head_dim=8, q_lora_rank=32,
+                                  moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
+                                  max_position_embeddings=64)
     raise KeyError(name)
 
 

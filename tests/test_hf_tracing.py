@@ -152,6 +152,13 @@ def test_megatron_rule_keeps_attention_whole_when_a_norm_spans_all_heads():
     for leaf in ("q_proj", "k_proj", "v_proj", "o_proj"):
         assert p[f"model.layers.0.self_attn.{leaf}"] == "replicate", (leaf, p)
     assert p["model.layers.0.mlp.gate_proj"] == "colwise" and p["model.layers.0.mlp.down_proj"] == "rowwise"
+    # MiniMax's linear attention normalizes its output over all heads before output_gate's product (hidden 64 =
+    # 4 heads x 16: only the norm's producer, qkv_proj, tells it from a block's residual-stream norm); its
+    # full-attention layer (0) still splits its heads
+    p = megatron_placements(trace(HF.build("minimax"), batch=1, seq_len=16))
+    for leaf in ("qkv_proj", "output_gate", "out_proj"):
+        assert p[f"model.layers.1.self_attn.{leaf}"] == "replicate", (leaf, p)
+    assert p["model.layers.0.self_attn.q_proj"] == "colwise" and p["model.layers.0.self_attn.o_proj"] == "rowwise"
 
 
 def test_fused_projection_is_sharded_only_in_whole_heads_of_every_piece():

@@ -110,6 +110,9 @@ WORLD4: list[Config] = [
     Config("gptj-pp2xdp2", "gptj", PP2DP2),
     # NanoChat's one parameter-free norm before and after the blocks: on both end stages, applied once on each
     Config("nanochat-pp2xdp2", "nanochat", PP2DP2),
+    # MiniMax's linear attention normalizes over all its heads: the layout keeps that module whole (its full-
+    # attention layers split), padded tokens zeroed by the 2-D mask
+    Config("minimax-dp2xtp2-sp-masked", "minimax", DP2TP2SP, masked=True),
 ]
 
 
@@ -300,41 +303,6 @@ def test_train_hf_example_trains_and_exports(tmp_path):
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "out").config.model_type == "llama"
 
 
-def _coverage_config(name: str):
-    """Tiny configs (2 layers, width 64) of model types benchmarks/hf_coverage.py found wrong, for the forward
-    checks below only (tests/hf_helpers.py's models are the trainer matrix's)."""
-    import transformers as T
-
-    if name == "biogpt":  # its head is `output_projection`; its position table takes the mask, yet counts 0..S-1
-        return T.BioGptConfig(vocab_size=HF.VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                              intermediate_size=128, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                              attention_probs_dropout_prob=0.0)
-    if name == "minimax":  # a linear-attention layer (blocks of 8 tokens) that zeroes padded tokens by the 2-D mask
-        return T.MiniMaxConfig(vocab_size=HF.VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                               num_key_value_heads=2, head_dim=16, intermediate_size=128, num_local_experts=4,
-                               num_experts_per_tok=2, max_position_embeddings=64, block_size=8,
-                               layer_types=["full_attention", "linear_attention"])
-    if name == "rwkv":  # a head named `head`, blocks of time mixing (a recurrence) rather than attention
-        return T.RwkvConfig(vocab_size=HF.VOCAB, hidden_size=64, num_hidden_layers=2, attention_hidden_size=64,
-                            intermediate_size=128, context_length=64)
-    if name == "deepseek_v4":  # rotary tables "main" / "compress", none per layer type
-        return T.DeepseekV4Config(vocab_size=HF.VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                  num_key_value_heads=2, head_dim=8, qk_rope_head_dim=8, q_lora_rank=32,
-                                  moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
-                                  max_position_embeddings=64)
-    return None
-
-
-def _build(name: str):
-    from transformers import AutoModelForCausalLM
-
-    cfg = _coverage_config(name)
-    if cfg is None:
-        return HF.build(name)
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(cfg)
-
-
 @pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe", "olmo2", "olmo", "cohere", "granite", "gemma2",
                                   "falcon", "gpt_neox", "gptj", "gemma3", "opt", "nanochat", "doge", "olmo3",
                                   "openai-gpt", "biogpt", "minimax"))
@@ -346,7 +314,7 @@ def test_training_forward_equals_the_models_own(name):
 
     from autoparallel.hf import hf_parts, install_forward, is_hf_causal_lm
 
-    model = _build(name)
+    model = HF.build(name)
     assert is_hf_causal_lm(model)  # by get_output_embeddings(): BioGPT's head is `output_projection`
     ids = HF.batches(1)[0]["input_ids"]
     mask = torch.ones_like(ids)
@@ -377,7 +345,7 @@ def test_forwards_the_hf_path_cannot_reproduce_are_one_clear_error(name, message
     from autoparallel.hf import hf_parts
 
     with pytest.raises(UserError, match=message):
-        hf_parts(_build(name))
+        hf_parts(HF.build(name))
 
 
 def test_the_base_forward_orders_its_pieces_as_they_run():
