@@ -1,0 +1,77 @@
+"""Every one-GPU held-out sweep row of every VM against one base profile, each VM's rows predicted with the
+base rescaled by that VM's own speed probes (`calibrate --trainer --rescale`'s factor, trainer_speed_sN.jsonl).
+The one number a cost-model change is judged by across VMs, on CPU in about a minute:
+
+    python benchmarks/held_out_all.py                        # the shipped h200 profile
+    python benchmarks/held_out_all.py --base CANDIDATE.yaml --rows
+
+Groups: the VMs s19-s35 (153 rows), s37 (the one-GPU sweep on a fresh VM), and each family run since. Rows
+the base took from a sweep (its `sweep_fit_configs`) are left out. Prints mean |error| and the count within 10%
+per VM and group; `--rows` each row's error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import trainer_sweep as ts  # noqa: E402
+
+from autoparallel.calibrate_trainer import fit_host_speed, load_records, rescaled  # noqa: E402
+
+RAW = ROOT / "benchmarks" / "results" / "raw"
+# VM -> its sweep files (one GPU); its speed probes are trainer_speed_<vm>.jsonl
+VMS = {"s19": ["single"], "s20": ["single"], "s21": ["single", "wide"], "s22": ["families"], "s23": ["families2"],
+       "s26": ["families3"], "s28": ["single"], "s29": ["families4"], "s30": ["families5"], "s31": ["selective_hf"],
+       "s33": ["families6"], "s34": ["families6b"], "s35": ["families7"], "s37": ["single"], "s40": ["compiled_hf"],
+       "s41": ["families8"], "s43": ["families9"], "s45": ["families10"]}
+POOLED = {f"s{n}" for n in (19, 20, 21, 22, 23, 26, 28, 29, 30, 31, 33, 34, 35)}  # reported together
+
+
+def errors(base, vm: str) -> list[tuple[str, float]]:
+    """(configuration, predicted / measured - 1) of `vm`'s held-out rows under `base` rescaled to the VM."""
+    fit = set(base.calibration.get(ts.SWEEP_FIT_KEY, ts.SWEEP_FIT_DEFAULT))
+    profile = rescaled(base, fit_host_speed(load_records([str(RAW / f"trainer_speed_{vm}.jsonl")]), base).factor)
+    configs = {c.name: c for c in ts.CONFIGS}
+    measured = ts._measured([str(RAW / f"trainer_sweep_{k}_{vm}.jsonl") for k in VMS[vm]])
+    out = []
+    for name, m in measured.items():
+        if name in configs and "measured" in m and name not in fit:
+            pred, _ = ts.predict(configs[name], profile, raw=m)
+            out.append((name, pred["step_time_s"] / m["measured"]["step_time_s"] - 1))
+    return out
+
+
+def _line(label: str, errs: list[float]) -> str:
+    return (f"{label}: {len(errs)} rows, mean |error| {statistics.mean(errs):.2%}, "
+            f"{sum(e <= 0.10 for e in errs)} within 10%")
+
+
+def main() -> int:
+    from hardware_profiles import load_profile
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", default="h200", help="profile name or YAML file (default: the shipped h200)")
+    ap.add_argument("--rows", action="store_true", help="print each row's error")
+    args = ap.parse_args()
+    base = load_profile(args.base)
+    groups: dict[str, list[float]] = {}
+    for vm in VMS:
+        errs = errors(base, vm)
+        print(_line(vm, [abs(e) for _, e in errs]), flush=True)
+        if args.rows:
+            for name, e in errs:
+                print(f"    {name:32s} {e:+.1%}")
+        groups.setdefault("s19-s35" if vm in POOLED else vm, []).extend(abs(e) for _, e in errs)
+    for label, errs in groups.items():
+        print("== " + _line(label, errs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
