@@ -232,7 +232,7 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"attention blocks are supported there; pass a package.module:callable")
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     if not getattr(config, "num_attention_heads", None):  # RWKV's time mixing (no convolution): a Python loop
-        # over the sequence, whose meta trace at 2048 tokens ran past 5 minutes
+        # over the sequence, whose meta trace at 1024 tokens ran past 5 minutes (`autoparallel plan`)
         raise UserError(f"{type(model).__name__}: its config declares no attention heads (num_attention_heads), so "
                         f"its blocks mix tokens by something other than attention (a recurrence), which "
                         f"autoparallel's Hugging Face forward, tracer and cost model do not cover; this architecture "

@@ -337,7 +337,7 @@ def test_training_forward_equals_the_models_own(name):
     ("bart", r"runs \['layernorm_embedding'\] \(LayerNorm\) before its blocks"),
     ("deepseek_v4", r"model.layers.0 is a layer of type 'heavily_compressed_attention', for which model.rotary_emb "
                     r"\(DeepseekV4RotaryEmbedding\) holds no rotary table \(it holds \['compress', 'main'\]\)"),
-    # its trace at 2048 tokens (a Python loop over the sequence in each block) had run past 5 minutes
+    # its CLI trace at 1024 tokens (a Python loop over the sequence in each block) had run past 5 minutes
     ("rwkv", r"RwkvForCausalLM: its config declares no attention heads \(num_attention_heads\)")])
 def test_forwards_the_hf_path_cannot_reproduce_are_one_clear_error(name, message):
     """What a base model's forward does around its blocks that causal_lm_forward has no place for is refused
