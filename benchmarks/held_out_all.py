@@ -6,14 +6,13 @@ The one number a cost-model change is judged by across VMs, on CPU in about a mi
     python benchmarks/held_out_all.py --base CANDIDATE.yaml --rows
 
 Groups: the VMs s19-s35 (153 rows), s37 (the one-GPU sweep on a fresh VM), and each family run since. Rows
-the base took from a sweep (its `sweep_fit_configs`) are left out. Prints mean |error| and the count within 10%
-per VM and group; `--rows` each row's error.
+the base took from a sweep (its `sweep_fit_configs`) are left out. Prints mean |error|, the count within 10% and the
+largest per VM and group (host_transfer's summary); `--rows` each row's error.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -21,11 +20,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import host_transfer as ht  # noqa: E402
 import trainer_sweep as ts  # noqa: E402
 
-from autoparallel.calibrate_trainer import fit_host_speed, load_records, rescaled  # noqa: E402
+from autoparallel.calibrate_trainer import fit_host_speed, rescaled  # noqa: E402
 
-RAW = ROOT / "benchmarks" / "results" / "raw"
+RAW = ht.RAW
 # VM -> its sweep files (one GPU); its speed probes are trainer_speed_<vm>.jsonl
 VMS = {"s19": ["single"], "s20": ["single"], "s21": ["single", "wide"], "s22": ["families"], "s23": ["families2"],
        "s26": ["families3"], "s28": ["single"], "s29": ["families4"], "s30": ["families5"], "s31": ["selective_hf"],
@@ -37,7 +37,7 @@ POOLED = {f"s{n}" for n in (19, 20, 21, 22, 23, 26, 28, 29, 30, 31, 33, 34, 35)}
 def errors(base, vm: str) -> list[tuple[str, float]]:
     """(configuration, predicted / measured - 1) of `vm`'s held-out rows under `base` rescaled to the VM."""
     fit = set(base.calibration.get(ts.SWEEP_FIT_KEY, ts.SWEEP_FIT_DEFAULT))
-    profile = rescaled(base, fit_host_speed(load_records([str(RAW / f"trainer_speed_{vm}.jsonl")]), base).factor)
+    profile = rescaled(base, fit_host_speed(ht.speed_records(vm), base).factor)
     configs = {c.name: c for c in ts.CONFIGS}
     measured = ts._measured([str(RAW / f"trainer_sweep_{k}_{vm}.jsonl") for k in VMS[vm]])
     out = []
@@ -46,11 +46,6 @@ def errors(base, vm: str) -> list[tuple[str, float]]:
             pred, _ = ts.predict(configs[name], profile, raw=m)
             out.append((name, pred["step_time_s"] / m["measured"]["step_time_s"] - 1))
     return out
-
-
-def _line(label: str, errs: list[float]) -> str:
-    return (f"{label}: {len(errs)} rows, mean |error| {statistics.mean(errs):.2%}, "
-            f"{sum(e <= 0.10 for e in errs)} within 10%")
 
 
 def main() -> int:
@@ -63,13 +58,13 @@ def main() -> int:
     groups: dict[str, list[float]] = {}
     for vm in VMS:
         errs = errors(base, vm)
-        print(_line(vm, [abs(e) for _, e in errs]), flush=True)
+        print(f"{vm}: {ht._summary([abs(e) for _, e in errs])}", flush=True)
         if args.rows:
             for name, e in errs:
                 print(f"    {name:32s} {e:+.1%}")
         groups.setdefault("s19-s35" if vm in POOLED else vm, []).extend(abs(e) for _, e in errs)
     for label, errs in groups.items():
-        print("== " + _line(label, errs))
+        print(f"== {label}: {ht._summary(errs)}")
     return 0
 
 
