@@ -954,13 +954,15 @@ def _build_op_graph(graph: OpGraph, tr: _Tracer) -> None:
 
 
 def _fill_compiled_saved(graph: OpGraph, model: nn.Module, block_inputs: dict[str, tuple[tuple, dict]]) -> None:
-    """graph.compiled_saved: per block class, the bytes per sample its compiled form keeps for the backward
-    (autoparallel.compiled_saved: AOTAutograd's partitioner on the block, once per class, on the inputs the
-    traced step gave it). A class whose block the partitioner cannot take (an op without a meta kernel,
-    data-dependent shapes) is left out: the cost model then counts eager's saved bytes for it."""
-    from autoparallel.compiled_saved import compiled_saved_bytes
+    """graph.compiled_saved and graph.compiled_fused: per block class, the bytes per sample its compiled form
+    keeps for the backward and the bytes its fused kernels move in each phase (autoparallel.compiled_saved:
+    AOTAutograd's partitioner on the block, once per class, on the inputs the traced step gave it). A class
+    whose block the partitioner cannot take (an op without a meta kernel, data-dependent shapes) is left out:
+    the cost model then counts eager's saved bytes and compiled_memory_fraction for it."""
+    from autoparallel.compiled_saved import compiled_block
 
     done: set[int] = set()
+    per_sample = 1.0 / max(graph.batch, 1)
     for path in graph.blocks:
         cls = graph.block_class.get(path)
         if cls is None or cls in done or path not in block_inputs:
@@ -970,10 +972,12 @@ def _fill_compiled_saved(graph: OpGraph, model: nn.Module, block_inputs: dict[st
         if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in tree_leaves((args, kwargs))):
             continue  # no gradient flows into the block's inputs (its saved set is not an activation chain)
         try:
-            nbytes = compiled_saved_bytes(model.get_submodule(path), args, kwargs)
+            block = compiled_block(model.get_submodule(path), args, kwargs)
         except Exception:  # the partitioner's limits, not the model's: eager accounting stands
             continue
-        graph.compiled_saved[cls] = nbytes / max(graph.batch, 1)
+        graph.compiled_saved[cls] = block.saved_bytes * per_sample
+        if block.fused_fwd_bytes is not None and block.fused_bwd_bytes is not None:
+            graph.compiled_fused[cls] = (block.fused_fwd_bytes * per_sample, block.fused_bwd_bytes * per_sample)
 
 
 def _build_module_level_graph(graph: OpGraph, tr: _Tracer, model: nn.Module) -> None:

@@ -230,11 +230,30 @@ ARCEE_12L = {"name": "arcee-afm-12l", "hf": True, "model_type": "arcee", "vocab_
              "intermediate_size": 18432, "num_hidden_layers": 12, "num_attention_heads": 32, "num_key_value_heads": 32,
              "head_dim": 80, "hidden_act": "relu2", "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
              "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2}
+# and three more, predicted before the run (FAMILIES11) with the compiled blocks priced by their fused bytes:
+# Falcon 7B's widths (8 of its 32 layers: attention and MLP in parallel off one LayerNorm, multi-query, a GELU
+# MLP, 71 heads), Aya Expanse 8B's (Cohere: a LayerNorm without bias written as fp32 pointwise ops, a 256k tied
+# vocabulary scaled by logit_scale; 8 of 32 layers) and OLMoE 1B-7B's (64 experts, 8 a token, qk-norm over the
+# whole width; 4 of 16 layers)
+FALCON_7B_8L = {"name": "falcon-7b-8l", "hf": True, "model_type": "falcon", "vocab_size": 65024, "hidden_size": 4544,
+                "ffn_hidden_size": 18176, "num_hidden_layers": 8, "num_attention_heads": 71, "multi_query": True,
+                "parallel_attn": True, "new_decoder_architecture": False, "bias": False, "alibi": False,
+                "layer_norm_epsilon": 1e-5, "max_position_embeddings": 2048, "hidden_dropout": 0.0,
+                "attention_dropout": 0.0, "tie_word_embeddings": True, "bos_token_id": 11, "eos_token_id": 11}
+AYA_8B_8L = {"name": "aya-expanse-8b-8l", "hf": True, "model_type": "cohere", "vocab_size": 256000, "hidden_size": 4096,
+             "intermediate_size": 14336, "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "logit_scale": 0.125, "use_qk_norm": False, "layer_norm_eps": 1e-5, "max_position_embeddings": 8192,
+             "rope_theta": 10000.0, "tie_word_embeddings": True, "pad_token_id": 0, "bos_token_id": 5, "eos_token_id": 255001}
+OLMOE_4L = {"name": "olmoe-1b-7b-4l", "hf": True, "model_type": "olmoe", "vocab_size": 50304, "hidden_size": 2048,
+            "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 16,
+            "num_experts": 64, "num_experts_per_tok": 8, "norm_topk_prob": False, "rms_norm_eps": 1e-5,
+            "max_position_embeddings": 4096, "rope_theta": 10000.0, "tie_word_embeddings": False,
+            "output_router_logits": False, "pad_token_id": 1, "bos_token_id": None, "eos_token_id": 50279}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
                                  GPTJ_6B_8L, DEEPSEEK_V2_LITE_4L, CODEGEN_2B_12L, PHI2_16L, OPT_1_3B, STARCODERBASE_1B, OLMO3_7B_8L,
-                                 SMOLLM3_3B, STARCODER2_3B, ARCEE_12L)}
+                                 SMOLLM3_3B, STARCODER2_3B, ARCEE_12L, FALCON_7B_8L, AYA_8B_8L, OLMOE_4L)}
 
 
 @dataclass(frozen=True)
@@ -422,6 +441,10 @@ CONFIGS = [
     # seventeenth session, predicted before the run (FAMILIES10)
     *_trio("1g-starcoder2", "starcoder2-3b", 8, 4, (2, "full")),
     *_trio("1g-arcee", "arcee-afm-12l", 8, 8, (2, "op")),
+    # eighteenth session, predicted before the run (FAMILIES11)
+    *_trio("1g-falcon", "falcon-7b-8l", 8, 4, (2, "op")),
+    *_trio("1g-aya", "aya-expanse-8b-8l", 8, 4, (2, "full")),
+    *_trio("1g-olmoe", "olmoe-1b-7b-4l", 8, 8, (4, "op")),
 ]
 
 
@@ -713,8 +736,8 @@ def cmd_update_rates(args: argparse.Namespace) -> int:
 # host_us_per_compiled_call: from 1g-gpt-auto only for probe files without a compiled probe (s2, s3)
 # (fsdp_copy_fraction was fitted here, from 1g-llama-eager, until the twelfth session: it now comes from the
 # trainer's profiled kernels, `update-rates`, as memory_fraction.adamw does.)
-FIT = {"compiled_memory_fraction": "1g-llama-auto", "host_us_per_compiled_call": "1g-gpt-auto"}
-FIT_RANGE = {"compiled_memory_fraction": (0.05, 1.0), "host_us_per_compiled_call": (0.0, 10000.0)}
+FIT = {"compiled_fused_fraction": "1g-llama-auto", "host_us_per_compiled_call": "1g-gpt-auto"}
+FIT_RANGE = {"compiled_fused_fraction": (0.05, 1.0), "host_us_per_compiled_call": (0.0, 10000.0)}
 # Host terms the probes cannot pin, each anchored on one real-width configuration the trainer ran: the tiny
 # probes' two TP steps (with and without SP) leave the per-collective term free to trade against the DTensor
 # per-op one, and the 1.3B TP rows of s5 and s18 both came out 25-38% slow under it (docs/trainer_sweep_notes.md)
@@ -722,7 +745,7 @@ HOST_ANCHOR = {"host_us_per_tp_collective": ("2g-llama-tp2sp", (0.0, 5000.0))}
 SWEEP_FIT_KEY = "sweep_fit_configs"  # in fit's profile: the configurations it fitted from
 # what a profile without that entry (the shipped h200's, rescaled or not) took from sweeps: its pooled probes
 # include compiled ones, which fit host_us_per_compiled_call (host_transfer.pooled_profile)
-SWEEP_FIT_DEFAULT = (*(name for name, _ in HOST_ANCHOR.values()), FIT["compiled_memory_fraction"])
+SWEEP_FIT_DEFAULT = (*(name for name, _ in HOST_ANCHOR.values()), FIT["compiled_fused_fraction"])
 FITTED_PROFILE = ROOT / "benchmarks" / "results" / "h200_trainer_fit.yaml"
 
 
@@ -900,7 +923,7 @@ def cmd_ship(args: argparse.Namespace) -> int:
 
     from cost_models.host import HOST_TERMS
     fitted = yaml.safe_load(Path(args.profile).read_text())["calibration"]
-    keys = ("compiled_memory_fraction", *HOST_TERMS, "host_us_per_op", "host_us_per_op_moe",
+    keys = ("compiled_fused_fraction", *HOST_TERMS, "host_us_per_op", "host_us_per_op_moe",
             "host_us_per_op_fwd_bwd", "host_us_per_op_moe_fwd_bwd", REFERENCE_KEY)
     path = ROOT / "hardware_profiles" / f"{PROFILE}.yaml"
     text = path.read_text()

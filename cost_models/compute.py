@@ -323,11 +323,20 @@ def host_seconds_per_op(profile: HardwareProfile, phase: str, expert: bool = Fal
     return calibrated(profile, key, 0.0) * 1e-6
 
 
-def compiled_times(times: np.ndarray, matmul: np.ndarray, profile: HardwareProfile) -> np.ndarray:
-    """Per-op times under torch.compile: Inductor fuses chains of pointwise and reduction ops into few
-    kernels, so the traced non-matrix ops move only a fraction of their bytes,
-    calibration.compiled_memory_fraction (fitted from the trainer's compiled steps); GEMMs and
-    attention run the same library kernels. Their host floor is `compiled_host_floor`."""
+def compiled_times(times: np.ndarray, matmul: np.ndarray, moved: np.ndarray, profile: HardwareProfile,
+                   fused_share: float | None = None) -> np.ndarray:
+    """Per-op times under torch.compile; GEMMs and attention run the same library kernels. Inductor fuses
+    the pointwise and reduction ops between them into few kernels. Where the block's compiled graphs were
+    analysed (`fused_share`: the bytes its fused kernels move over the bytes its traced memory-bound ops move
+    eager, autoparallel.compiled_saved.fused_bytes) and the profile has calibration.compiled_fused_fraction,
+    each memory-bound op moves `moved` x fused_share bytes at that fraction of the bandwidth: a block whose
+    norm and activation are one eager kernel each (LayerNorm, GELU) keeps most of its bytes, a block of fp32
+    RMSNorm chains sheds most of them. Elsewhere (the compiled loss, a block the partitioner could not take)
+    the non-matrix ops keep calibration.compiled_memory_fraction of their eager time. Their host floor is
+    `compiled_host_floor`."""
+    rate = calibrated(profile, "compiled_fused_fraction", 0.0) * profile.memory_bandwidth
+    if fused_share is not None and rate > 0:
+        return np.where(matmul, times, moved * fused_share / rate)
     frac = calibrated(profile, "compiled_memory_fraction", 1.0)
     return np.where(matmul, times, times * frac)
 

@@ -275,9 +275,11 @@ class CostModel:
         # the GPU runs a phase's TP and EP collectives in line with its ops (the trainer overlaps neither), so
         # the host sets the pace only when it issues slower than the ops and the collectives together
         fwd_t, fwd_flops, fwd_div, fwd_host_s = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8,
-                                                                  cp, tp_comm_fwd + a2a)
+                                                                  cp, tp_comm_fwd + a2a,
+                                                                  self._fused_share(seg, 0) if compiled else None)
         bwd_t, bwd_flops, _, bwd_host_s = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8, cp,
-                                                        tp_comm_bwd + a2a)
+                                                        tp_comm_bwd + a2a,
+                                                        self._fused_share(seg, 1) if compiled else None)
 
         cp_comm_fwd = cp_comm_bwd = 0.0
         if cp > 1 and seg.attn_kv_bytes:
@@ -409,15 +411,29 @@ class CostModel:
             return int(not self.graph.has_tied_parameters)
         return 1 + (seg.name != "pre" and seg.expert_params > 0 and plan.experts_apart)
 
+    def _fused_share(self, seg: Segment, phase: int) -> float | None:
+        """The bytes a compiled block's fused kernels move in phase `phase` (0 forward, 1 backward) over the
+        bytes its traced memory-bound ops move eager, at the traced batch (OpGraph.compiled_fused; None for
+        the pre and post segments and blocks the partitioner could not take): compute.compiled_times."""
+        fused = self.graph.compiled_fused.get(self.graph.block_class.get(seg.name, -1))
+        if fused is None:
+            return None
+        ops = (seg.fwd, seg.bwd)[phase]
+        batch = max(self.graph.batch, 1)
+        eager = float(ops.act_bytes[~ops.matmul].sum()) * batch + float(ops.param_bytes[~ops.matmul].sum())
+        return fused[phase] * batch / eager if eager > 0 else None
+
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,
-                     host: HostWork | None = None, fp8: str = "none", cp: int = 1, comm_s: float = 0.0):
+                     host: HostWork | None = None, fp8: str = "none", cp: int = 1, comm_s: float = 0.0,
+                     fused_share: float | None = None):
         """Per-op times [s], per-op FLOPs, the per-op divisor (tp for sharded work) and the phase's host time
         [s] (its floor); eager ops pay the
         host floor with the trainer's host work `host`, compiled ones compute.compiled_times with the floor
         compute.compiled_host_floor; under an FP8 recipe the linear GEMMs take compute.fp8_gemm_times (their
         casts are memory passes of their own, which compiled_times does not shrink further) and their extra
         eager kernels join the host floor. `comm_s`: the phase's collectives, which the GPU runs in line with
-        its ops: the ops are stretched until ops + collectives meet the floor."""
+        its ops: the ops are stretched until ops + collectives meet the floor. `fused_share`: the compiled
+        block's fused bytes over its eager memory-bound bytes in this phase (`_fused_share`)."""
         expert = ops.expert
         # sharded ops run 1/tp; replicated ones 1/tp of the sequence under SP; experts run whole
         div = np.where(ops.tp_sharded, tp, np.where(expert, 1, tp if sp else 1)).astype(float)
@@ -454,7 +470,8 @@ class CostModel:
         # A per-expert loop's data-dependent GEMMs break the graph, and such a block is priced as eager.
         if compiled and not dynamic_gemm.any():
             floor = compiled_host_floor(self.host.compiled_call_s, phase) + host.fsdp_s
-            return stretch_to(compiled_times(t, ops.matmul, self.profile), floor - comm_s), flops, div, floor
+            return (stretch_to(compiled_times(t, ops.matmul, moved, self.profile, fused_share), floor - comm_s),
+                    flops, div, floor)
         extra = n_fp8 * FP8_EAGER_KERNELS[fp8] if n_fp8 else 0.0
         floor = host_floor(len(t), self.profile, phase, expert, dynamic_gemm, host.per_op_s,
                            host.extra_s + host.fsdp_s, extra)

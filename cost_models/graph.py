@@ -121,6 +121,9 @@ class OpGraph:
     # block class id -> bytes per sample that the torch.compile'd block keeps for its backward (AOTAutograd's
     # default partitioner, autoparallel.compiled_saved); a class without an entry is priced as eager
     compiled_saved: dict[int, float] = field(default_factory=dict)
+    # block class id -> (forward, backward) bytes per sample that the compiled block's fused memory-bound
+    # kernels move (autoparallel.compiled_saved.fused_bytes); a class without an entry: compiled_memory_fraction
+    compiled_fused: dict[int, tuple[float, float]] = field(default_factory=dict)
     # blocks whose attention has no `recompute_core` switch (a Hugging Face or user block): there
     # AutoParallelTrainer runs "selective" as per-op checkpointing (trainer/recompute.py), and so does the
     # cost model (CostModel.runtime_recompute); elsewhere selective recomputes the seq x seq attention core

@@ -8,7 +8,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from autoparallel.api import context
-from autoparallel.compiled_saved import compiled_saved_bytes
+from autoparallel.compiled_saved import compiled_saved_bytes, fused_bytes
 from autoparallel.models.layers import rope_cos_sin
 from autoparallel.placements import megatron_placements
 from autoparallel.specs import load_model
@@ -141,5 +141,69 @@ def test_a_trace_without_the_partition_is_the_same_graph(tiny_llama_graph):
     compiled entry (the cost model then prices compiled blocks with eager's saved bytes)."""
     bare = trace("tiny-llama", batch=BATCH, seq_len=SEQ, compiled_saved=False)
     assert tiny_llama_graph.compiled_saved and bare.compiled_saved == {}
+    assert tiny_llama_graph.compiled_fused and bare.compiled_fused == {}
     assert list(bare.nodes()) == list(tiny_llama_graph.nodes())
     assert sorted(bare.g.edges) == sorted(tiny_llama_graph.g.edges)
+
+
+def _fake_graph(fn, *shapes: tuple[int, ...]):
+    """`fn` traced by make_fx on fake tensors of float32 `shapes` (nodes carry meta["val"], as AOTAutograd's)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn, tracing_mode="fake")(*(torch.empty(s) for s in shapes))
+
+
+def test_a_chain_of_pointwise_ops_moves_its_input_and_output_once():
+    """Fused bytes count what crosses a group's boundary, not its length: one op and a chain of four
+    (with a view between) before a GEMM both read x and write the GEMM's input, 2 x 4 N bytes (float32)."""
+    n, h = 64, 32
+    w = (h, 16)
+    one = _fake_graph(lambda x, w: (x * 2) @ w, (n, h), w)
+    four = _fake_graph(lambda x, w: ((x * 2 + 1).exp().view(n, h) * 3) @ w, (n, h), w)
+    assert fused_bytes(one) == fused_bytes(four) == 2 * 4 * n * h
+
+
+def test_a_gemm_splits_the_memory_bound_ops_into_two_groups():
+    """relu before and after a GEMM: two groups, each reading its input and writing its output once:
+    (x: N H) + (relu(x): N H) + (x @ w: N K) + (relu(x @ w): N K), float32. A group that reads one tensor
+    twice (x - mean(x): a reduction and a pointwise op over the same input) reads it once."""
+    n, h, k = 64, 32, 16
+    two = _fake_graph(lambda x, w: (x.relu() @ w).relu(), (n, h), (h, k))
+    assert fused_bytes(two) == 4 * (2 * n * h + 2 * n * k)
+    centred = _fake_graph(lambda x: x - x.mean(-1, keepdim=True), (n, h))
+    assert fused_bytes(centred) == 2 * 4 * n * h
+
+
+def test_compiled_blocks_move_their_fused_bytes_at_the_fitted_rate(llama_ctx):
+    """Compiled, a block's memory-bound ops move fused_share x their eager bytes at compiled_fused_fraction of
+    the bandwidth: at the traced batch their times sum to the partition's fused bytes over that rate (the
+    compiled host floor set to zero so that nothing stretches them); without fused bytes (share None) they
+    keep compiled_memory_fraction of their eager time."""
+    import dataclasses
+
+    from cost_models.estimate import CostModel
+
+    graph = llama_ctx.graph
+    cluster = llama_ctx.cost_model.cluster
+    prof = dataclasses.replace(cluster.profile, calibration={**cluster.profile.calibration,
+                                                             "host_us_per_compiled_call": 0.0,
+                                                             "compiled_fused_fraction": 0.5})
+    cm = CostModel(graph, dataclasses.replace(cluster, profile=prof))
+    frac = prof.calibration["compiled_memory_fraction"]
+    half = CostModel(graph, dataclasses.replace(cluster, profile=dataclasses.replace(
+        prof, calibration={**prof.calibration, "compiled_memory_fraction": frac / 2})))
+    rep = graph.blocks[0]
+    cls = graph.block_class[rep]
+    seg = cm.segments({}, False)[rep]
+    rate = 0.5 * prof.memory_bandwidth
+    b = float(graph.batch)
+    for phase, ops in ((0, seg.fwd), (1, seg.bwd)):
+        name = ("fwd", "bwd")[phase]
+        nm = ~ops.matmul
+        fused, *_ = cm._phase_times(ops, name, 1, 1, False, b, True, fused_share=cm._fused_share(seg, phase))
+        assert float(fused[nm].sum()) == pytest.approx(graph.compiled_fused[cls][phase] * b / rate)
+        old_rule, *_ = cm._phase_times(ops, name, 1, 1, False, b, True)
+        assert fused[~nm] == pytest.approx(old_rule[~nm])  # GEMMs and attention: the same library kernels
+        halved, *_ = half._phase_times(ops, name, 1, 1, False, b, True)
+        assert halved[nm] == pytest.approx(old_rule[nm] / 2)  # the old rule: a fraction of eager time
+        assert halved[~nm] == pytest.approx(old_rule[~nm])

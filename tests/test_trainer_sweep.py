@@ -38,7 +38,7 @@ def test_sweep_terms_are_recovered_from_the_step_times_they_produce():
 
     from hardware_profiles import load_profile
     base = load_profile("h200")
-    truth = {"compiled_memory_fraction": 0.21}
+    truth = {"compiled_fused_fraction": 0.55}
     prof = dataclasses.replace(base, calibration={**base.calibration, **truth})
     configs = {c.name: c for c in ts.CONFIGS}
     measured = {name: {"measured": {"step_time_s": ts.predict(configs[name], prof)[0]["step_time_s"]}}
