@@ -83,7 +83,7 @@ def _partition(block: nn.Module, args: tuple, kwargs: dict, decompositions: dict
     """(forward fx graph, backward fx graph or None, number of real outputs, flat inputs) of the partitioned
     block; the backward graph only with `backward` (AOTAutograd compiles it at the first backward, so the
     meta forward and backward are run once)."""
-    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     flat, rebuild = _flatten(args, kwargs)
@@ -91,13 +91,14 @@ def _partition(block: nn.Module, args: tuple, kwargs: dict, decompositions: dict
     n_static = len(list(mod.parameters())) + len(list(mod.buffers()))
     graphs: dict[str, Any] = {}
 
+    # boxed: the compiled function is called once (for the backward graph), and AOTAutograd warns of unboxed ones
     def fw_compiler(gm: torch.fx.GraphModule, _inputs: Any) -> Callable:
         graphs["fw"] = gm
-        return gm
+        return make_boxed_func(gm)
 
     def bw_compiler(gm: torch.fx.GraphModule, _inputs: Any) -> Callable:
         graphs["bw"] = gm
-        return gm
+        return make_boxed_func(gm)
 
     def partition(gm: torch.fx.GraphModule, joint_inputs: Any, **kw: Any) -> Any:
         # parameters are static inputs (free to save), as Dynamo marks them for Inductor
@@ -107,12 +108,12 @@ def _partition(block: nn.Module, args: tuple, kwargs: dict, decompositions: dict
 
     # attention as the fused kernel a GPU runs (the meta device would pick the math path, whose seq x seq
     # probabilities the partitioner would then weigh); RMSNorm left to decompose, as Inductor does
-    from autoparallel.tracer import _FusedKernels
-
     # the inputs fake in a mode that admits real meta tensors: a forward that indexes with a Python list
     # (Falcon's multi-query split, qkv[..., [-2], :]) makes its index tensor outside the fake mode, which
     # Dynamo would have traced as a constant
     from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autoparallel.tracer import _FusedKernels
 
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     fake_flat = [fake.from_tensor(t) for t in flat]

@@ -570,6 +570,7 @@ class _Tracer:
         self.nodes: list[dict[str, Any]] = []
         self.edges: list[tuple[int, int]] = []
         self.phase = "fwd"
+        self.in_loss = False            # forward ops after the model returned: the loss (node attribute "loss")
         self.warnings: list[str] = []
         self.module_stack: list[str] = []
         self.producer: WeakIdKeyDictionary = WeakIdKeyDictionary()   # tensor -> node id
@@ -641,7 +642,9 @@ class _Tracer:
                 torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
             self.phase = "fwd"
             out = self.model(*args, **kwargs)
+            self.in_loss = True
             loss = loss_of(out)
+            self.in_loss = False
             del out
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 raise UserError("trace: the loss must be a scalar tensor; check loss_fn")
@@ -747,6 +750,8 @@ class _Tracer:
             "fp32_broadcast": fp32_broadcast,
             "strided": strided,
         })
+        if self.in_loss:
+            self.nodes[nid]["loss"] = True
         if self.pending_saved and self.phase == "fwd":
             self.nodes[nid]["saved_bytes"] += self.pending_saved
             self.pending_saved = 0

@@ -7,7 +7,8 @@ The one number a cost-model change is judged by across VMs, on CPU in about a mi
 
 Groups: the VMs s19-s35 (153 rows), s37 (the one-GPU sweep on a fresh VM), and each family run since. Rows
 the base took from a sweep (its `sweep_fit_configs`) are left out. Prints mean |error|, the count within 10% and the
-largest per VM and group (host_transfer's summary); `--rows` each row's error.
+largest per VM and group (host_transfer's summary), and the peak memory's mean |error|, count within 5% and
+largest; `--rows` each row's errors.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ RAW = ht.RAW
 VMS = {"s19": ["single"], "s20": ["single"], "s21": ["single", "wide"], "s22": ["families"], "s23": ["families2"],
        "s26": ["families3"], "s28": ["single"], "s29": ["families4"], "s30": ["families5"], "s31": ["selective_hf"],
        "s33": ["families6"], "s34": ["families6b"], "s35": ["families7"], "s37": ["single"], "s40": ["compiled_hf"],
-       "s41": ["families8"], "s43": ["families9"], "s45": ["families10"], "s46": ["single"]}
+       "s41": ["families8"], "s43": ["families9"], "s45": ["families10"], "s46": ["single"],
+       "s47": ["families11"]}
 POOLED = {f"s{n}" for n in (19, 20, 21, 22, 23, 26, 28, 29, 30, 31, 33, 34, 35)}  # reported together
 
 
-def errors(base, vm: str) -> list[tuple[str, float]]:
-    """(configuration, predicted / measured - 1) of `vm`'s held-out rows under `base` rescaled to the VM."""
+def errors(base, vm: str) -> list[tuple[str, float, float]]:
+    """(configuration, predicted / measured - 1 of the step time, of the peak memory) of `vm`'s held-out rows
+    under `base` rescaled to the VM."""
     fit = set(base.calibration.get(ts.SWEEP_FIT_KEY, ts.SWEEP_FIT_DEFAULT))
     profile = rescaled(base, fit_host_speed(ht.speed_records(vm), base).factor)
     configs = {c.name: c for c in ts.CONFIGS}
@@ -44,8 +47,13 @@ def errors(base, vm: str) -> list[tuple[str, float]]:
     for name, m in measured.items():
         if name in configs and "measured" in m and name not in fit:
             pred, _ = ts.predict(configs[name], profile, raw=m)
-            out.append((name, pred["step_time_s"] / m["measured"]["step_time_s"] - 1))
+            out.append((name, pred["step_time_s"] / m["measured"]["step_time_s"] - 1,
+                        pred["peak_memory_gib"] / m["measured"]["peak_memory_gib"] - 1))
     return out
+
+
+def _memory_summary(errors: list[float]) -> str:
+    return f"memory {sum(errors) / len(errors):.1%} mean, {sum(e <= 0.05 for e in errors)} within 5%, max {max(errors):.1%}"
 
 
 def main() -> int:
@@ -55,16 +63,17 @@ def main() -> int:
     ap.add_argument("--rows", action="store_true", help="print each row's error")
     args = ap.parse_args()
     base = load_profile(args.base)
-    groups: dict[str, list[float]] = {}
+    groups: dict[str, list[tuple[float, float]]] = {}
     for vm in VMS:
         errs = errors(base, vm)
-        print(f"{vm}: {ht._summary([abs(e) for _, e in errs])}", flush=True)
+        print(f"{vm}: {ht._summary([abs(t) for _, t, _ in errs])}; {_memory_summary([abs(m) for _, _, m in errs])}",
+              flush=True)
         if args.rows:
-            for name, e in errs:
-                print(f"    {name:32s} {e:+.1%}")
-        groups.setdefault("s19-s35" if vm in POOLED else vm, []).extend(abs(e) for _, e in errs)
+            for name, t, m in errs:
+                print(f"    {name:32s} {t:+.1%}  memory {m:+.1%}")
+        groups.setdefault("s19-s35" if vm in POOLED else vm, []).extend((abs(t), abs(m)) for _, t, m in errs)
     for label, errs in groups.items():
-        print(f"== {label}: {ht._summary(errs)}")
+        print(f"== {label}: {ht._summary([t for t, _ in errs])}; {_memory_summary([m for _, m in errs])}")
     return 0
 
 

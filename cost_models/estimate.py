@@ -56,7 +56,14 @@ from cost_models.compute import (
     stretch_to,
     update_time,
 )
-from cost_models.facts import attention_geometry, attention_heads, flattens_tokens, num_experts, vocab_size
+from cost_models.facts import (
+    attention_geometry,
+    attention_heads,
+    flattens_tokens,
+    num_experts,
+    scales_logits,
+    vocab_size,
+)
 from cost_models.graph import OpGraph
 from cost_models.host import HostTerms
 from cost_models.pipeline_schedule import RankTimes, pipeline_time
@@ -185,6 +192,7 @@ class CostModel:
         self.attention_seq, self.head_dim = attention_geometry(graph)
         self.num_experts = num_experts(graph)
         self.vocab_size = vocab_size(graph)
+        self.scales_logits = scales_logits(graph)
         self.host = HostTerms.of(self.profile) if runtime == "trainer" else HostTerms()
         self.segment_cost = lru_cache(maxsize=None)(self._segment_cost)
 
@@ -304,11 +312,14 @@ class CostModel:
 
         saved = seg.fwd.saved_bytes * b / fwd_div
         if name == "post" and self.compiled_loss(compiled, tp, cp):
-            # the compiled loss keeps its input, the head's bf16 output, not the eager cross entropy's fp32
-            # log-probabilities: the traced ops after the head's matmul save nothing
+            # the compiled loss keeps its input, the model's bf16 logits, not the eager cross entropy's fp32
+            # log-probabilities: the loss's traced ops save nothing (the model's own ops after the head, a
+            # logit scale or soft-cap, still run eager and keep what they save); a trace without the loss
+            # marked: every op after the head's matmul is taken for the loss
             head = np.flatnonzero(seg.fwd.matmul)
             if head.size:
-                saved[head[-1] + 1:] = 0.0
+                loss = seg.fwd.loss if seg.fwd.loss.any() else np.arange(len(saved)) > head[-1]
+                saved[loss] = 0.0
                 saved[head[-1]] += seg.fwd.out_bytes[head[-1]] * b / fwd_div[head[-1]]
         act_all = float(saved.sum())
         input_bytes = seg.input_bytes * b / (tp if sp else 1)
@@ -770,11 +781,14 @@ class CostModel:
         its step holds until the backward is done (the model output it returned; Megatron computes the
         loss inside the model) though no backward op saves it. The trainer's compiled loss (one fused
         pass, `compiled_loss`) saves that output (counted with the activations) and makes only the
-        gradient, in the logits' dtype."""
+        gradient, in the logits' dtype; where the model's own ops scale the head's output (Cohere's
+        logit_scale, Granite's logits_scaling, Gemma 2's soft-cap) the backward of the last of them makes the
+        gradient of its input while the loss's is alive: two gradients at once (on an H200 Aya Expanse's
+        compiled step peaked one logits-sized bf16 tensor above the single-gradient count)."""
         pb = DTYPE_BYTES.get(plan.param_dtype, 2)
         per_logit = 2 * 4 + (pb if self.runtime == "trainer" else 0)
         if self.compiled_loss(plan.compile, plan.tp, plan.cp):
-            per_logit = pb
+            per_logit = pb * (2 if self.scales_logits else 1)
         elif self.loss_parallel(plan):
             # torch's loss_parallel fuses the NLL and log-softmax backward into (zeros_like(x) + exp(x)) *
             # grad (torch/distributed/tensor/parallel/loss.py, _nll_loss_and_log_softmax_backward): the

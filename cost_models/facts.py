@@ -1,11 +1,13 @@
 """Model facts the cost model and planner need, read from the OpGraph (and its ModelSpec when traced
 from one): head counts for tensor-parallel divisibility, the attention kernels' geometry, expert counts,
-vocabulary size."""
+vocabulary size, whether the model scales its logits."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 
+from cost_models.compute import is_matmul, moved_bytes
 from cost_models.graph import OpGraph
 
 
@@ -63,3 +65,16 @@ def num_experts(graph: OpGraph) -> int:
 def vocab_size(graph: OpGraph) -> int:
     """Rows of the largest embedding table (the token embedding), 0 without embeddings."""
     return max((op.in_features or 0 for op in graph.parametric_ops.values() if op.kind == "embedding"), default=0)
+
+
+def scales_logits(graph: OpGraph) -> bool:
+    """Whether the model's forward runs an op on the LM head's output before returning it (Cohere's logit_scale,
+    Granite's logits_scaling, Gemma 2's soft-cap): a forward op of the post segment after its last matmul,
+    outside the loss (the ops the tracer marks `loss`), that moves data and writes as many elements as the head."""
+    post = [a for _, a in sorted(graph.g.nodes(data=True)) if a.get("region") == "post" and a.get("phase") == "fwd"]
+    heads = [i for i, a in enumerate(post) if is_matmul(a.get("op", ""))]
+    if not heads or not post[heads[-1]].get("out_shapes"):
+        return False
+    logits = math.prod(post[heads[-1]]["out_shapes"][0])
+    return any(not a.get("loss") and moved_bytes(a) > 0 and bool(a.get("out_shapes"))
+               and math.prod(a["out_shapes"][0]) == logits for a in post[heads[-1] + 1:])

@@ -18,6 +18,8 @@ attributes (all plain Python values):
     saved_bytes             bytes of this op's outputs that autograd keeps for backward (deduplicated
                             by storage, parameters excluded)
     fwd_node                for bwd ops: the fwd node whose autograd Node this op runs in, else None
+    loss                    True on the forward ops of the loss (traced after the model returned); absent
+                            on every other op
 
 Edges: tensor producer -> consumer (forward tensors saved for backward give fwd -> bwd edges).
 """

@@ -66,6 +66,7 @@ class PhaseOps:
     # (compute.fp8_gemm_times; the trainer converts the same linears, autoparallel.trainer.low_precision)
     fp8_gemm: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     in_act_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # activation bytes read, per sample
+    loss: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # bool: an op of the loss (fwd)
 
     @property
     def expert(self) -> np.ndarray:
@@ -257,6 +258,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             fp8_gemm=np.array([_fp8_linear_gemm(graph, a) for a in attrs], dtype=bool),
             in_act_bytes=np.maximum(np.array([a.get("bytes_read", 0) for a in attrs], dtype=float) - pbytes, 0.0)
             * per_sample,
+            loss=np.array([bool(a.get("loss")) for a in attrs], dtype=bool),
         )
         setattr(seg, phase, ops)
         if phase == "fwd":

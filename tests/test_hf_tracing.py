@@ -406,3 +406,49 @@ def _built(config, **changes):
         setattr(config, key, value)
     with torch.device("meta"):
         return T.AutoModelForCausalLM.from_config(config)
+
+
+def test_falcon_blocks_partition_and_their_math_attention_moves_the_cuda_kernels_bytes():
+    """Falcon's multi-query split indexes with a Python list (qkv[..., [-2], :]), whose index tensor is made
+    outside AOTAutograd's fake mode: the partitioner still takes the block (compiled saved and fused bytes per
+    class). Its 4 query heads against 1 key head run scaled_dot_product_attention's math path, whose
+    _safe_softmax is four CUDA kernels (softmax, isneginf, all, where: compute.moved_bytes): 5 s + 2 bytes an
+    element, where the op's own read and write count 2 s."""
+    from cost_models.compute import moved_bytes
+    graph = trace(_falcon(), batch=1, seq_len=16)
+    classes = set(graph.block_class.values())
+    assert set(graph.compiled_saved) == classes and set(graph.compiled_fused) == classes
+    soft = [a for _, a in graph.nodes() if a["op"] == "aten._safe_softmax.default"]
+    assert len(soft) == 2  # one a block
+    a = soft[0]
+    elements = 1 * 4 * 16 * 16
+    size = a["bytes_written"] // elements
+    assert a["bytes_read"] == a["bytes_written"] == elements * size
+    assert moved_bytes(a) == elements * (5 * size + 2)
+
+
+@pytest.mark.parametrize(("name", "scales"), [("cohere", True), ("granite", True), ("gemma2", True),
+                                              ("llama", False), ("gpt2", False)])
+def test_the_loss_is_marked_and_a_scaled_head_output_is_one_more_logits_gradient(name, scales):
+    """The tracer marks the loss's forward ops (after the model returned): the log-softmax and the NLL are
+    marked, no op of the model is. A model that scales its logits (Cohere's logit_scale, Granite's
+    logits_scaling, Gemma 2's soft-cap) runs that op eager before the trainer's compiled loss, and its backward
+    makes the gradient of the head's output while the loss's is alive: the compiled loss's buffers are two
+    logits-sized gradients in the logits' dtype instead of one (CostModel.logits_bytes; on an H200, Aya
+    Expanse's compiled step peaked one logits-sized bf16 tensor above the one-gradient count)."""
+    from autoparallel.api import make_cluster
+    from autoparallel.plan import Plan
+    from cost_models.estimate import CostModel
+    from cost_models.facts import scales_logits
+
+    graph = trace(HF.build(name, meta=True), batch=1, seq_len=16)
+    marked = [a["op"] for _, a in graph.nodes() if a.get("loss")]
+    assert "aten._log_softmax.default" in marked and "aten.nll_loss_forward.default" in marked
+    assert all(a["phase"] == "fwd" and a["region"] == "post" and a["module"] == "" for _, a in graph.nodes()
+               if a.get("loss"))
+    assert scales_logits(graph) is scales
+    cm = CostModel(graph, make_cluster("h200", 1))
+    plan = Plan(model=name, hardware="h200", gpus=1, gpus_per_node=1, global_batch=2, seq_len=16, micro_batch=2,
+                compile=True)
+    logits = 2 * 16 * cm.vocab_size
+    assert cm.logits_bytes(plan) == (2 if scales else 1) * 2 * logits
