@@ -249,11 +249,31 @@ OLMOE_4L = {"name": "olmoe-1b-7b-4l", "hf": True, "model_type": "olmoe", "vocab_
             "num_experts": 64, "num_experts_per_tok": 8, "norm_topk_prob": False, "rms_norm_eps": 1e-5,
             "max_position_embeddings": 4096, "rope_theta": 10000.0, "tie_word_embeddings": False,
             "output_router_logits": False, "pad_token_id": 1, "bos_token_id": None, "eos_token_id": 50279}
+# and three more, predicted before the run (FAMILIES12): Apertus 8B's widths (xIELU activation without a gate, a
+# pointwise chain with learned scalars; per-head qk-norm; 8 of 32 layers), Granite 3.0 1B-A400M (32 experts, 8 a
+# token, embedding and logits multipliers, an odd 49155 vocabulary) and GLM-4 9B-0414's widths (four norms a
+# block, GQA 32/2 with biased q/k/v, half-width rotary; 8 of 40 layers)
+APERTUS_8B_8L = {"name": "apertus-8b-8l", "hf": True, "model_type": "apertus", "vocab_size": 131072, "hidden_size": 4096,
+                 "intermediate_size": 21504, "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 8,
+                 "hidden_act": "xielu", "max_position_embeddings": 65536, "rope_theta": 12000000.0, "rms_norm_eps": 1e-5,
+                 "tie_word_embeddings": False, "pad_token_id": 3, "bos_token_id": 1, "eos_token_id": 68}
+GRANITEMOE_1B = {"name": "granitemoe-1b", "hf": True, "model_type": "granitemoe", "vocab_size": 49155, "hidden_size": 1024,
+                 "intermediate_size": 512, "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 8,
+                 "num_local_experts": 32, "num_experts_per_tok": 8, "embedding_multiplier": 12.0, "logits_scaling": 6.0,
+                 "residual_multiplier": 0.22, "attention_multiplier": 0.015625, "max_position_embeddings": 4096,
+                 "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "output_router_logits": False,
+                 "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0}
+GLM4_9B_8L = {"name": "glm4-9b-8l", "hf": True, "model_type": "glm4", "vocab_size": 151552, "hidden_size": 4096,
+              "intermediate_size": 13696, "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 2,
+              "head_dim": 128, "attention_bias": True, "partial_rotary_factor": 0.5, "rms_norm_eps": 1e-5,
+              "rope_theta": 10000.0, "max_position_embeddings": 32768, "tie_word_embeddings": False,
+              "pad_token_id": 151329, "eos_token_id": 151329, "bos_token_id": None}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
                                  GPTJ_6B_8L, DEEPSEEK_V2_LITE_4L, CODEGEN_2B_12L, PHI2_16L, OPT_1_3B, STARCODERBASE_1B, OLMO3_7B_8L,
-                                 SMOLLM3_3B, STARCODER2_3B, ARCEE_12L, FALCON_7B_8L, AYA_8B_8L, OLMOE_4L)}
+                                 SMOLLM3_3B, STARCODER2_3B, ARCEE_12L, FALCON_7B_8L, AYA_8B_8L, OLMOE_4L, APERTUS_8B_8L,
+                                 GRANITEMOE_1B, GLM4_9B_8L)}
 
 
 @dataclass(frozen=True)
@@ -445,6 +465,10 @@ CONFIGS = [
     *_trio("1g-falcon", "falcon-7b-8l", 8, 4, (2, "op")),
     *_trio("1g-aya", "aya-expanse-8b-8l", 8, 4, (2, "full")),
     *_trio("1g-olmoe", "olmoe-1b-7b-4l", 8, 8, (4, "op")),
+    # eighteenth session, predicted before the run (FAMILIES12)
+    *_trio("1g-apertus", "apertus-8b-8l", 8, 4, (2, "op")),
+    *_trio("1g-granitemoe", "granitemoe-1b", 8, 8, (4, "op")),
+    *_trio("1g-glm4", "glm4-9b-8l", 8, 4, (2, "full")),
 ]
 
 
