@@ -111,17 +111,17 @@ def _partition(block: nn.Module, args: tuple, kwargs: dict, decompositions: dict
         graphs["outputs"] = kw.get("num_fwd_outputs", 1)
         return min_cut_rematerialization_partition(gm, joint_inputs, compiler="inductor", **kw)
 
-    # attention as the fused kernel a GPU runs (the meta device would pick the math path, whose seq x seq
-    # probabilities the partitioner would then weigh); RMSNorm left to decompose, as Inductor does
-    # the inputs fake in a mode that admits real meta tensors: a forward that indexes with a Python list
-    # (Falcon's multi-query split, qkv[..., [-2], :]) makes its index tensor outside the fake mode, which
-    # Dynamo would have traced as a constant
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from autoparallel.tracer import _FusedKernels
 
+    # the inputs fake in a mode that admits real meta tensors: a forward that indexes with a Python list
+    # (Falcon's multi-query split, qkv[..., [-2], :]) makes its index tensor outside the fake mode, which
+    # Dynamo would have traced as a constant
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     fake_flat = [fake.from_tensor(t) for t in flat]
+    # attention as the fused kernel a GPU runs (the meta device would pick the math path, whose seq x seq
+    # probabilities the partitioner would then weigh); RMSNorm left to decompose, as Inductor does
     with torch.device("meta"), _FusedKernels(attention_only=True):
         compiled = aot_module_simplified(mod, tuple(fake_flat), fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                                          partition_fn=partition, decompositions=decompositions)
