@@ -17,11 +17,13 @@ the next block saves, so the total over a stage is the same.
 Attention runs as the fused kernel a GPU runs (tracer._fused_sdpa: flash attention saves q, k, v, its
 output and the log-sum-exp, not the seq x seq probabilities). RMSNorm is left to decompose, as Inductor
 decomposes it. Inductor's joint-graph passes are not run: on meta inputs they constant-fold the graph away;
-they rewrite patterns, not the saved set. Inductor's decomposition table is passed (`decompositions=None`
-takes it), as torch.compile does: on the sweep's four catalog models it changes nothing, but a Hugging Face
-Phi-2 block (LayerNorm, tanh GELU written out) keeps 150 MiB a row with it, 190 without, and the measured
-compiled Phi-2 peak (s35) sits within 2% of the first and 10% under the second; it costs ~0.8 s of imports
-once per process and ~0.1 s per class more. tests/test_compiled_saved.py checks the result against
+they rewrite patterns, not the saved set. The core ATen decompositions are passed (`decompositions=None`
+takes them), the table Inductor's own (torch._inductor.decomposition.select_decomp_table) extends: on the
+sweep's four catalog models they change nothing, but a Hugging Face Phi-2 block (LayerNorm, tanh GELU
+written out) keeps 150 MiB a row with them, 190 without, and the measured compiled Phi-2 peak (s35) sits
+within 2% of the first and 10% under the second. Inductor's full table gives the same saved bytes on Phi-2,
+the llama, the catalog MoE and Qwen3-MoE (fused bytes within 2.4%), but importing it takes ~2 s a process
+against 0.1 s. tests/test_compiled_saved.py checks the result against
 torch.compile(backend="aot_eager_decomp_partition") (Inductor's decompositions and partitioner) on a real
 CPU block.
 
@@ -88,9 +90,9 @@ def _partition(block: nn.Module, args: tuple, kwargs: dict, decompositions: dict
     from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    if decompositions is None:
-        from torch._inductor.decomposition import select_decomp_table
-        decompositions = select_decomp_table()
+    if decompositions is None:  # the core ATen table Inductor's own extends (importing that one takes ~2 s)
+        from torch._decomp import core_aten_decompositions
+        decompositions = core_aten_decompositions()
     flat, rebuild = _flatten(args, kwargs)
     mod = _Flat(block, rebuild)
     n_static = len(list(mod.parameters())) + len(list(mod.buffers()))
