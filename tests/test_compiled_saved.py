@@ -174,6 +174,15 @@ def test_a_gemm_splits_the_memory_bound_ops_into_two_groups():
     assert fused_bytes(centred) == 2 * 4 * n * h
 
 
+def test_a_sort_is_a_kernel_of_its_own_between_two_groups():
+    """A sort (as a scatter, top-k or scan) fuses with nothing: x * 2 is written for it (x read, 2 x 4 N),
+    the sort reads that and writes its values and int64 indices (4 N + 4 N + 8 N), and the product after it
+    reads the values and writes the result (2 x 4 N): 32 N bytes, float32."""
+    n, h = 64, 32
+    graph = _fake_graph(lambda x: (x * 2).sort(dim=-1).values * 3, (n, h))
+    assert fused_bytes(graph) == 32 * n * h
+
+
 def test_compiled_blocks_move_their_fused_bytes_at_the_fitted_rate(llama_ctx):
     """Compiled, a block's memory-bound ops move fused_share x their eager bytes at compiled_fused_fraction of
     the bandwidth: at the traced batch their times sum to the partition's fused bytes over that rate (the
