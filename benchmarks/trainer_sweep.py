@@ -268,12 +268,35 @@ GLM4_9B_8L = {"name": "glm4-9b-8l", "hf": True, "model_type": "glm4", "vocab_siz
               "head_dim": 128, "attention_bias": True, "partial_rotary_factor": 0.5, "rms_norm_eps": 1e-5,
               "rope_theta": 10000.0, "max_position_embeddings": 32768, "tie_word_embeddings": False,
               "pad_token_id": 151329, "eos_token_id": 151329, "bos_token_id": None}
+# and three more, predicted before the run (FAMILIES13): Gemma 2 2B as Hugging Face recommends training it (eager
+# attention: tanh soft-capping of the attention and output logits, local/global layers, four norms a block, a
+# 256000 vocabulary), EXAONE 4.0 1.2B (norms after attention and MLP, per-head qk-norm, GQA 32/8) and ERNIE 4.5
+# 21B-A3B's widths (one dense layer, then 64 experts, 6 a token, and two shared experts; 4 of 28 layers)
+GEMMA2_2B = {"name": "gemma2-2b", "hf": True, "model_type": "gemma2", "vocab_size": 256000, "hidden_size": 2304,
+             "intermediate_size": 9216, "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+             "head_dim": 256, "query_pre_attn_scalar": 256, "sliding_window": 4096, "final_logit_softcapping": 30.0,
+             "attn_logit_softcapping": 50.0, "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6,
+             "rope_theta": 10000.0, "max_position_embeddings": 8192, "tie_word_embeddings": True,
+             "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1, "attn_implementation": "eager"}
+EXAONE4_1_2B = {"name": "exaone4-1.2b", "hf": True, "model_type": "exaone4", "vocab_size": 102400, "hidden_size": 2048,
+                "intermediate_size": 4096, "num_hidden_layers": 30, "num_attention_heads": 32, "num_key_value_heads": 8,
+                "head_dim": 64, "sliding_window": None, "layer_types": ["full_attention"] * 30,
+                "rope_theta": 1000000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 65536,
+                "tie_word_embeddings": True, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 361}
+ERNIE45_MOE_4L = {"name": "ernie4.5-21b-a3b-4l", "hf": True, "model_type": "ernie4_5_moe", "vocab_size": 103424,
+                  "hidden_size": 2560, "intermediate_size": 12288, "num_hidden_layers": 4, "num_attention_heads": 20,
+                  "num_key_value_heads": 4, "moe_intermediate_size": 1536, "moe_k": 6, "moe_num_experts": 64,
+                  "moe_num_shared_experts": 2, "moe_layer_start_index": 1, "moe_layer_end_index": 3,
+                  "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 131072,
+                  "tie_word_embeddings": True, "output_router_logits": False, "pad_token_id": 0, "bos_token_id": 1,
+                  "eos_token_id": 2}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
                                  GPTJ_6B_8L, DEEPSEEK_V2_LITE_4L, CODEGEN_2B_12L, PHI2_16L, OPT_1_3B, STARCODERBASE_1B, OLMO3_7B_8L,
                                  SMOLLM3_3B, STARCODER2_3B, ARCEE_12L, FALCON_7B_8L, AYA_8B_8L, OLMOE_4L, APERTUS_8B_8L,
-                                 GRANITEMOE_1B, GLM4_9B_8L)}
+                                 GRANITEMOE_1B, GLM4_9B_8L, GEMMA2_2B, EXAONE4_1_2B,
+                                 ERNIE45_MOE_4L)}
 
 
 @dataclass(frozen=True)
@@ -469,6 +492,9 @@ CONFIGS = [
     *_trio("1g-apertus", "apertus-8b-8l", 8, 4, (2, "op")),
     *_trio("1g-granitemoe", "granitemoe-1b", 8, 8, (4, "op")),
     *_trio("1g-glm4", "glm4-9b-8l", 8, 4, (2, "full")),
+    *_trio("1g-gemma2", "gemma2-2b", 8, 2, (2, "op")),
+    *_trio("1g-exaone4", "exaone4-1.2b", 8, 8, (2, "full")),
+    *_trio("1g-ernie45", "ernie4.5-21b-a3b-4l", 8, 4, (2, "op")),
 ]
 
 
