@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from autoparallel.errors import UserError
-from cost_models.host import HOST_TERMS
+from cost_models.host import HELD_TERMS, HOST_TERMS
 
 TINY_LLAMA = {"name": "tiny-llama", "model_type": "llama", "vocab_size": 512, "hidden_size": 256,
               "intermediate_size": 512, "num_hidden_layers": 8, "num_attention_heads": 4,
@@ -264,7 +264,8 @@ def load_records(paths: Sequence[str]) -> list[ProbeRecord]:
 
 
 def calibration_for(base: Any, x: np.ndarray) -> dict[str, Any]:
-    """Calibration entries of the unknowns x = (op-rate scale, HOST_TERMS in us) over `base`."""
+    """Calibration entries of the unknowns x = (op-rate scale, HOST_TERMS in us) over `base`; the base's
+    HELD_TERMS (measured per block, which no probe separates) move with the per-op rates' scale."""
     cal = dict(base.calibration or {})
     if not any(k in cal for k in RATE_KEYS):  # an uncalibrated base: the scale multiplies a nominal rate
         cal["host_us_per_op"] = NOMINAL_HOST_US_PER_OP
@@ -277,6 +278,9 @@ def calibration_for(base: Any, x: np.ndarray) -> dict[str, Any]:
             entries[key] = [round(float(u * x[0]), 3) for u in v]
     for key, value in zip(HOST_TERMS, x[1:], strict=True):
         entries[key] = round(float(value), 3)
+    for key in HELD_TERMS:
+        if isinstance(cal.get(key), (int, float)):
+            entries[key] = round(float(cal[key] * x[0]), 3)
     return entries
 
 

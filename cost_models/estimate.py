@@ -255,8 +255,10 @@ class CostModel:
         # before the forward, accumulate (in fp32) or reduce the gradients and reshard after the backward
         # (cost_models.host host_us_per_fsdp_tensor), half charged to each phase
         fsdp = 0.5 * h.fsdp_tensor_s * self.fsdp_tensors(seg)
-        fwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1) + h.sac_op_s * (recompute == "op"),
-                            extra_s=h.tp_collective_s * fwd_colls, fsdp_s=fsdp)
+        sac = recompute == "op"
+        fwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1) + h.sac_op_s * sac,
+                            extra_s=h.tp_collective_s * fwd_colls + h.sac_tensor_s * seg.param_tensors * sac,
+                            fsdp_s=fsdp)
         bwd_host = HostWork(per_op_s=h.dtensor_op_s * (tp > 1), extra_s=h.tp_collective_s * bwd_colls + (
             h.checkpoint_s + h.recompute_op_s * self._recomputed_ops(seg, recompute) if checkpointed else 0.0),
             fsdp_s=fsdp)

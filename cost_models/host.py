@@ -10,7 +10,14 @@ action, and expert parallelism reads token counts back to the host before each a
 drains the GPU queue. Each is one calibration term (microseconds), per unit of what it counts:
 
   host_us_per_op_dtensor        per op of a tensor-parallel step, on top of the plain per-op rate
-  host_us_per_op_sac            per forward or recompute op of a block under per-op checkpointing
+  host_us_per_op_sac            per forward or recompute op of a block under per-op checkpointing (its dispatch
+                                mode sees every op)
+  host_us_per_sac_tensor        per parameter tensor of a block under per-op checkpointing, in its forward: the
+                                FSDP2 parameters' views pass through the same mode. At 32 tokens a row the 20
+                                families' forwards fit 36 us an op + 154 us a tensor (docs/host_mix.md "Under
+                                recompute"), where a per-op rate alone had GPT-like blocks (16 tensors, 38 ops)
+                                30% short and op-heavy ones (Gemma 3: 121 ops, 13 tensors) 60% long. The probes'
+                                one per-op-checkpointed llama cannot tell the two apart: both are HELD_TERMS
   host_us_per_tp_collective     per tensor-parallel collective of an eager step (DTensor's redistribute in
                                 Python: an all-reduce per rowwise output and colwise input gradient, or
                                 under sequence parallelism a reduce-scatter and an all-gather each way)
@@ -59,10 +66,21 @@ from dataclasses import dataclass
 from hardware_profiles import HardwareProfile
 from hardware_profiles.errors import UserError
 
-# calibration keys, in the order of HostTerms' fields
-HOST_TERMS = ("host_us_per_op_dtensor", "host_us_per_op_sac", "host_us_per_tp_collective", "host_us_per_fsdp_collective", "host_us_per_checkpoint",
+# calibration keys `calibrate --trainer` fits from its probes, and the HostTerms field each sets
+HOST_TERMS = ("host_us_per_op_dtensor", "host_us_per_tp_collective", "host_us_per_fsdp_collective", "host_us_per_checkpoint",
               "host_us_per_recompute_op", "host_us_per_pipeline_action", "host_us_per_ep_sync", "host_us_per_step",
               "host_us_per_compiled_call", "host_us_per_fsdp_tensor")
+# keys measured per block (benchmarks/host_mix.py), which the probes cannot tell apart: per-op checkpointing's
+# work per op and per parameter tensor (the probes hold one per-op-checkpointed llama, whose two counts move
+# together). The profile's values are held when `calibrate --trainer` fits the others; `--rescale` scales them
+# with the rest
+HELD_TERMS = ("host_us_per_op_sac", "host_us_per_sac_tensor")
+_FIELD = {"host_us_per_op_dtensor": "dtensor_op_s", "host_us_per_op_sac": "sac_op_s",
+          "host_us_per_tp_collective": "tp_collective_s", "host_us_per_fsdp_collective": "fsdp_collective_s",
+          "host_us_per_checkpoint": "checkpoint_s", "host_us_per_recompute_op": "recompute_op_s",
+          "host_us_per_pipeline_action": "pipeline_action_s", "host_us_per_ep_sync": "ep_sync_s",
+          "host_us_per_step": "step_s", "host_us_per_compiled_call": "compiled_call_s",
+          "host_us_per_fsdp_tensor": "fsdp_tensor_s", "host_us_per_sac_tensor": "sac_tensor_s"}
 
 # calibration keys of earlier profiles whose unit changed -> the key that replaced them
 RETIRED = {"host_us_per_op_compiled": "host_us_per_compiled_call"}  # per traced op -> per graph call (s36)
@@ -87,6 +105,7 @@ class HostTerms:
     step_s: float = 0.0
     compiled_call_s: float = 0.0
     fsdp_tensor_s: float = 0.0
+    sac_tensor_s: float = 0.0
 
     @classmethod
     def of(cls, profile: HardwareProfile) -> HostTerms:
@@ -96,4 +115,4 @@ class HostTerms:
                 raise UserError(f"hardware profile {profile.name!r}: calibration.{old} is no longer read (its "
                                 f"unit changed: {new}); refit it with `autoparallel calibrate --trainer --fit "
                                 f"PROBES --base h200 --output FILE` (or --rescale), or delete the entry")
-        return cls(*(_us(profile, k) for k in HOST_TERMS))
+        return cls(**{_FIELD[k]: _us(profile, k) for k in HOST_TERMS + HELD_TERMS})

@@ -225,8 +225,9 @@ def test_recompute_costs_time_saves_memory(gpt_ctx):
 
 def _without_host_terms(profile):
     """The profile with the trainer's host terms (cost_models.host) removed: the kernels' view."""
-    from cost_models.host import HOST_TERMS
-    return replace(profile, calibration={k: v for k, v in profile.calibration.items() if k not in HOST_TERMS})
+    from cost_models.host import HELD_TERMS, HOST_TERMS
+    return replace(profile, calibration={k: v for k, v in profile.calibration.items()
+                                         if k not in HOST_TERMS + HELD_TERMS})
 
 
 def test_op_recompute_keeps_matmul_outputs_and_redoes_the_rest(gpt_ctx):
@@ -380,6 +381,38 @@ def test_fsdp_host_work_counts_the_units_parameter_tensors(model):
                     micro_batch=2, zero=zero, compile=compiled)
         extra = cm.estimate(plan).step_time_s - cm0.estimate(plan).step_time_s
         assert extra == pytest.approx(rate * 1e-6 * tensors * plan.num_micro_batches, rel=1e-6)
+
+
+@pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt"])
+def test_per_op_checkpointing_pays_its_host_per_parameter_tensor_of_each_block(model):
+    """cost_models.host host_us_per_sac_tensor: a block under per-op checkpointing pays the term once per
+    parameter tensor in its forward (FSDP2's parameter views pass through the checkpoint's dispatch mode),
+    whatever its op count: with the term far above any kernel at these widths (the phase host-bound), a block's
+    forward grows by exactly term x its parameter tensors (the GPT's 16, the llama's 9), and its recompute by
+    the recomputed ops' share of that forward, as every host term of the forward; without per-op checkpointing
+    (none, full) neither moves."""
+    from autoparallel.api import make_cluster
+    from autoparallel.sharding import cost_model
+    ctx = context(model, "h200", 1, 128)
+    prof = ctx.cluster.profile
+
+    def with_term(us: float):
+        return cost_model(ctx.graph, make_cluster(replace(prof, calibration={**prof.calibration,
+                                                                               "host_us_per_sac_tensor": us}), 1))
+    rate = 1000.0
+    cm, cm0 = with_term(rate), with_term(0.0)
+    plan = Plan(model=model, hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=128, micro_batch=2)
+    placements = cm.placements_for(plan)
+    key, block = cm.segments_key(placements, False), cm.block_rep(0)
+    tensors = cm.segments(placements, False)[block].param_tensors
+    cm0.segments(placements, False)
+    assert tensors == {"tiny-llama": 9, "tiny-gpt": 16}[model]
+    for mode in ("op", "none", "full"):
+        cost, cost0 = (c.segment_cost(key, block, 1, 1, False, 2, mode, "intra", "intra") for c in (cm, cm0))
+        assert cost.fwd_s - cost0.fwd_s == pytest.approx(rate * 1e-6 * tensors if mode == "op" else 0.0,
+                                                         rel=1e-9, abs=1e-12)
+        if mode == "op":  # the recomputed ops take their share of the stretched forward
+            assert 0 < cost.recompute_s - cost0.recompute_s < cost.fwd_s - cost0.fwd_s
 
 
 @pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt"])

@@ -24,17 +24,17 @@ from autoparallel.planner import ALLOCATOR_RESERVE, MeshConfig, Planner
 from autoparallel.specs import load_model_spec
 from autoparallel.tracer import trace
 from cost_models.estimate import in_flight_micro_batches
-from cost_models.host import HOST_TERMS
+from cost_models.host import HELD_TERMS, HOST_TERMS
 from hardware_profiles import load_profile
 
 
 def _profile():
     """h100-sxm with every trainer host term set (cost_models.host), so the planner's models must carry
     each of them as estimate does: FSDP hooks, checkpoint regions, SAC/DTensor dispatch, pipeline
-    actions, EP read-backs and the per-step work."""
+    actions, EP read-backs, the per-step work and per-op checkpointing's per-tensor work."""
     base = load_profile("h100-sxm")
     return dataclasses.replace(base, calibration={**base.calibration, **{k: 50.0 + 10 * i
-                                                                           for i, k in enumerate(HOST_TERMS)}})
+                                                                           for i, k in enumerate(HOST_TERMS + HELD_TERMS)}})
 
 
 def _spec(kind: str, layers: int, heads: int, inter: int):
