@@ -290,13 +290,31 @@ ERNIE45_MOE_4L = {"name": "ernie4.5-21b-a3b-4l", "hf": True, "model_type": "erni
                   "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 131072,
                   "tie_word_embeddings": True, "output_router_logits": False, "pad_token_id": 0, "bos_token_id": 1,
                   "eos_token_id": 2}
+# and three more, predicted before the run with per-op checkpointing's per-tensor host term (FAMILIES14): Helium 1
+# 2B (Kyutai; MHA 20/20, a 48000 vocabulary), Phi-3.5-MoE's widths (16 experts, 2 a token, with the sparse mixer's
+# router jitter; 2 of 32 layers) and Seed-OSS 36B's widths (GQA 80/8 with biased q/k/v, attention and residual
+# dropout 0.1 as its config trains; 4 of 64 layers)
+HELIUM_2B = {"name": "helium-2b", "hf": True, "model_type": "helium", "vocab_size": 48000, "hidden_size": 2560,
+             "intermediate_size": 7040, "num_hidden_layers": 24, "num_attention_heads": 20, "num_key_value_heads": 20,
+             "head_dim": 128, "rms_norm_eps": 1e-8, "rope_theta": 100000.0, "max_position_embeddings": 4096,
+             "tie_word_embeddings": False, "pad_token_id": 3, "bos_token_id": 1, "eos_token_id": 2}
+PHIMOE_2L = {"name": "phimoe-2l", "hf": True, "model_type": "phimoe", "vocab_size": 32064, "hidden_size": 4096,
+             "intermediate_size": 6400, "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "num_local_experts": 16, "num_experts_per_tok": 2, "router_jitter_noise": 0.01, "rope_theta": 10000.0,
+             "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+             "output_router_logits": False, "bos_token_id": 1, "eos_token_id": 2}
+SEED_OSS_4L = {"name": "seed-oss-36b-4l", "hf": True, "model_type": "seed_oss", "vocab_size": 155136, "hidden_size": 5120,
+               "intermediate_size": 27648, "num_hidden_layers": 4, "num_attention_heads": 80, "num_key_value_heads": 8,
+               "head_dim": 128, "attention_bias": True, "attention_out_bias": False, "attention_dropout": 0.1,
+               "residual_dropout": 0.1, "rope_theta": 10000000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 524288,
+               "tie_word_embeddings": False, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
                                  GPTJ_6B_8L, DEEPSEEK_V2_LITE_4L, CODEGEN_2B_12L, PHI2_16L, OPT_1_3B, STARCODERBASE_1B, OLMO3_7B_8L,
                                  SMOLLM3_3B, STARCODER2_3B, ARCEE_12L, FALCON_7B_8L, AYA_8B_8L, OLMOE_4L, APERTUS_8B_8L,
                                  GRANITEMOE_1B, GLM4_9B_8L, GEMMA2_2B, EXAONE4_1_2B,
-                                 ERNIE45_MOE_4L)}
+                                 ERNIE45_MOE_4L, HELIUM_2B, PHIMOE_2L, SEED_OSS_4L)}
 
 
 @dataclass(frozen=True)
@@ -495,6 +513,9 @@ CONFIGS = [
     *_trio("1g-gemma2", "gemma2-2b", 8, 2, (2, "op")),
     *_trio("1g-exaone4", "exaone4-1.2b", 8, 8, (2, "full")),
     *_trio("1g-ernie45", "ernie4.5-21b-a3b-4l", 8, 4, (2, "op")),
+    *_trio("1g-helium", "helium-2b", 8, 4, (2, "op")),
+    *_trio("1g-phimoe", "phimoe-2l", 8, 4, (2, "op")),
+    *_trio("1g-seedoss", "seed-oss-36b-4l", 8, 2, (2, "op")),
 ]
 
 
