@@ -18,12 +18,14 @@ Attention runs as the fused kernel a GPU runs (tracer._fused_sdpa: flash attenti
 output and the log-sum-exp, not the seq x seq probabilities). RMSNorm is left to decompose, as Inductor
 decomposes it. Inductor's joint-graph passes are not run: on meta inputs they constant-fold the graph away;
 they rewrite patterns, not the saved set. The core ATen decompositions are passed (`decompositions=None`
-takes them), the table Inductor's own (torch._inductor.decomposition.select_decomp_table) extends: on the
-sweep's four catalog models they change nothing, but a Hugging Face Phi-2 block (LayerNorm, tanh GELU
-written out) keeps 150 MiB a row with them, 190 without, and the measured compiled Phi-2 peak (s35) sits
-within 2% of the first and 10% under the second. Inductor's full table gives the same saved bytes on Phi-2,
-the llama, the catalog MoE and Qwen3-MoE (fused bytes within 2.4%), but importing it takes ~2 s a process
-against 0.1 s. tests/test_compiled_saved.py checks the result against
+takes them, `_decompositions`), the table Inductor's own (torch._inductor.decomposition.select_decomp_table)
+extends, with softmax and log-softmax decomposed as Inductor's table does: on the sweep's four catalog models
+they change nothing, but a Hugging Face Phi-2 block (LayerNorm, tanh GELU written out) keeps 150 MiB a row
+with them, 190 without, and the measured compiled Phi-2 peak (s35) sits within 2% of the first and 10% under
+the second; Gemma 2's soft-capped eager attention keeps one fp32 seq x seq tensor a layer less with the softmax
+decomposed (its compiled peak on an H200, s50: +9.4% without). Inductor's full table gives the same saved bytes
+on Phi-2, the llama, the catalog MoE, Qwen3-MoE and Gemma 2 (fused bytes within 2.4%), but importing it takes
+~2 s a process against 0.1 s. tests/test_compiled_saved.py checks the result against
 torch.compile(backend="aot_eager_decomp_partition") (Inductor's decompositions and partitioner) on a real
 CPU block.
 
@@ -43,6 +45,7 @@ torch._functorch.aot_autograd (which loads Dynamo, ~0.9 s). Only a trace-cache m
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -82,6 +85,18 @@ def _flatten(args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], Callable[[t
     return [leaves[i] for i in slots], rebuild
 
 
+@functools.cache
+def _decompositions() -> dict:
+    """The core ATen decompositions with softmax and log-softmax decomposed as Inductor's table decomposes them
+    (the same torch._decomp functions; the core table keeps both whole): the partitioner then sees their exp
+    and reductions and recomputes the cheap chain around them. Gemma 2's soft-capped eager attention keeps one
+    fp32 seq x seq tensor a layer less so (16.3 MB against 24.7 at 512 tokens and four heads; Inductor's full
+    table, 16.3). Importing Inductor's own table (torch._inductor.decomposition) takes ~2 s a process."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+    aten = torch.ops.aten
+    return {**core_aten_decompositions(), **get_decompositions([aten._softmax, aten._log_softmax])}
+
+
 def _partition(block: nn.Module, args: tuple, kwargs: dict, decompositions: dict | None,
                backward: bool = False) -> tuple[Any, Any, int, list]:
     """(forward fx graph, backward fx graph or None, number of real outputs, flat inputs) of the partitioned
@@ -90,9 +105,8 @@ def _partition(block: nn.Module, args: tuple, kwargs: dict, decompositions: dict
     from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    if decompositions is None:  # the core ATen table Inductor's own extends (importing that one takes ~2 s)
-        from torch._decomp import core_aten_decompositions
-        decompositions = core_aten_decompositions()
+    if decompositions is None:
+        decompositions = _decompositions()
     flat, rebuild = _flatten(args, kwargs)
     mod = _Flat(block, rebuild)
     n_static = len(list(mod.parameters())) + len(list(mod.buffers()))

@@ -216,3 +216,36 @@ def test_compiled_blocks_move_their_fused_bytes_at_the_fitted_rate(llama_ctx):
         halved, *_ = half._phase_times(ops, name, 1, 1, False, b, True)
         assert halved[nm] == pytest.approx(old_rule[nm] / 2)  # the old rule: a fraction of eager time
         assert halved[~nm] == pytest.approx(old_rule[~nm])
+
+
+def test_soft_capped_eager_attention_keeps_what_inductor_keeps():
+    """A Hugging Face Gemma 2 layer with eager attention (tanh soft-capping of the scores, softmax in fp32):
+    the meta partition keeps what torch.compile(backend="aot_eager_decomp_partition") (Inductor's own
+    decompositions and partitioner) keeps on CPU, up to the RNG state. The softmax must decompose as
+    Inductor decomposes it (compiled_saved._decompositions): kept whole, as the core ATen table keeps it, the
+    partitioner saves one fp32 seq x seq tensor more (here 8 x 512 x 512 x 4 B = 8.4 MB, on a 16.3 MB set)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model(
+        "gemma2", vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2, head_dim=32,
+        num_attention_heads=4, num_key_value_heads=2, sliding_window=4096)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    model = model.to(torch.bfloat16).train()
+    layer, seq = model.model.layers[1], 512
+    x = torch.randn(2, seq, 128, dtype=torch.bfloat16, requires_grad=True)
+    rope = model.model.rotary_emb(x, torch.arange(seq)[None].expand(2, seq))
+    mask = torch.full((seq, seq), float("-inf"), dtype=torch.bfloat16).triu(1)[None, None].expand(2, 1, seq, seq)
+
+    def run(fn):  # the rotary tables and the mask, inputs without gradients, are left out as the meta pass does
+        return lambda x, shared: fn(x, position_embeddings=shared[:2], attention_mask=shared[2])[0]
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(layer, backend="aot_eager_decomp_partition")
+        measured = _runtime_saved_bytes(run(compiled), layer, x, (*rope, mask))
+    finally:
+        torch._dynamo.reset()
+    meta_layer = layer.to("meta")
+    xm = torch.empty_like(x, device="meta").requires_grad_()
+    predicted = compiled_saved_bytes(meta_layer, (xm,), {"position_embeddings": tuple(t.to("meta") for t in rope),
+                                                        "attention_mask": mask.to("meta")})
+    assert 0 <= predicted - measured <= RNG_STATE_BYTES
