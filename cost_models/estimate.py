@@ -15,9 +15,10 @@ The composition (every term per device, seconds or bytes):
 Memory per device d (bytes):
   model states   N_d * (p + g + k) sharded by ZeRO stage over the data-parallel group (Rajbhandari
                  et al.: p = 2 bf16 params, g = grad bytes, k = 12 fp32 master + Adam moments)
-  activations    in_flight(d) * sum_k A_k(recompute) + the largest block's rematerialized working set
+  activations    in_flight(d) * sum_k A_k(recompute) + the largest block's working set in its backward (its
+                 rematerialized activations, and an eager attention's two seq x seq softmax gradients)
                  beyond the logits buffers (the two never coexist: the loss backward frees the logits
-                 before any block recomputes)
+                 before any block's backward)
                  (1F1B: in_flight = min(m, p - d); interleaved: (p - d) + (p - 1)/v, Korthikanti 2022)
   buffers        fp32 logits on the last stage, ZeRO-3 all-gather buffers, allocator reserve
 """
@@ -102,7 +103,7 @@ class SegmentCost:
     tp_comm_s: float        # included in fwd_s + bwd_s (+ recompute_s): exposed TP collectives
     ep_comm_s: float        # included likewise: EP all-to-alls
     act_bytes: float        # activations kept per micro-batch until its backward
-    working_bytes: float    # transient: rematerialized activations during its own backward
+    working_bytes: float    # transient during its own backward: rematerialized activations, seq x seq gradients
     flops_fwd: float        # per device
     flops_bwd: float
     flops_recompute: float
@@ -287,7 +288,7 @@ class CostModel:
         fwd_t, fwd_flops, fwd_div, fwd_host_s = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8,
                                                                   cp, tp_comm_fwd + a2a,
                                                                   self._fused_share(seg, 0) if compiled else None)
-        bwd_t, bwd_flops, _, bwd_host_s = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8, cp,
+        bwd_t, bwd_flops, bwd_div, bwd_host_s = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8, cp,
                                                         tp_comm_bwd + a2a,
                                                         self._fused_share(seg, 1) if compiled else None)
 
@@ -357,6 +358,14 @@ class CostModel:
                 working += gathered
             else:
                 act += gathered
+        # an eager (or math-path) attention's softmax backward holds the gradient of the probabilities and makes
+        # that of the scores: two seq x seq tensors live at once during the block's backward, eager or compiled
+        # (a fused kernel still reads the one and writes the other). On an H200 Falcon 7B's math-path steps
+        # peaked 9.8 GiB (mb 4) and 4.4 GiB (mb 2) above the count without them, two fp32 71 x 2048 x 2048
+        # tensors a row (s47); flash attention keeps none
+        softmax_bwd = seg.bwd.op_class == CLASS_CODE["softmax_backward"]
+        if name not in ("pre", "post") and softmax_bwd.any():
+            working += 2 * float((seg.bwd.out_bytes * b / bwd_div)[softmax_bwd].max())
         # host time of the replay: the forward's, in the share of its (stretched) time the replay re-runs
         fwd_sum = float(fwd_t.sum())
         replay = 1.0 if recompute == "full" else (float(recompute_s) / fwd_sum if fwd_sum > 0 else 0.0)

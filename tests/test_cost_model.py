@@ -534,3 +534,31 @@ def test_a_gemm_is_priced_by_the_alignment_its_dims_allow():
     # far past the half-size, so within a few percent of the maxima's ratio)
     ratio = (times[1] / f[1]) / (times[0] / f[0])
     assert abs(ratio / (0.279 / 0.126) - 1) < 0.05, ratio
+
+
+@pytest.mark.parametrize("model", ["hf-gpt2-eager", "tiny-llama"])
+def test_an_eager_attention_backward_holds_two_seq_by_seq_gradients(model):
+    """A block's backward working set: eager attention's softmax backward holds the gradient of the
+    probabilities while it makes the gradient of the scores, two [b, heads, s, s] tensors in the compute dtype
+    (a Hugging Face GPT-2 with eager attention: 2 x 2 x 4 x 128 x 128 x 2 B), on top of what a mode
+    rematerializes (full: the block's saved set); the catalog llama's fused attention keeps none."""
+    import torch
+    seq, b, heads = 128, 2, 4
+    if model == "hf-gpt2-eager":
+        transformers = pytest.importorskip("transformers")
+        config = transformers.AutoConfig.for_model("gpt2", vocab_size=512, n_embd=64, n_layer=2, n_head=heads,
+                                                   n_positions=256)
+        with torch.device("meta"):
+            module = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+        ctx = context(module, "h200", 1, seq)
+    else:
+        ctx = context(model, "h200", 1, seq)
+    cm = ctx.cost_model
+    plan = Plan(model=model, hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=seq, micro_batch=b)
+    placements = cm.placements_for(plan)
+    key, block = cm.segments_key(placements, False), cm.block_rep(0)
+    cm.segments(placements, False)
+    cost = {rc: cm.segment_cost(key, block, 1, 1, False, b, rc, "intra", "intra") for rc in ("none", "full")}
+    expected = 2 * b * heads * seq * seq * 2 if model == "hf-gpt2-eager" else 0.0
+    assert cost["none"].working_bytes == pytest.approx(expected, rel=1e-9)
+    assert cost["full"].working_bytes == pytest.approx(cost["none"].act_bytes + expected, rel=1e-9)
