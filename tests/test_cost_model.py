@@ -346,6 +346,14 @@ def test_expert_groups_are_units_of_their_own_where_the_trainer_wraps_them_so():
     assert cm.fsdp_units(block, replace(one, tp=1, ep=2, micro_batch=2, placements={})) == 2
 
 
+def _with_calibration(ctx, key: str, value: float):
+    """A cost model of ctx's graph on one device of ctx's profile with calibration[key] = value."""
+    from autoparallel.api import make_cluster
+    from autoparallel.sharding import cost_model
+    prof = ctx.cluster.profile
+    return cost_model(ctx.graph, make_cluster(replace(prof, calibration={**prof.calibration, key: value}), 1))
+
+
 @pytest.mark.parametrize("model", ["tiny-llama", "tiny-gpt"])
 def test_fsdp_host_work_counts_the_units_parameter_tensors(model):
     """FSDP2's per-tensor host work (cost_models.host host_us_per_fsdp_tensor): each segment counts the
@@ -356,9 +364,7 @@ def test_fsdp_host_work_counts_the_units_parameter_tensors(model):
     and ZeRO-2, eager and compiled."""
     import torch
 
-    from autoparallel.api import make_cluster
     from autoparallel.models import build_model
-    from autoparallel.sharding import cost_model
     ctx = context(model, "h200", 1, 128)
     with torch.device("meta"):
         module = build_model(load_model_spec(model))
@@ -369,12 +375,7 @@ def test_fsdp_host_work_counts_the_units_parameter_tensors(model):
     assert sum(s.param_tensors for s in segs.values() if s.name != block) + len(ctx.graph.blocks) * \
         segs[block].param_tensors == len(list(module.parameters()))  # parameters() yields a tied one once
     rate = 1000.0  # us: far above any segment's kernels at these widths
-    prof = ctx.cluster.profile
-
-    def with_rate(us: float):
-        return cost_model(ctx.graph, make_cluster(replace(prof, calibration={**prof.calibration,
-                                                                               "host_us_per_fsdp_tensor": us}), 1))
-    cm, cm0 = with_rate(rate), with_rate(0.0)
+    cm, cm0 = (_with_calibration(ctx, "host_us_per_fsdp_tensor", us) for us in (rate, 0.0))
     tensors = len(list(module.parameters()))
     for zero, compiled in ((0, False), (2, False), (0, True)):
         plan = Plan(model=model, hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=128,
@@ -391,16 +392,9 @@ def test_per_op_checkpointing_pays_its_host_per_parameter_tensor_of_each_block(m
     forward grows by exactly term x its parameter tensors (the GPT's 16, the llama's 9), and its recompute by
     the recomputed ops' share of that forward, as every host term of the forward; without per-op checkpointing
     (none, full) neither moves."""
-    from autoparallel.api import make_cluster
-    from autoparallel.sharding import cost_model
     ctx = context(model, "h200", 1, 128)
-    prof = ctx.cluster.profile
-
-    def with_term(us: float):
-        return cost_model(ctx.graph, make_cluster(replace(prof, calibration={**prof.calibration,
-                                                                               "host_us_per_sac_tensor": us}), 1))
     rate = 1000.0
-    cm, cm0 = with_term(rate), with_term(0.0)
+    cm, cm0 = (_with_calibration(ctx, "host_us_per_sac_tensor", us) for us in (rate, 0.0))
     plan = Plan(model=model, hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=128, micro_batch=2)
     placements = cm.placements_for(plan)
     key, block = cm.segments_key(placements, False), cm.block_rep(0)
@@ -423,17 +417,10 @@ def test_a_compiled_block_pays_its_host_call_per_phase_whatever_its_op_count(mod
     by exactly term x 2 x (blocks + the compiled loss) x micro-batches, for the llama's blocks and the GPT's
     alike though their op counts differ; the embedding runs eager, as the trainer runs it, and an eager
     step does not move with the term."""
-    from autoparallel.api import make_cluster
-    from autoparallel.sharding import cost_model
     from cost_models.compute import COMPILED_CALL_SHARE
     ctx = context(model, "h200", 1, 128)
-    prof = ctx.cluster.profile
-
-    def with_call(us: float):
-        return cost_model(ctx.graph, make_cluster(replace(prof, calibration={**prof.calibration,
-                                                                               "host_us_per_compiled_call": us}), 1))
     rate = 5000.0
-    cm, cm0 = with_call(rate), with_call(0.0)
+    cm, cm0 = (_with_calibration(ctx, "host_us_per_compiled_call", us) for us in (rate, 0.0))
     assert sum(COMPILED_CALL_SHARE.values()) == pytest.approx(2.0)
     plan = Plan(model=model, hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=128, micro_batch=2,
                 compile=True)
