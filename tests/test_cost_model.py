@@ -527,14 +527,16 @@ def test_a_gemm_is_priced_by_the_alignment_its_dims_allow():
 def test_an_eager_attention_backward_holds_two_seq_by_seq_gradients(model):
     """A block's backward working set: eager attention's softmax backward holds the gradient of the
     probabilities while it makes the gradient of the scores, two [b, heads, s, s] tensors in the compute dtype
-    (a Hugging Face GPT-2 with eager attention: 2 x 2 x 4 x 128 x 128 x 2 B), on top of what a mode
-    rematerializes (full: the block's saved set); the catalog llama's fused attention keeps none."""
+    (the tests' tiny Hugging Face GPT-2, hf_helpers, with eager attention: 2 x 2 x 8 x 64 x 64 x 2 B), on top of
+    what a mode rematerializes (full: the block's saved set); the catalog llama's fused attention keeps none."""
     import torch
-    seq, b, heads = 128, 2, 4
+    seq, b, heads = 64, 2, 8
     if model == "hf-gpt2-eager":
         transformers = pytest.importorskip("transformers")
-        config = transformers.AutoConfig.for_model("gpt2", vocab_size=512, n_embd=64, n_layer=2, n_head=heads,
-                                                   n_positions=256)
+        import hf_helpers
+
+        config = hf_helpers.config("gpt2")
+        assert (config.n_head, config.n_positions) == (heads, seq)
         with torch.device("meta"):
             module = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager")
         ctx = context(module, "h200", 1, seq)
