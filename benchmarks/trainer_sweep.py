@@ -308,13 +308,37 @@ SEED_OSS_4L = {"name": "seed-oss-36b-4l", "hf": True, "model_type": "seed_oss", 
                "head_dim": 128, "attention_bias": True, "attention_out_bias": False, "attention_dropout": 0.1,
                "residual_dropout": 0.1, "rope_theta": 10000000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 524288,
                "tie_word_embeddings": False, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2}
+# and three more, predicted before the run after the pipelined FSDP schedule (FAMILIES15): Persimmon 8B's widths
+# (squared-ReLU MLP, LayerNorms with biases, q and k LayerNorms, half-rotary heads; 4 of 36 layers), BitNet b1.58
+# 2B4T's in bf16 (squared ReLU, a sub-norm inside attention and MLP, GQA 20/5; 12 of 30 layers) and GLM-4.5-Air's
+# (128 routed experts, 8 a token, sigmoid router with a bias, a shared expert, a dense first layer; 2 of 46
+# layers). JetMoE was the third: its routing reads token counts back (.tolist()), so it traces at module level only
+# (a warning; FLOPs up to that point) and its prediction would test nothing
+PERSIMMON_4L = {"name": "persimmon-8b-4l", "hf": True, "model_type": "persimmon", "vocab_size": 262144,
+                "hidden_size": 4096, "intermediate_size": 16384, "num_hidden_layers": 4, "num_attention_heads": 64,
+                "hidden_act": "relu2", "qk_layernorm": True, "partial_rotary_factor": 0.5, "layer_norm_eps": 1e-5,
+                "rope_theta": 25000.0, "max_position_embeddings": 16384, "tie_word_embeddings": False,
+                "bos_token_id": 71013, "eos_token_id": 71013}
+BITNET_12L = {"name": "bitnet-2b-12l", "hf": True, "model_type": "bitnet", "vocab_size": 128256, "hidden_size": 2560,
+              "intermediate_size": 6912, "num_hidden_layers": 12, "num_attention_heads": 20, "num_key_value_heads": 5,
+              "hidden_act": "relu2", "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 4096,
+              "tie_word_embeddings": True, "bos_token_id": 128000, "eos_token_id": 128001}
+GLM45_AIR_2L = {"name": "glm4.5-air-2l", "hf": True, "model_type": "glm4_moe", "vocab_size": 151552, "hidden_size": 4096,
+                "intermediate_size": 10944, "num_hidden_layers": 2, "num_attention_heads": 96, "num_key_value_heads": 8,
+                "head_dim": 128, "partial_rotary_factor": 0.5, "attention_bias": True, "moe_intermediate_size": 1408,
+                "n_routed_experts": 128, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+                "norm_topk_prob": True, "routed_scaling_factor": 1.0, "n_group": 1, "topk_group": 1,
+                "use_qk_norm": False, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
+                "max_position_embeddings": 131072, "tie_word_embeddings": False, "output_router_logits": False,
+                "pad_token_id": 151329, "eos_token_id": 151329}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
                                  GPTJ_6B_8L, DEEPSEEK_V2_LITE_4L, CODEGEN_2B_12L, PHI2_16L, OPT_1_3B, STARCODERBASE_1B, OLMO3_7B_8L,
                                  SMOLLM3_3B, STARCODER2_3B, ARCEE_12L, FALCON_7B_8L, AYA_8B_8L, OLMOE_4L, APERTUS_8B_8L,
                                  GRANITEMOE_1B, GLM4_9B_8L, GEMMA2_2B, EXAONE4_1_2B,
-                                 ERNIE45_MOE_4L, HELIUM_2B, PHIMOE_2L, SEED_OSS_4L)}
+                                 ERNIE45_MOE_4L, HELIUM_2B, PHIMOE_2L, SEED_OSS_4L, PERSIMMON_4L, BITNET_12L,
+                                 GLM45_AIR_2L)}
 
 
 @dataclass(frozen=True)
@@ -516,6 +540,10 @@ CONFIGS = [
     *_trio("1g-helium", "helium-2b", 8, 4, (2, "op")),
     *_trio("1g-phimoe", "phimoe-2l", 8, 4, (2, "op")),
     *_trio("1g-seedoss", "seed-oss-36b-4l", 8, 2, (2, "op")),
+    # twentieth session, predicted before the run (FAMILIES15)
+    *_trio("1g-persimmon", "persimmon-8b-4l", 8, 2, (2, "full")),
+    *_trio("1g-bitnet", "bitnet-2b-12l", 8, 4, (2, "op")),
+    *_trio("1g-glm45air", "glm4.5-air-2l", 8, 4, (2, "op")),
 ]
 
 
