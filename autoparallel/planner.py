@@ -34,12 +34,10 @@ from cost_models.comm import Link
 from cost_models.estimate import (
     ALLOCATOR_RESERVE,
     DTYPE_BYTES,
-    GRAD_STATE_BYTES,
     CostModel,
     Estimate,
     dp_sync_time,
     in_flight_micro_batches,
-    model_state_bytes,
 )
 from hardware_profiles import Cluster
 
@@ -343,7 +341,7 @@ class Planner:
                             for zero in range(4):
                                 if f.get("zero", zero) != zero or (zero > 0 and dp * cp * ep == 1):
                                     continue
-                                if "zero" not in f and self._zero_dominated(zero, dp * cp * ep, m):
+                                if "zero" not in f and self._zero_dominated(zero, dp * cp * ep, m, pp):
                                     continue
                                 for sp in ((False, True) if tp > 1 else (False,)):
                                     if f.get("sequence_parallel", sp) != sp:
@@ -378,12 +376,15 @@ class Planner:
         return [c for c in _divisors(n) if c == 1 or (self.seq_len % (2 * c) == 0
                                                       and self.seq_len // c >= MIN_CP_TOKENS)]
 
-    @staticmethod
-    def _zero_dominated(zero: int, d: int, m: int) -> bool:
-        """Stages no plan needs (exact under the cost model): ZeRO-0 when d > 1 (ZeRO-1 moves the same
-        bytes, reduce-scatter + all-gather = all-reduce, meets at as many FSDP units and holds less); ZeRO-1
-        when m == 1 (ZeRO-2 then communicates the same once per step and holds less)."""
-        return d > 1 and (zero == 0 or (zero == 1 and m == 1))
+    def _zero_dominated(self, zero: int, d: int, m: int, pp: int) -> bool:
+        """Stages no plan needs (exact under the cost model): ZeRO-1 when m == 1 (ZeRO-2 then communicates the
+        same once per step and holds less); under the trainer's pipeline with several micro-batches ZeRO 2 and 3
+        (the peak holds ZeRO-1's states there, CostModel.held_zero, and they gather as often or more,
+        comm.trainer_dp_schedule). ZeRO-0 is not: its one all-reduce a unit meets the ranks fewer times than
+        ZeRO-1's gathers and reduction, for more optimizer work and memory."""
+        if d == 1:
+            return False
+        return (zero == 1 and m == 1) or (self.cm.runtime == "trainer" and pp > 1 and m > 1 and zero >= 2)
 
     def _sp_dominates(self) -> bool:
         """Sequence parallelism moves the same bytes as plain TP when each segment has as many
@@ -654,7 +655,7 @@ class Planner:
         for zero in range(4):
             if self.fix.get("zero", zero) != zero or (zero > 0 and d == 1):
                 continue
-            if "zero" not in self.fix and self._zero_dominated(zero, d, plan.num_micro_batches):
+            if "zero" not in self.fix and self._zero_dominated(zero, d, plan.num_micro_batches, plan.pp):
                 continue  # as the search skips it
             cfg = MeshConfig(plan.tp, plan.pp, plan.dp, plan.ep, plan.vpp, plan.micro_batch, zero,
                              plan.sequence_parallel, plan.grad_reduce_dtype, plan.cp)
@@ -906,11 +907,7 @@ class StageModel:
 
     def state_bytes_per_param(self) -> tuple[float, float]:
         """Bytes per local parameter of model states after ZeRO sharding: (dense, expert)."""
-        c = self.cfg
-        ps, gb = self.cm.param_state_bytes(self.plan0), GRAD_STATE_BYTES[c.grad_reduce_dtype]
-        gb = gb if self.cm.grads_resident(self.m) else 0  # CostModel._memory's accounting
-        return (sum(model_state_bytes(1.0, c.zero, c.dense_dp, ps, gb)),
-                sum(model_state_bytes(1.0, c.zero, c.expert_dp, ps, gb)))
+        return sum(self.cm.model_states(self.plan0, 1.0, 0.0)), sum(self.cm.model_states(self.plan0, 0.0, 1.0))
 
     def fixed_memory(self, d: int) -> float:
         """Bytes on rank d independent of the partition: buffers and the ends' model states."""
@@ -918,7 +915,7 @@ class StageModel:
         pb = DTYPE_BYTES.get(self.plan0.param_dtype, 2)
         dense_b, exp_b = self.state_bytes_per_param()
         mem = 0.0
-        if c.zero >= 3:
+        if self.cm.held_zero(self.plan0) >= 3:  # CostModel._memory's gathered blocks
             mem += 2 * self.cm.max_block_params(self.plan0) * pb
         infl = in_flight_micro_batches(d, c.pp, c.vpp, self.m)
         if d == 0:
@@ -952,19 +949,21 @@ class StageModel:
         qbw = self.cm.quant_bandwidth()
         dense_link, exp_link = self.cm.data_parallel_links(self.plan0)
 
+        sched = self.cm.dp_schedule(c.zero, self.m, c.pp)
+
         def lin(d: int, link: Link) -> tuple[float, float]:
             n = 1e9
-            a = dp_sync_time(n, d, link, c.zero, self.m, gd, pb, qbw)
-            slope = (dp_sync_time(2 * n, d, link, c.zero, self.m, gd, pb, qbw) - a) / n
+            a = dp_sync_time(n, d, link, c.zero, sched, gd, pb, qbw)
+            slope = (dp_sync_time(2 * n, d, link, c.zero, sched, gd, pb, qbw) - a) / n
             return slope, a - slope * n
         ds, dc = lin(c.dense_dp, dense_link)
         es, ec = lin(c.expert_dp, exp_link)
         return ds, dc, es, ec
 
     def cover(self, sc) -> float:
-        """Backward work a segment offers to hide gradient sync behind (see CostModel)."""
-        c = self.cfg
-        return {0: sc.bwd_s, 1: sc.bwd_s, 2: sc.bwd_s * self.m}.get(c.zero, (sc.fwd_s + sc.bwd_s) * self.m)
+        """Work a segment offers to hide gradient sync behind (CostModel.dp_cover; its overlap switch is the
+        callers')."""
+        return self.cm.dp_cover(self.plan0, sc.fwd_s, sc.bwd_s)
 
     # ---- feasibility shortcuts ------------------------------------------------------------------------------
     def min_memory_estimate(self) -> tuple[float, Estimate | None]:

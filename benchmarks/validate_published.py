@@ -56,6 +56,10 @@ class Runtime:
     sequence_parallel: bool     # SP whenever tp > 1
     op_sac_as: str              # how the framework's per-op SAC maps onto the cost model's modes
     note: str
+    # FSDP under a pipeline keeps ZeRO-3's per-forward resharding (the trainer's); False: its units stay gathered
+    # for the whole step there (torchtitan's apply_fsdp: reshard_after_forward = not pp_enabled), which is the
+    # trainer's pipelined ZeRO-1 (cost_models.comm.trainer_dp_schedule)
+    fsdp_reshards_under_pp: bool = True
 
     @property
     def cost_runtime(self) -> str:
@@ -75,7 +79,8 @@ FRAMEWORK_RUNTIME: dict[str, Runtime] = {
         "torch-native", True, "bf16", "fp32", True, "selective",
         "FSDP2 fully_shard, MixedPrecisionPolicy(param bf16, reduce fp32): sharded fp32 parameters, "
         "bf16 all-gather/compute, fp32 reduce-scatter; prefetch overlaps the collectives; TP plans "
-        "shard norms on the sequence (SP)"),
+        "shard norms on the sequence (SP); under PP the blocks stay gathered (reshard_after_forward = not "
+        "pp_enabled)", fsdp_reshards_under_pp=False),
     "llm-foundry": Runtime(
         "torch-native", True, "bf16", "bf16", False, "selective",
         "Composer FSDP1 FULL_SHARD with mixed_precision PURE: bf16 compute, bf16 gradient reduce, "
@@ -168,7 +173,8 @@ def build_plan(row: dict, spec: ModelSpec, placements: dict[str, str] | None = N
     rt = FRAMEWORK_RUNTIME[row["framework"]]
     plan = Plan(model=row["id"], hardware=row["hardware"], gpus=row["gpus"], gpus_per_node=row["gpus_per_node"],
                 global_batch=row["global_batch"], seq_len=row["seq_len"], dp=row["dp"], tp=row["tp"],
-                pp=row["pp"], ep=row["ep"], vpp=row["vpp"], cp=row["cp"], micro_batch=row["micro_batch"], zero=row["zero"],
+                pp=row["pp"], ep=row["ep"], vpp=row["vpp"], cp=row["cp"], micro_batch=row["micro_batch"],
+                zero=1 if row["zero"] == 3 and row["pp"] > 1 and not rt.fsdp_reshards_under_pp else row["zero"],
                 sequence_parallel=rt.sequence_parallel and row["tp"] > 1,
                 recompute=recompute_per_block(row, spec.num_layers),
                 grad_reduce_dtype=rt.grad_reduce_dtype, param_dtype=rt.param_dtype,
@@ -508,10 +514,10 @@ def write_doc(runs: list[dict], evaluated: list[dict], skipped: list[dict], summ
         lines.append(f"| {r['id']} | {r['framework']} | {r['reason']} | {meas} | [{src['where']}]({src['url']}) |")
     lines += ["", "## Framework runtime table (the only non-row inputs)", "",
               "| framework | family | overlap grad sync | params | grad reduce | SP with TP | op-SAC modelled as | "
-              "what it stands for |", "|---|---|---|---|---|---|---|---|"]
+              "FSDP reshards under PP | what it stands for |", "|---|---|---|---|---|---|---|---|---|"]
     for k, v in FRAMEWORK_RUNTIME.items():
         lines.append(f"| {k} | {v.family} | {v.overlap_grad_sync} | {v.param_dtype} | {v.grad_reduce_dtype} | "
-                     f"{v.sequence_parallel} | {v.op_sac_as} | {v.note} |")
+                     f"{v.sequence_parallel} | {v.op_sac_as} | {v.fsdp_reshards_under_pp} | {v.note} |")
     lines += diagnosis_tables(evaluated)
     if DIAGNOSIS.exists():
         lines += ["", DIAGNOSIS.read_text().rstrip()]

@@ -112,6 +112,44 @@ def gradient_reduce_time(op: str, elements: float, n: int, link: Link, dtype: st
     return t
 
 
+@dataclass(frozen=True)
+class DpSchedule:
+    """What data parallelism does to each parameter unit in one step: `unshards` parameter all-gathers (under
+    ZeRO-0 a local cast copy: its parameters are replicated) and `reductions` gradient reductions (reduce-
+    scatters; under ZeRO-0 all-reduces). One definition for the collectives' time (estimate.dp_sync_time),
+    the ranks' host meetings at them (CostModel.fsdp_collective_time) and the copies around them
+    (compute.fsdp_update_time)."""
+    unshards: int
+    reductions: int
+
+
+def trainer_dp_schedule(zero: int, micro_batches: int, pipelined: bool) -> DpSchedule:
+    """AutoParallelTrainer's FSDP2 units (trainer.data_parallel) over `micro_batches` micro-batches.
+
+    Without a pipeline: ZeRO 0-2 do not reshard after the forward but do after each backward, so every
+    micro-batch gathers once (ZeRO-3, which reshards after the forward too, twice); ZeRO 0-1 reduce after the
+    last micro-batch only, ZeRO 2-3 after each. Under pipeline parallelism torch.distributed.pipelining's
+    stage turns gradient sync and resharding after backward off for every backward
+    (PipelineStage.backward_maybe_with_nosync) and reduces once after the last (perform_reduce_grad): a unit
+    stays unsharded from its first backward to the end of the step, with its gradients accumulating
+    unsharded, in every ZeRO mode. ZeRO 0-2 then gather once a step; ZeRO-3 still reshards after each forward,
+    so each backward that follows a forward of its unit gathers again: in 1F1B (interleaved or not) the
+    stage's warm-up forwards and every backward but the ones of the cool-down, m + 1 in all. Counted on CPU
+    by tests/test_dp_schedule.py."""
+    m = micro_batches
+    if pipelined:
+        return DpSchedule(m + 1 if zero >= 3 else 1, 1)
+    return DpSchedule(m * (2 if zero >= 3 else 1), m if zero >= 2 else 1)
+
+
+def megatron_dp_schedule(zero: int, micro_batches: int) -> DpSchedule:
+    """Megatron-LM's and DeepSpeed's ZeRO stages: ZeRO-1 (the distributed optimizer) reduce-scatters the
+    gradients and all-gathers the updated parameters once a step, ZeRO-2 reduce-scatters every micro-batch,
+    ZeRO-3 also gathers the parameters for each micro-batch's forward and backward."""
+    m = micro_batches
+    return DpSchedule({0: 0, 1: 1, 2: 1}.get(zero, 2 * m), m if zero >= 2 else 1)
+
+
 def collective_time(op: str, size_bytes: float, n: int, link: Link) -> float:
     """f S / (B e) + k a   [s]; nothing moves for a group of one or an empty message."""
     if size_bytes <= 0 or (n <= 1 and op != "send_recv"):

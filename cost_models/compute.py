@@ -77,6 +77,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from cost_models.comm import DpSchedule
 from hardware_profiles import HardwareProfile
 
 # aten ops whose FLOPs run on matrix units (tensor cores); all others are treated as vector/memory ops.
@@ -452,14 +453,15 @@ FSDP_REDUCE_BYTES = (12.0, 6.0)
 FSDP_ACCUMULATE_BYTES = 6.0
 
 
-def fsdp_update_time(optimizer_params: float, d: int, zero: int, micro_batches: int,
+def fsdp_update_time(optimizer_params: float, d: int, schedule: DpSchedule, micro_batches: int,
                      profile: HardwareProfile) -> float:
     """Optimizer step + FSDP2's per-micro-batch parameter and gradient copies, per unsharded local
     parameter [s] (AutoParallelTrainer's runtime; `update_time` is Megatron-LM's):
 
         optimizer_params * 28 / m_adamw + (M_g * gather + M_r * reduce + (M - M_r) * 6) / m_copy   bytes, / BW
         gather = 6/d + 4, reduce = 12/d + 6   (FSDP_*_BYTES)
-        M_g = M unshards (2M under ZeRO-3), M_r = M reductions under ZeRO 2/3, else 1
+        M_g, M_r = the schedule's unshards and reductions (comm.trainer_dp_schedule: without a pipeline M
+        unshards, 2M under ZeRO-3, and M reductions under ZeRO 2/3, else 1)
         m_adamw = calibration.memory_fraction.adamw, m_copy = calibration.fsdp_copy_fraction
 
     The fused Adam(W) updates the fp32 shard in place (the bf16 copy is made by the next unshard) and
@@ -470,11 +472,9 @@ def fsdp_update_time(optimizer_params: float, d: int, zero: int, micro_batches: 
     of an unshard and a reduction together (benchmarks/trainer_sweep.py `update-rates`)."""
     bw = profile.memory_bandwidth
     frac = calibrated(profile, "fsdp_copy_fraction", memory_fraction(profile, "cast"))
-    gathers = micro_batches * (2 if zero >= 3 else 1)
-    reduces = micro_batches if zero >= 2 else 1
-    copies = (gathers * (FSDP_GATHER_BYTES[0] / d + FSDP_GATHER_BYTES[1])
-              + reduces * (FSDP_REDUCE_BYTES[0] / d + FSDP_REDUCE_BYTES[1])
-              + (micro_batches - reduces) * FSDP_ACCUMULATE_BYTES)
+    copies = (schedule.unshards * (FSDP_GATHER_BYTES[0] / d + FSDP_GATHER_BYTES[1])
+              + schedule.reductions * (FSDP_REDUCE_BYTES[0] / d + FSDP_REDUCE_BYTES[1])
+              + (micro_batches - schedule.reductions) * FSDP_ACCUMULATE_BYTES)
     return optimizer_params * ADAM_BYTES / (bw * memory_fraction(profile, "adamw")) + copies / (bw * frac)
 
 

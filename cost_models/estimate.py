@@ -33,15 +33,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cost_models.comm import (
+    DpSchedule,
     Link,
     all_gather_time,
     all_reduce_time,
     all_to_all_time,
     gradient_reduce_time,
     link_for,
+    megatron_dp_schedule,
     reduce_scatter_time,
     ring_attention_time,
     send_recv_time,
+    trainer_dp_schedule,
 )
 from cost_models.compute import (
     CLASS_CODE,
@@ -729,33 +732,51 @@ class CostModel:
                 is_last: bool) -> dict[str, float]:
         """Bytes per device: ZeRO-sharded model states, activations, buffers (see module docstring)."""
         pb = DTYPE_BYTES.get(plan.param_dtype, 2)
-        gb = GRAD_STATE_BYTES.get(plan.grad_reduce_dtype, 4)
-        dense = params - expert_params
-        gb = gb if self.grads_resident(plan.num_micro_batches) else 0
-        ps = self.param_state_bytes(plan)
-        pd, gd, od = model_state_bytes(dense, plan.zero, plan.dense_dp, ps, gb)
-        pe, ge, oe = model_state_bytes(expert_params, plan.zero, plan.expert_dp, ps, gb)
+        pd, gd, od = self.model_states(plan, params - expert_params, expert_params)
         buffers = 0.0
-        if plan.zero >= 3:  # gathered parameters of two blocks (current + prefetched), per device
+        if self.held_zero(plan) >= 3:  # gathered parameters of two blocks (current + prefetched), per device
             buffers += 2 * self.max_block_params(plan) * pb
         logits = self.logits_bytes(plan) if is_last else 0.0
         buffers += logits  # fp32 logits and their gradient for the loss (vocab-sharded under TP)
         # A recomputed block's working set lives during that block's backward, after the loss backward
         # has freed the logits buffers: the peak holds the larger of the two, not both.
         working = max(0.0, working - logits)
-        mem = {"params": pd + pe, "grads": gd + ge, "optimizer": od + oe, "activations": act,
+        mem = {"params": pd, "grads": gd, "optimizer": od, "activations": act,
                "working": working, "buffers": buffers}
         mem["allocator"] = ALLOCATOR_RESERVE * sum(mem.values())
         return mem
 
+    def model_states(self, plan: Plan, dense: float, expert: float) -> tuple[float, float, float]:
+        """(parameter, gradient, optimizer) bytes per device of `dense` and `expert` local parameters at the
+        step's peak: model_state_bytes under the ZeRO mode the peak holds (`held_zero`), dense parameters
+        sharded over the dense data-parallel group, expert ones over theirs. The planner prices blocks by it."""
+        gb = GRAD_STATE_BYTES.get(plan.grad_reduce_dtype, 4)
+        gb = gb if self.grads_resident(plan.num_micro_batches) else 0
+        ps, zero = self.param_state_bytes(plan), self.held_zero(plan)
+        d = model_state_bytes(dense, zero, plan.dense_dp, ps, gb)
+        e = model_state_bytes(expert, zero, plan.expert_dp, ps, gb)
+        return d[0] + e[0], d[1] + e[1], d[2] + e[2]
+
+    def held_zero(self, plan: Plan) -> int:
+        """The ZeRO mode whose model states the step's memory peak holds: the plan's, except under the trainer's
+        pipeline with several micro-batches, where every FSDP2 unit stays unsharded, its gradients accumulating
+        unsharded, from its first backward to the step's one reduction (comm.trainer_dp_schedule): ZeRO 2 and 3
+        then hold ZeRO-1's states, as torchtitan's pipelined FSDP (reshard_after_forward off) does by design.
+        ZeRO-3's gathered stage lives from a backward to the next forward, which reshards it unit by unit while
+        the activations grow back, so counting it whole overstates the peak by at most one micro-batch of the
+        stage's activations."""
+        if self.runtime == "trainer" and plan.pp > 1 and plan.num_micro_batches > 1:
+            return min(plan.zero, 1)
+        return plan.zero
+
     def param_state_bytes(self, plan: Plan) -> int:
         """Bytes per parameter that model_state_bytes counts as the parameters: the compute-dtype copy.
         Under the trainer's ZeRO-3 with mixed precision (FSDP2, reshard_after_forward) that copy exists
-        only while a unit is gathered (the buffers below); what persists is the fp32 master shard,
+        only while a unit is gathered (the buffers above); what persists is the fp32 master shard,
         counted with the optimizer state (measured on two H200s, s5: both ZeRO-3 runs of the 1.3B had been
         over-predicted by 1.2 GiB, its bf16 parameters over two ranks)."""
         pb = DTYPE_BYTES.get(plan.param_dtype, 2)
-        return 0 if self.runtime == "trainer" and plan.zero >= 3 and pb < 4 else pb
+        return 0 if self.runtime == "trainer" and self.held_zero(plan) >= 3 and pb < 4 else pb
 
     def grads_resident(self, micro_batches: int) -> bool:
         """Whether gradients occupy memory at the step's peak (the start of the last micro-batch's
@@ -812,16 +833,30 @@ class CostModel:
         fp32 reduction, ZeRO-0): the sharding solver's per-parameter price of keeping a weight whole."""
         return self._update_seconds(1, 0, micro_batches, DTYPE_BYTES["bf16"], DTYPE_BYTES["fp32"]) / micro_batches
 
+    def dp_schedule(self, zero: int, micro_batches: int, pp: int = 1) -> DpSchedule:
+        """Per parameter unit and step, the runtime's parameter all-gathers and gradient reductions: FSDP2's
+        under the trainer (comm.trainer_dp_schedule, which a pipeline changes), Megatron-LM's otherwise."""
+        if self.runtime == "trainer":
+            return trainer_dp_schedule(zero, micro_batches, pp > 1)
+        return megatron_dp_schedule(zero, micro_batches)
+
+    def dp_cover(self, plan: Plan, fwd_s: float, bwd_s: float) -> float:
+        """Work that the data-parallel collectives of a step hide behind [s], from one micro-batch's forward and
+        backward: a backward per reduction of the `dp_schedule` (the last micro-batch's where it reduces once),
+        the forwards too where ZeRO-3 gathers and reduces every micro-batch."""
+        sched = self.dp_schedule(plan.zero, plan.num_micro_batches, plan.pp)
+        per = fwd_s + bwd_s if plan.zero >= 3 and sched.reductions == plan.num_micro_batches else bwd_s
+        return per * sched.reductions
+
     def fsdp_collective_time(self, plan: Plan, units: int) -> float:
         """Per step, the host work at the FSDP2 collectives of `units` units that the host's lead can hide
-        [s] (cost_models.host): the ranks' meetings, M_g + M_r per unit, with M_g = M all-gathers (2M under
-        ZeRO-3) and M_r = M reduce-scatters under ZeRO 2/3, else 1 (compute.fsdp_update_time counts the
-        same), none when one rank holds everything. The optimizer term carries it (linear in the units, so
-        the planner adds it per block)."""
+        [s] (cost_models.host): the ranks meet at each collective of the unit's `dp_schedule` (its all-gathers,
+        none under ZeRO-0's replicate, and its reductions); none when one rank holds everything. The optimizer
+        term carries it (linear in the units, so the planner adds it per block)."""
         if plan.dense_dp == 1 or not self.host.fsdp_collective_s:
             return 0.0
-        m = plan.num_micro_batches
-        per_unit = m * (2 if plan.zero >= 3 else 1) + (m if plan.zero >= 2 else 1)
+        sched = self.dp_schedule(plan.zero, plan.num_micro_batches, plan.pp)
+        per_unit = (sched.unshards if plan.zero >= 1 else 0) + sched.reductions
         return self.host.fsdp_collective_s * per_unit * units
 
     def fsdp_tensors(self, seg: Segment) -> int:
@@ -843,13 +878,15 @@ class CostModel:
         """Optimizer step + gradient accumulation per step, per parameter a rank holds [s]
         (compute.update_time; linear in the parameters, so the planner can use it per block)."""
         return self._update_seconds(plan.dense_dp, plan.zero, plan.num_micro_batches,
-                                    DTYPE_BYTES.get(plan.param_dtype, 2), GRAD_STATE_BYTES.get(plan.grad_reduce_dtype, 4))
+                                    DTYPE_BYTES.get(plan.param_dtype, 2), GRAD_STATE_BYTES.get(plan.grad_reduce_dtype, 4),
+                                    plan.pp)
 
-    def _update_seconds(self, d: int, zero: int, micro_batches: int, pb: int, gb: int) -> float:
-        """The runtime's update per local parameter: FSDP2's (compute.fsdp_update_time) for the trainer,
-        Megatron's (compute.update_time) otherwise; d = the data-parallel group size."""
+    def _update_seconds(self, d: int, zero: int, micro_batches: int, pb: int, gb: int, pp: int = 1) -> float:
+        """The runtime's update per local parameter: FSDP2's (compute.fsdp_update_time, over its `dp_schedule`)
+        for the trainer, Megatron's (compute.update_time) otherwise; d = the data-parallel group size."""
         if self.runtime == "trainer":
-            return fsdp_update_time(1.0 / (d if zero >= 1 else 1), d, zero, micro_batches, self.profile)
+            return fsdp_update_time(1.0 / (d if zero >= 1 else 1), d, self.dp_schedule(zero, micro_batches, pp),
+                                    micro_batches, self.profile)
         return update_time(1.0 / (d if zero >= 1 else 1), 1.0 / (d if zero >= 2 else 1), micro_batches, pb, gb,
                            self.profile)
 
@@ -871,10 +908,10 @@ class CostModel:
         worst_exposed = worst_total = worst_opt = 0.0
         for s in stages:
             dense, exp = s["params"] - s["expert_params"], s["expert_params"]
-            total = dp_sync_time(dense, d_dense, dense_link, plan.zero, m, gd, pb, qbw) + \
-                dp_sync_time(exp, d_exp, exp_link, plan.zero, m, gd, pb, qbw)
-            window = {0: s["bwd"], 1: s["bwd"], 2: s["bwd"] * m}.get(plan.zero, s["fwd_bwd"] * m)
-            window = window if self.overlap_grad_sync else 0.0
+            sched = self.dp_schedule(plan.zero, m, plan.pp)
+            total = dp_sync_time(dense, d_dense, dense_link, plan.zero, sched, gd, pb, qbw) + \
+                dp_sync_time(exp, d_exp, exp_link, plan.zero, sched, gd, pb, qbw)
+            window = self.dp_cover(plan, s["fwd"], s["bwd"]) if self.overlap_grad_sync else 0.0
             exposed = max(0.0, total - window)
             opt = s["params"] * self.optimizer_seconds_per_param(plan) + \
                 self.tail_host_time(self.fsdp_collective_time(plan, s["units"]), m * s["lead"])
@@ -898,27 +935,20 @@ class CostModel:
         return self.profile.memory_bandwidth * memory_fraction(self.profile, "cast")
 
 
-def dp_sync_time(params: float, d: int, link, zero: int, m: int, grad_dtype: str, param_bytes: int,
+def dp_sync_time(params: float, d: int, link, zero: int, schedule: DpSchedule, grad_dtype: str, param_bytes: int,
                  quant_bandwidth: float = float("inf")) -> float:
-    """Data-parallel communication per step for `params` local parameters over d ranks [s].
-
-    ZeRO-0: all-reduce the gradients once.  ZeRO-1: reduce-scatter them once, all-gather the updated
-    parameters.  ZeRO-2: reduce-scatter every micro-batch (gradients stay sharded while accumulating),
-    all-gather once.  ZeRO-3: per micro-batch all-gather parameters for forward and for backward and
-    reduce-scatter gradients (FSDP). Gradient reductions in `grad_dtype` (comm.gradient_reduce_time:
-    int8 moves a quarter of fp32's bytes and pays its quantize/dequantize passes at quant_bandwidth).
+    """Data-parallel communication per step for `params` local parameters over d ranks [s]: the runtime's
+    `schedule` of parameter all-gathers and gradient reductions (comm.trainer_dp_schedule,
+    comm.megatron_dp_schedule); under ZeRO-0 the parameters are replicated and the reductions are
+    all-reduces. Gradient reductions in `grad_dtype` (comm.gradient_reduce_time: int8 moves a quarter of
+    fp32's bytes and pays its quantize/dequantize passes at quant_bandwidth).
     """
     if d <= 1 or params <= 0:
         return 0.0
-    p = params * param_bytes
     if zero == 0:
-        return gradient_reduce_time("all_reduce", params, d, link, grad_dtype, quant_bandwidth)
+        return schedule.reductions * gradient_reduce_time("all_reduce", params, d, link, grad_dtype, quant_bandwidth)
     rs = gradient_reduce_time("reduce_scatter", params, d, link, grad_dtype, quant_bandwidth)
-    if zero == 1:
-        return rs + all_gather_time(p, d, link)
-    if zero == 2:
-        return m * rs + all_gather_time(p, d, link)
-    return m * (rs + 2 * all_gather_time(p, d, link))
+    return schedule.reductions * rs + schedule.unshards * all_gather_time(params * param_bytes, d, link)
 
 
 def in_flight_micro_batches(d: int, p: int, v: int, m: int) -> float:

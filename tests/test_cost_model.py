@@ -459,16 +459,17 @@ def test_the_trainer_update_prices_adamw_and_fsdp_copies_at_their_own_fractions(
     FSDP2's copies at fsdp_copy_fraction: at d = 4, ZeRO-3, two micro-batches, 2 x 2 unshards of
     6/4 + 4 B, 2 reductions of 12/4 + 6 B (40 B); at ZeRO-0 one reduction, the other micro-batch
     accumulating 6 B."""
+    from cost_models.comm import trainer_dp_schedule
     from cost_models.compute import fsdp_update_time
     base = load_profile("h200")
     prof = replace(base, calibration={**base.calibration, "fsdp_copy_fraction": 0.5,
                                       "memory_fraction": {**base.calibration["memory_fraction"], "adamw": 0.25}})
     bw = prof.memory_bandwidth
-    assert fsdp_update_time(0.25, 4, 3, 2, prof) == pytest.approx(0.25 * 28 / (bw * 0.25) + 40 / (bw * 0.5))
-    assert fsdp_update_time(1.0, 4, 0, 2, prof) == pytest.approx(28 / (bw * 0.25) + (2 * 5.5 + 9 + 6) / (bw * 0.5))
+    assert fsdp_update_time(0.25, 4, trainer_dp_schedule(3, 2, False), 2, prof) == pytest.approx(0.25 * 28 / (bw * 0.25) + 40 / (bw * 0.5))
+    assert fsdp_update_time(1.0, 4, trainer_dp_schedule(0, 2, False), 2, prof) == pytest.approx(28 / (bw * 0.25) + (2 * 5.5 + 9 + 6) / (bw * 0.5))
     # without a measured AdamW fraction the step runs at memory_bound
     plain = replace(prof, calibration={k: v for k, v in prof.calibration.items() if k != "memory_fraction"})
-    assert fsdp_update_time(1.0, 1, 0, 1, plain) == pytest.approx(
+    assert fsdp_update_time(1.0, 1, trainer_dp_schedule(0, 1, False), 1, plain) == pytest.approx(
         28 / (bw * prof.efficiency.memory_bound) + 28 / (bw * 0.5))
 
 

@@ -18,7 +18,14 @@ import trainer_helpers as H
 from autoparallel.cli import main
 from autoparallel.errors import UserError
 from autoparallel.plan import Plan
-from cost_models.comm import GRAD_WIRE_BYTES, INT8_BLOCK, collective_time, link_for, quantized_pass_bytes
+from cost_models.comm import (
+    GRAD_WIRE_BYTES,
+    INT8_BLOCK,
+    collective_time,
+    link_for,
+    megatron_dp_schedule,
+    quantized_pass_bytes,
+)
 from cost_models.compute import fp8_gemm_times, op_times
 from cost_models.estimate import dp_sync_time
 from hardware_profiles import load_profile
@@ -68,8 +75,9 @@ def test_int8_reduction_moves_a_quarter_of_the_bytes_plus_its_quantize_passes():
     h200 = load_profile("h200")
     link = link_for(h200, "inter")
     params, d, qbw = 1e9, 16, 3e12
-    fp32 = dp_sync_time(params, d, link, 2, 1, "fp32", 2)
-    int8 = dp_sync_time(params, d, link, 2, 1, "int8", 2, qbw)
+    zero2 = megatron_dp_schedule(2, 1)  # one micro-batch: one reduction, one gather
+    fp32 = dp_sync_time(params, d, link, 2, zero2, "fp32", 2)
+    int8 = dp_sync_time(params, d, link, 2, zero2, "int8", 2, qbw)
     gather = collective_time("all_gather", params * 2, d, link)
     # ZeRO-2: one reduce-scatter of 1 + 4/256 bytes per element, the quantize/dequantize passes, one all-gather
     assert GRAD_WIRE_BYTES["int8"] == 1 + 4 / INT8_BLOCK
@@ -78,7 +86,7 @@ def test_int8_reduction_moves_a_quarter_of_the_bytes_plus_its_quantize_passes():
     assert math.isclose(int8, expect, rel_tol=1e-12)
     assert int8 - gather < (fp32 - gather) / 3  # across nodes the wire dominates: int8 is > 3x cheaper
     # ZeRO-0 all-reduces: reduce-scatter + all-gather of int8 payloads, two rounds of passes
-    ar = dp_sync_time(params, d, link, 0, 1, "int8", 2, qbw)
+    ar = dp_sync_time(params, d, link, 0, megatron_dp_schedule(0, 1), "int8", 2, qbw)
     assert math.isclose(ar, collective_time("all_reduce", params * GRAD_WIRE_BYTES["int8"], d, link)
                         + params * quantized_pass_bytes("all_reduce", d) / qbw, rel_tol=1e-12)
     assert quantized_pass_bytes("all_reduce", d) > quantized_pass_bytes("reduce_scatter", d)
