@@ -889,12 +889,16 @@ H200_BF16_PEAK = 989e12
 
 def mfu(cfg: SweepConfig, step_s: float) -> float:
     """(6N + 12 L h s) tokens/s / (GPUs x 989 TFLOP/s): the MFU definition of the two-GPU issue (N the
-    parameters, L layers, h hidden size, s the sequence length; attention counted without the causal
-    halving, as PaLM does)."""
+    parameters a token runs through: of a layer's routed experts the top_k of num_experts; L layers, h hidden
+    size, s the sequence length; attention counted without the causal halving, as PaLM does)."""
     m = MODELS[cfg.model]
     layers = m.get("num_hidden_layers", m.get("n_layer"))
     hidden = m.get("hidden_size", m.get("n_embd"))
     n, _ = _parameters(cfg.model)
+    graph, _ = _graph(cfg.model, cfg.seq)
+    for g in graph.expert_groups.values():  # a Hugging Face group's top_k is its config's
+        k = g.top_k or m.get("num_experts_per_tok") or m.get("moe_k") or g.num_experts
+        n -= g.param_count * (1 - k / g.num_experts)
     tokens_per_s = cfg.rows * cfg.seq / step_s
     return (6 * n + 12 * layers * hidden * cfg.seq) * tokens_per_s / (cfg.gpus * H200_BF16_PEAK)
 
