@@ -91,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="find the fastest plan that fits (dry run)")
     _add_model_args(p)
     _add_cluster_args(p)
-    p.add_argument("--fix", default=None, help="pins, e.g. tp=8,pp=4,zero=1,recompute=full,compile=1,"
-                                                         "schedule=zero_bubble")
+    p.add_argument("--fix", action="append", default=None,
+                   help="pins, e.g. tp=8,pp=4,zero=1,recompute=full,compile=1,schedule=zero_bubble (repeatable)")
     p.add_argument("--top", type=int, default=3, help="runner-up plans to show")
     _add_precision(p)
     p.add_argument("--json", action="store_true")
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--gpus-per-node", type=int, default=None)
     c.add_argument("--global-batch", type=int, required=True)
     c.add_argument("--max-memory-per-gpu", default=None)
-    c.add_argument("--fix", default=None)
+    c.add_argument("--fix", action="append", default=None, help="pins, as plan's (repeatable)")
     _add_precision(c)
     c.add_argument("--tokens", type=float, default=None, help="tokens to train, for time-to-train")
     c.add_argument("--plot", default=None, help="write a step-time breakdown bar chart (PNG)")
@@ -189,7 +189,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     result, ctx = plan_result(
         args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
         global_batch=args.global_batch, seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu,
-        fix=args.fix, top_k=args.top, progress=_progress(args), cache=not args.no_cache,
+        fix=_fix(args), top_k=args.top, progress=_progress(args), cache=not args.no_cache,
         precision=args.precision or "bf16")
     if result.plan is None:
         raise UserError(f"INFEASIBLE: {result.explanation}")
@@ -211,6 +211,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fix(args: argparse.Namespace) -> str | None:
+    """The --fix flags as one pin list: repeated flags add pins (`--fix tp=2 --fix pp=2`), and a pin given in two
+    of them is the error parse_fix gives for one given twice, not a silent last-one-wins."""
+    return ",".join(args.fix) if args.fix else None
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     hardware = [h.strip() for h in args.hardware.split(",") if h.strip()]
     from autoparallel.api import compare
@@ -222,7 +228,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         pyplot()
     rows = compare(args.model, hardware=hardware,
                    gpus=args.gpus, gpus_per_node=args.gpus_per_node, global_batch=args.global_batch,
-                   seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu, fix=args.fix,
+                   seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu, fix=_fix(args),
                    cache=not args.no_cache, progress=_progress(args), precision=args.precision or "bf16")
     if args.json:
         print(json.dumps(compare_json(rows, args.tokens), indent=2))

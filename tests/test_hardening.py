@@ -223,6 +223,15 @@ def test_fix_strings_are_strict(fix, needle):
     usage_error("plan", "tiny-llama", *B, "--fix", fix, needle=needle)
 
 
+def test_repeated_fix_flags_add_pins_and_a_repeated_pin_is_an_error():
+    """`--fix tp=2 --fix pp=2` pins both (argparse alone kept only the last flag, planning what the user had not
+    asked for); the same pin in two flags is the one-line error of a pin given twice."""
+    plan = json.loads(ok("plan", "tiny-llama", *B, "--quiet", "--json", "--fix", "tp=2", "--fix", "zero=1"))["plan"]
+    assert (plan["tp"], plan["zero"]) == (2, 1)
+    for cmd in ("plan", "compare"):
+        usage_error(cmd, "tiny-llama", *B, "--fix", "tp=2", "--fix", "tp=4", needle="pin tp given twice")
+
+
 def test_fix_booleans_accepted():
     for value in ("true", "on", "1", "false", "off", "0", "yes", "no"):
         o = run_cli(["plan", "tiny-llama", *B, "--quiet", "--fix", f"sp={value},tp=2"])
