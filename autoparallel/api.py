@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -99,6 +100,8 @@ def trace_model(model: str | nn.Module | Any, batch: int = TRACE_BATCH, seq_len:
         graph = store.load(key)
         if graph is not None:
             progress.say(f"trace {_model_name(model)}: from cache ({graph.g.number_of_nodes():,} ops)")
+            for w in graph.warnings:  # what the trace said when it ran holds for its cached graph too
+                warnings.warn(w, stacklevel=2)
             return graph
     progress.say(f"tracing {_model_name(model)} (batch {batch} x seq {seq_len}, {dtype_name}) on the meta device ...")
     t0 = time.perf_counter()

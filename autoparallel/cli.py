@@ -11,6 +11,7 @@ import json
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from autoparallel.errors import UserError
 from autoparallel.limits import MAX_TOKENS, check_number, check_output_path
@@ -196,7 +197,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.output is not None:
         result.plan.save(args.output)
     if args.json:
-        print(json.dumps(plan_json(result), indent=2))
+        print(json.dumps(plan_json(result, ctx), indent=2))
     else:
         print(format_plan_result(result, ctx))
         if (args.precision or "bf16") != "bf16" and not any(r != "none" for r in result.plan.fp8):
@@ -278,11 +279,18 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    """A warning as one `warning:` line on stderr, without the source line Python echoes after it."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         with warnings.catch_warnings():
             warnings.simplefilter("default")
+            warnings.showwarning = _show_warning
             return COMMANDS[args.command](args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

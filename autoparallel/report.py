@@ -105,17 +105,21 @@ def format_plan_result(result: Any, ctx: Any) -> str:
                 (f" vpp{p.vpp}" if p.vpp > 1 else "") + f" mb{p.micro_batch} zero{p.zero}" + \
                 (" sp" if p.sequence_parallel else "") + f" recompute {_recompute_line(p)}"
             tail.append(f"  {i}. {desc:60s} {c.estimate.step_time_s:.4g} s  ({c.why})")
-    return "\n".join(head) + body + "\n".join(tail)
+    # what the trace could not see (a module-level trace prices only the ops before the data-dependent one): the
+    # numbers above rest on it, so the report carries it, whether the graph came from the trace or its cache
+    notes = [f"warning   {w}" for w in ctx.graph.warnings]
+    return "\n".join(head) + body + "\n".join(tail) + ("\n\n" + "\n".join(notes) if notes else "")
 
 
-def plan_json(result: Any) -> dict[str, Any]:
-    """Same keys as `estimate --json` plus the solver record and runners-up."""
+def plan_json(result: Any, ctx: Any) -> dict[str, Any]:
+    """Same keys as `estimate --json` plus the solver record, runners-up and the trace's warnings."""
     return {
         "plan": result.plan.to_dict(),
         "predicted": result.estimate.to_dict(),
         "solver": result.solver.to_dict(),
         "runners_up": [{"plan": c.plan.to_dict(), "step_time_s": c.estimate.step_time_s, "why": c.why}
                        for c in result.runners_up],
+        "warnings": list(ctx.graph.warnings),
     }
 
 

@@ -123,7 +123,7 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
         msg = (f"{name}: traced at module level only ({type(error).__name__}: "
                f"{str(error).splitlines()[0] if str(error) else 'no message'}); data-dependent control "
                "flow (.item(), `if tensor:`) cannot run on the meta device. FLOPs cover the ops reached "
-               "before that point; backward FLOPs are estimated as 2x forward")
+               "before that point (backward: 2x forward), so predicted step times and memory are lower bounds")
         warnings.warn(msg, stacklevel=2)
         graph.warnings.append(msg)
         _build_module_level_graph(graph, tr, meta_model)

@@ -315,3 +315,29 @@ def test_calibrate_measurements_deeply_nested(tmp_path):
 
 def test_calibrate_output_checked_before_measuring(tmp_path):
     usage_error("calibrate", "--output", str(tmp_path / "no" / "c.yaml"), needle="--output")
+
+
+def test_a_module_level_trace_is_reported_by_every_plan_even_from_the_cache(tmp_path):
+    """JetMoE routes by token counts it reads back to the host (.tolist()): it traces at module level only, its
+    FLOPs stop there, so the plan's numbers are lower bounds. The text report and --json say so on every run, the
+    second (from the trace cache, which keeps the graph's warnings) as the first, and stderr carries one
+    `warning:` line each."""
+    import os
+    import subprocess
+    import sys
+    pytest.importorskip("transformers")
+    cfg = config(tmp_path, {"model_type": "jetmoe", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2,
+                            "num_attention_heads": 4, "num_key_value_heads": 2, "kv_channels": 16,
+                            "intermediate_size": 128, "num_local_experts": 4, "num_experts_per_tok": 2})
+    env = {**os.environ, "AUTOPARALLEL_CACHE_DIR": str(tmp_path / "cache")}
+    argv = [sys.executable, "-m", "autoparallel.cli", "plan", cfg, "--hardware", "h200", "--gpus", "1",
+            "--global-batch", "2", "--seq-len", "16", "--quiet"]
+    for _ in range(2):
+        text = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+        assert text.returncode == 0, text.stderr[-2000:]
+        assert "lower bounds" in text.stdout.splitlines()[-1], text.stdout[-500:]
+        warned = [line for line in text.stderr.splitlines() if "module level" in line]
+        assert len(warned) == 1 and warned[0].startswith("warning: "), text.stderr[-1000:]
+    assert any((tmp_path / "cache").iterdir())  # the second run read the cache
+    js = subprocess.run([*argv, "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert js.returncode == 0 and "module level" in json.loads(js.stdout)["warnings"][0], js.stderr[-1000:]
