@@ -65,6 +65,7 @@ class HFParts:
     rotary_by_layer_type: bool = False  # one table per attention layer type (Gemma 3: sliding / full)
     sliding_window: int | None = None  # attention window of the sliding layers (Mistral: all of them)
     mixed_windows: bool = False        # some layers slide, others attend to everything (Gemma 2)
+    attention_chunk: int | None = None  # chunked-attention layers attend within chunks this long (Llama 4: 8192)
     none_args: tuple[str, ...] = ()    # required block arguments passed as None (Falcon's `alibi` under rotary)
     embed_scale: float = 1.0           # the base model's multiplier of the token embeddings (Granite)
     logit_ops: tuple[tuple[str, float], ...] = ()  # what the LM's forward does to the logits, in order
@@ -265,7 +266,8 @@ def hf_parts(model: nn.Module) -> HFParts:
     return HFParts(embed=embed, positions=full(positions) if positions is not None else None, dropout=dropout,
                    layers=full(layers_name), after=tuple(full(n) for n in after if computes(kinds[n])),
                    rotary=rotary, rotary_by_layer_type=by_type, head=head, attn_implementation=impl,
-                   sliding_window=window, mixed_windows=mixed, none_args=none_args, embed_scale=_embed_scale(base),
+                   sliding_window=window, mixed_windows=mixed, attention_chunk=_attention_chunk(model.config),
+                   none_args=none_args, embed_scale=_embed_scale(base),
                    logit_ops=_logit_ops(model),
                    before=tuple(full(n) for n in before if n in widen or n in twice),
                    # a table that takes the mask counts unpadded tokens only where the base model's forward does
@@ -398,6 +400,13 @@ def computes(module: nn.Module) -> bool:
         return True
     return (not any(True for _ in module.children()) and not isinstance(module, nn.Dropout)
             and not any(True for _ in module.buffers()))
+
+
+def _attention_chunk(config: object) -> int | None:
+    """The chunk length of an HF config's chunked-attention layers (Llama 4: a query attends to the keys of its own
+    attention_chunk_size-token chunk only), None without such layers."""
+    chunk = getattr(config, "attention_chunk_size", None)
+    return int(chunk) if chunk and "chunked_attention" in (getattr(config, "layer_types", None) or ()) else None
 
 
 def _windows(config: object) -> tuple[int | None, bool]:
@@ -624,6 +633,13 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
         raise UserError(f"sequence of {seq} tokens is longer than the sliding window ({window}) of a model that "
                         f"mixes sliding-window and full-attention layers, which is not supported; use seq_len <= "
                         f"{window}")
+    if parts.attention_chunk is not None and seq > parts.attention_chunk:
+        from autoparallel.errors import UserError
+
+        # one causal mask serves every layer here; a chunked layer needs its own (block-diagonal) one
+        raise UserError(f"sequence of {seq} tokens is longer than the attention chunk ({parts.attention_chunk}) of a "
+                        f"model whose chunked-attention layers attend within chunks (Llama 4), which is not "
+                        f"supported; use seq_len <= {parts.attention_chunk}")
     kwargs: dict = {"attention_mask": causal_mask(attention_mask, seq, h.dtype, h.device, parts.attn_implementation,
                                                   window, x.shape[0], parts.explicit_mask),
                     "position_ids": positions[None]}

@@ -401,6 +401,33 @@ def test_mixed_sliding_window_layers_beyond_the_window_are_refused():
         mine(ids)
 
 
+def test_chunked_attention_beyond_the_chunk_is_refused():
+    """Llama 4's chunked-attention layers attend within attention_chunk_size-token chunks: within one chunk that is
+    the causal mask the forward passes every layer (logits equal to the model's own), beyond it a silently wrong
+    model (0.58 of 0.62 off at 32 tokens in chunks of 8), so refused with the length that works."""
+    import copy
+
+    import transformers as T
+
+    from autoparallel.hf import hf_parts, install_forward
+
+    cfg = T.AutoConfig.for_model("llama4_text", vocab_size=HF._KW["vocab_size"], hidden_size=64, intermediate_size=64,
+                                 intermediate_size_mlp=128, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                 num_local_experts=4, num_hidden_layers=2, attention_chunk_size=4,
+                                 layer_types=["chunked_attention", "full_attention"], no_rope_layers=[1, 0])
+    torch.manual_seed(0)
+    model = T.AutoModelForCausalLM.from_config(cfg).eval()
+    parts = hf_parts(model)
+    assert parts.attention_chunk == 4
+    mine = copy.deepcopy(model)
+    install_forward(mine, parts)
+    ids = HF.batches(1)[0]["input_ids"]
+    with torch.no_grad():
+        assert torch.equal(mine(ids[:, :4]), model(input_ids=ids[:, :4]).logits)
+        with pytest.raises(UserError, match=r"longer than the attention chunk \(4\).*use seq_len <= 4"):
+            mine(ids)
+
+
 @dataclasses.dataclass(frozen=True)
 class FalconCase:
     name: str
