@@ -331,6 +331,26 @@ GLM45_AIR_2L = {"name": "glm4.5-air-2l", "hf": True, "model_type": "glm4_moe", "
                 "use_qk_norm": False, "rms_norm_eps": 1e-5, "rope_theta": 1000000.0,
                 "max_position_embeddings": 131072, "tie_word_embeddings": False, "output_router_logits": False,
                 "pad_token_id": 151329, "eos_token_id": 151329}
+# and three more, predicted before the run (FAMILIES16): DiffLlama's default widths (differential attention: two
+# softmax maps a head, their difference scaled by a learned lambda; 16 layers), nanochat d20 (squared ReLU, q/k
+# norms, a soft-capped head; 20 layers of 1280) and Llama 4 Scout's (16 experts, 1 a token, and a shared one;
+# chunked attention, 8192-token chunks, longer than these rows' 2048; 2 of 48 layers, 6.5B parameters: 2 rows)
+DIFFLLAMA_16L = {"name": "diffllama-16l", "hf": True, "model_type": "diffllama", "vocab_size": 32000, "hidden_size": 2048,
+                 "intermediate_size": 8192, "num_hidden_layers": 16, "num_attention_heads": 32,
+                 "num_key_value_heads": 32, "head_dim": 64, "rms_norm_eps": 1e-5, "max_position_embeddings": 4096,
+                 "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2}
+NANOCHAT_D20 = {"name": "nanochat-d20", "hf": True, "model_type": "nanochat", "vocab_size": 65536, "hidden_size": 1280,
+                "intermediate_size": 5120, "num_hidden_layers": 20, "num_attention_heads": 10, "num_key_value_heads": 10,
+                "hidden_act": "relu2", "final_logit_softcapping": 15.0, "max_position_embeddings": 2048,
+                "tie_word_embeddings": False}
+LLAMA4_SCOUT_2L = {"name": "llama4-scout-2l", "hf": True, "model_type": "llama4_text", "vocab_size": 202048,
+                   "hidden_size": 5120, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+                   "num_hidden_layers": 2, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+                   "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+                   "attention_chunk_size": 8192, "layer_types": ["chunked_attention"] * 2, "no_rope_layers": [1, 1],
+                   "use_qk_norm": True, "rope_theta": 500000.0, "max_position_embeddings": 10485760,
+                   "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "output_router_logits": False,
+                   "pad_token_id": 200018, "bos_token_id": 200000, "eos_token_id": 200008}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -338,7 +358,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  SMOLLM3_3B, STARCODER2_3B, ARCEE_12L, FALCON_7B_8L, AYA_8B_8L, OLMOE_4L, APERTUS_8B_8L,
                                  GRANITEMOE_1B, GLM4_9B_8L, GEMMA2_2B, EXAONE4_1_2B,
                                  ERNIE45_MOE_4L, HELIUM_2B, PHIMOE_2L, SEED_OSS_4L, PERSIMMON_4L, BITNET_12L,
-                                 GLM45_AIR_2L)}
+                                 GLM45_AIR_2L, DIFFLLAMA_16L, NANOCHAT_D20, LLAMA4_SCOUT_2L)}
 
 
 @dataclass(frozen=True)
@@ -544,6 +564,10 @@ CONFIGS = [
     *_trio("1g-persimmon", "persimmon-8b-4l", 8, 2, (2, "full")),
     *_trio("1g-bitnet", "bitnet-2b-12l", 8, 4, (2, "op")),
     *_trio("1g-glm45air", "glm4.5-air-2l", 8, 4, (2, "op")),
+    # twentieth session, predicted before the run (FAMILIES16)
+    *_trio("1g-diffllama", "diffllama-16l", 8, 4, (2, "op")),
+    *_trio("1g-nanochat", "nanochat-d20", 16, 8, (4, "full")),
+    *_trio("1g-llama4", "llama4-scout-2l", 2, 2, (1, "op")),
 ]
 
 
