@@ -746,7 +746,7 @@ class Planner:
                 f"degree, or other pins")
 
     def _closest_miss(self, misses: list[MeshConfig]) -> tuple[float, MeshConfig, Estimate | None] | None:
-        """The configuration with the smallest footprint under full recompute, among the CLOSEST_MISSES
+        """The configuration with the smallest footprint under its leanest recompute mode, among the CLOSEST_MISSES
         with the smallest quick memory guess (a full estimate of each of thousands of misses would cost
         more than the search did)."""
         best = None
@@ -761,8 +761,9 @@ class Planner:
         if miss is None:
             return "no configuration could be evaluated"
         need, cfg, est = miss
-        parts = [f"no plan fits {self.budget / 2**30:.1f} GiB per device; the closest ({cfg.short()}, full "
-                 f"recompute) needs {need / 2**30:.1f} GiB"]
+        mode = self._stage_model(cfg).leanest_mode
+        parts = [f"no plan fits {self.budget / 2**30:.1f} GiB per device; the closest ({cfg.short()}, "
+                 f"{'full recompute' if mode == 'full' else f'recompute pinned to {mode}'}) needs {need / 2**30:.1f} GiB"]
         if est is not None:
             worst = max(est.memory_breakdown_gib, key=lambda d: sum(d.values()))
             fill = ", ".join(f"{k} {v:.1f}" for k, v in sorted(worst.items(), key=lambda kv: -kv[1]) if v > 0.05)
@@ -966,9 +967,15 @@ class StageModel:
         return self.cm.dp_cover(self.plan0, sc.fwd_s, sc.bwd_s)
 
     # ---- feasibility shortcuts ------------------------------------------------------------------------------
+    @property
+    def leanest_mode(self) -> str:
+        """The recompute mode of the smallest footprint this search may use: full, or the pinned mode."""
+        return "full" if "full" in self.modes else self.modes[0]
+
     def min_memory_estimate(self) -> tuple[float, Estimate | None]:
-        """Peak memory of the balanced partition under full recompute (a near-minimal footprint)."""
-        plan = replace(self.plan0, recompute=("full",) * self.cm.num_blocks)
+        """Peak memory of the balanced partition under `leanest_mode` (a near-minimal footprint: a pinned
+        recompute mode is the only one the plan may have, so the explanation of a miss must not assume full)."""
+        plan = replace(self.plan0, recompute=(self.leanest_mode,) * self.cm.num_blocks)
         try:
             est = self.cm.estimate(plan, self.pl.budget)
         except UserError:

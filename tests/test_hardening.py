@@ -341,3 +341,19 @@ def test_a_module_level_trace_is_reported_by_every_plan_even_from_the_cache(tmp_
     assert any((tmp_path / "cache").iterdir())  # the second run read the cache
     js = subprocess.run([*argv, "--json"], capture_output=True, text=True, env=env, timeout=300)
     assert js.returncode == 0 and "module level" in json.loads(js.stdout)["warnings"][0], js.stderr[-1000:]
+
+
+def test_an_infeasible_pinned_recompute_is_explained_with_that_recompute():
+    """The INFEASIBLE line names the closest configuration's footprint and the budget that would take it. With
+    recompute pinned, that footprint is the pinned mode's: it said full recompute's, which fit, and asked for a
+    budget under which the pinned plan still did not (Llama 4 Scout's widths on one H200, s54's preparation).
+    Taking the budget it asks for must make the same pinned command plan."""
+    import re
+    argv = ("plan", "tiny-llama", "--hardware", "h200", "--gpus", "1", "--global-batch", "8", "--seq-len", "256",
+            "--fix", "micro_batch=8,recompute=none,compile=0")
+    free = json.loads(ok(*argv, "--quiet", "--json"))
+    need = free["predicted"]["peak_memory_gib"]
+    line = usage_error(*argv, "--max-memory-per-gpu", f"{need * 0.8 * 2**30:.0f}", needle="recompute pinned to none")
+    asked = re.search(r"--max-memory-per-gpu (\d+)GB", line)
+    assert asked, line
+    ok(*argv, "--quiet", "--max-memory-per-gpu", f"{asked.group(1)}GB")
