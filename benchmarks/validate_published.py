@@ -477,7 +477,7 @@ def write_doc(runs: list[dict], evaluated: list[dict], skipped: list[dict], summ
         "Profiles as shipped, no per-row settings: framework-wide runtime facts come from one table, "
         "`FRAMEWORK_RUNTIME` in the script (overlap of the gradient reduction, parameter and reduction "
         "dtypes, sequence parallelism with TP, how torchtitan's per-op SAC maps onto the cost model's "
-        "recompute modes). Throughput is compared in tokens/s per GPU; rows that publish only TFLOP/s "
+        "recompute modes, whether FSDP reshards its blocks under a pipeline). Throughput is compared in tokens/s per GPU; rows that publish only TFLOP/s "
         "are converted with the source's FLOP convention (stated per row). Error = predicted / measured - 1 "
         "(positive: the model predicts faster than measured, or more memory than measured). Profiles and "
         f"cost model as of commit {frozen_at()} (last change to hardware_profiles/ or cost_models/).", "",
