@@ -586,17 +586,22 @@ def _get(model: nn.Module, path: str | None) -> nn.Module | None:
 
 def causal_mask(attention_mask: torch.Tensor | None, seq: int, dtype: torch.dtype,
                 device: torch.device, implementation: str, window: int | None = None, batch: int = 1,
-                explicit: bool = False) -> torch.Tensor | None:
+                explicit: bool = False, chunk: int | None = None) -> torch.Tensor | None:
     """None where SDPA's is_causal gives causal attention (what HF does without padding, unless the model
     asks for a materialized mask: `explicit`); otherwise an additive [B, 1, S, S] mask (a broadcast view
     without padding: XGLM's eager attention checks the batch dim): causal (within `window` positions back,
-    HF's sliding window), plus padded keys (attention_mask == 0) masked out."""
-    if attention_mask is None and implementation == "sdpa" and window is None and not explicit:
+    HF's sliding window; within `chunk`-token chunks counted from each row's first unpadded token, HF's
+    chunked attention), plus padded keys (attention_mask == 0) masked out."""
+    if attention_mask is None and implementation == "sdpa" and window is None and chunk is None and not explicit:
         return None
     allowed = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
     if window is not None:
         allowed = allowed.triu(1 - window)  # key j visible from query i when i - j < window
     allowed = allowed[None, None]
+    if chunk is not None:  # chunk ids as transformers' chunked_overlay: (position - left padding) // chunk
+        left = (attention_mask.cumsum(-1) == 0).sum(-1, keepdim=True) if attention_mask is not None else 0
+        ids = torch.div(torch.arange(seq, device=device)[None] - left, chunk, rounding_mode="floor")
+        allowed = allowed & (ids[:, None, :, None] == ids[:, None, None, :])
     if attention_mask is not None:
         allowed = allowed & attention_mask[:, None, None, :].bool()
     zero = torch.zeros((), dtype=dtype, device=device)
@@ -627,38 +632,43 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     if embed is not None and drop is not None:
         h = drop(h)
     window = parts.sliding_window if parts.sliding_window is not None and seq > parts.sliding_window else None
-    if window is not None and parts.mixed_windows:
-        from autoparallel.errors import UserError
+    chunk = parts.attention_chunk if parts.attention_chunk is not None and seq > parts.attention_chunk else None
+    # beyond the window (or chunk), a model whose layers attend differently needs a mask per layer type
+    by_kind = (window is not None and parts.mixed_windows) or chunk is not None
+    masks: dict[str | None, torch.Tensor | None] = {}
 
-        raise UserError(f"sequence of {seq} tokens is longer than the sliding window ({window}) of a model that "
-                        f"mixes sliding-window and full-attention layers, which is not supported; use seq_len <= "
-                        f"{window}")
-    if parts.attention_chunk is not None and seq > parts.attention_chunk:
-        from autoparallel.errors import UserError
+    def mask_of(kind: str | None) -> torch.Tensor | None:
+        if kind not in masks:
+            w = window if not parts.mixed_windows or kind == "sliding_attention" else None
+            masks[kind] = causal_mask(attention_mask, seq, h.dtype, h.device, parts.attn_implementation, w,
+                                      x.shape[0], parts.explicit_mask, chunk if kind == "chunked_attention" else None)
+        return masks[kind]
 
-        # one causal mask serves every layer here; a chunked layer needs its own (block-diagonal) one
-        raise UserError(f"sequence of {seq} tokens is longer than the attention chunk ({parts.attention_chunk}) of a "
-                        f"model whose chunked-attention layers attend within chunks (Llama 4), which is not "
-                        f"supported; use seq_len <= {parts.attention_chunk}")
-    kwargs: dict = {"attention_mask": causal_mask(attention_mask, seq, h.dtype, h.device, parts.attn_implementation,
-                                                  window, x.shape[0], parts.explicit_mask),
-                    "position_ids": positions[None]}
+    kwargs: dict = {"attention_mask": None, "position_ids": positions[None]}
     rotary = _get(model, parts.rotary)
     tables: dict[str, object] = {}
     if rotary is not None and not parts.rotary_by_layer_type:
         kwargs["position_embeddings"] = rotary(h, positions[None])
     kwargs.update(dict.fromkeys(parts.none_args))
     kwargs = {k: v for k, v in kwargs.items() if k in parts.block_args or k in parts.none_args}
-    causal = kwargs.get("attention_mask")
     layers = _get(model, parts.layers)
     for layer in layers if layers is not None else ():
-        kind = _layer_type(layer) if parts.rotary_by_layer_type or parts.padding_mask_types else None
+        kind = _layer_type(layer) if parts.rotary_by_layer_type or parts.padding_mask_types or by_kind else None
         if rotary is not None and parts.rotary_by_layer_type:
             if kind not in tables:
                 tables[kind] = rotary(h, positions[None], kind)
             kwargs["position_embeddings"] = tables[kind]
         if "attention_mask" in kwargs:  # a recurrent layer zeroes padded tokens by the [B, S] mask itself (HF's)
-            kwargs["attention_mask"] = attention_mask if kind in parts.padding_mask_types else causal
+            if kind in parts.padding_mask_types:
+                kwargs["attention_mask"] = attention_mask
+            else:
+                if by_kind and kind not in _MASKED_KINDS:
+                    from autoparallel.errors import UserError
+
+                    raise UserError(f"{type(layer).__name__}: layer type {kind!r} of a model whose layers attend "
+                                    f"differently beyond {window or chunk} tokens is not one autoparallel's Hugging "
+                                    f"Face forward masks ({', '.join(_MASKED_KINDS)}); use seq_len <= {window or chunk}")
+                kwargs["attention_mask"] = mask_of(kind if by_kind else None)
         out = layer(h, **kwargs)
         h = out[0] if isinstance(out, (tuple, list)) else out  # GPT-1's blocks return a list
     head = _get(model, parts.head)
@@ -667,6 +677,10 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     for path in parts.after:
         h = _get(model, path)(h)
     return apply_logit_ops(head(h), parts.logit_ops)
+
+
+# the layer types whose attention mask causal_lm_forward builds (transformers' names)
+_MASKED_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
 
 def _layer_type(layer: nn.Module) -> str | None:

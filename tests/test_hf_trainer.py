@@ -382,50 +382,80 @@ def test_modules_beside_the_base_model_and_head_are_one_clear_error():
         hf_parts(model)
 
 
-def test_mixed_sliding_window_layers_beyond_the_window_are_refused():
+# Models whose layers attend differently (a sliding window on some, chunks on Llama 4's, everything on the rest),
+# built tiny with a window or chunk of WINDOW tokens, so that a 16-token sequence leaves it on every layer that has
+# one. Their config classes take these keywords at construction (layer_types is derived from some of them).
+WINDOW = 4
+_TWO = ["sliding_attention", "full_attention"]
+WINDOWED = {
+    "qwen2": dict(use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1),  # layer 0 full, 1 slides
+    "mistral": dict(sliding_window=WINDOW),                                              # every layer slides
+    "gemma2": dict(sliding_window=WINDOW, layer_types=_TWO),
+    "gemma3_text": dict(sliding_window=WINDOW, layer_types=_TWO),
+    "cohere2": dict(sliding_window=WINDOW, layer_types=_TWO),
+    "gpt_oss": dict(sliding_window=WINDOW, layer_types=_TWO, num_local_experts=4),  # eager attention with sinks
+    "olmo3": dict(sliding_window=WINDOW, layer_types=_TWO),
+    "llama4_text": dict(attention_chunk_size=WINDOW, layer_types=["chunked_attention", "full_attention"],
+                        no_rope_layers=[1, 0], intermediate_size_mlp=128, num_local_experts=4),
+}
+
+
+@pytest.mark.parametrize("model_type", list(WINDOWED))
+def test_windowed_and_chunked_layers_beyond_the_window_match_the_model(model_type):
+    """Beyond its window (or chunk) each layer gets the mask of its own type, as transformers builds them per layer
+    type (causal within WINDOW positions back; within WINDOW-token chunks counted from a row's first unpadded token;
+    causal on the rest): the logits equal the model's own without a padding mask and, at the unpadded positions,
+    with right and left padding. Before, these models were refused beyond the window (Gemma 3's 512 tokens, gpt-oss's
+    128): one causal mask on every layer trains a different model (Llama 4's logits 0.58 of 0.62 off at 32 tokens
+    in chunks of 8). Both forwards run the same fp32 ops on the same weights, and the masked scores are -inf-like
+    either way (finfo.min added, or masked out), which softmax maps to exact zeros: equal, not close."""
     import copy
 
     import transformers as T
 
     from autoparallel.hf import hf_parts, install_forward
 
-    cfg = T.Qwen2Config(**HF._KW, use_sliding_window=True, sliding_window=4, max_window_layers=1)
-    model = T.AutoModelForCausalLM.from_config(cfg)
+    cfg = T.AutoConfig.for_model(model_type, vocab_size=HF.VOCAB, hidden_size=64, intermediate_size=64,
+                                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=2,
+                                 **WINDOWED[model_type])
+    torch.manual_seed(0)
+    model = T.AutoModelForCausalLM.from_config(cfg).float().eval()
     parts = hf_parts(model)
-    assert parts.sliding_window == 4 and parts.mixed_windows
+    assert WINDOW in (parts.sliding_window, parts.attention_chunk)
+    assert parts.mixed_windows == (model_type != "mistral") or parts.attention_chunk == WINDOW
     mine = copy.deepcopy(model)
     install_forward(mine, parts)
-    ids = HF.batches(1)[0]["input_ids"]
-    assert torch.equal(mine(ids[:, :4]), model(input_ids=ids[:, :4]).logits)  # within the window: plain causal
-    with pytest.raises(UserError, match="longer than the sliding window"):
-        mine(ids)
+    ids = HF.batches(1)[0]["input_ids"][:2]
+    assert ids.shape[1] >= 3 * WINDOW  # every layer with a window or chunks masks keys a causal mask would not
+    right = torch.ones_like(ids)
+    right[1, -5:] = 0
+    with torch.no_grad():
+        for mask in (None, right, right.flip(1)):
+            valid = torch.ones_like(ids, dtype=torch.bool) if mask is None else mask.bool()
+            got, ref = mine(ids, mask)[valid], model(input_ids=ids, attention_mask=mask).logits[valid]
+            assert torch.equal(got, ref), f"{model_type}, mask {mask}: max |diff| {(got - ref).abs().max():.2e}"
 
 
-def test_chunked_attention_beyond_the_chunk_is_refused():
-    """Llama 4's chunked-attention layers attend within attention_chunk_size-token chunks: within one chunk that is
-    the causal mask the forward passes every layer (logits equal to the model's own), beyond it a silently wrong
-    model (0.58 of 0.62 off at 32 tokens in chunks of 8), so refused with the length that works."""
+def test_a_window_the_forward_cannot_mask_is_refused():
+    """A layer type beyond the three masks causal_lm_forward builds, in a model whose layers attend differently
+    beyond the window, is one error line rather than a causal mask it does not ask for."""
     import copy
 
     import transformers as T
 
     from autoparallel.hf import hf_parts, install_forward
 
-    cfg = T.AutoConfig.for_model("llama4_text", vocab_size=HF._KW["vocab_size"], hidden_size=64, intermediate_size=64,
-                                 intermediate_size_mlp=128, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                 num_local_experts=4, num_hidden_layers=2, attention_chunk_size=4,
-                                 layer_types=["chunked_attention", "full_attention"], no_rope_layers=[1, 0])
-    torch.manual_seed(0)
+    cfg = T.AutoConfig.for_model("cohere2", vocab_size=HF.VOCAB, hidden_size=64, intermediate_size=64,
+                                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=2,
+                                 sliding_window=WINDOW, layer_types=_TWO)
     model = T.AutoModelForCausalLM.from_config(cfg).eval()
     parts = hf_parts(model)
-    assert parts.attention_chunk == 4
     mine = copy.deepcopy(model)
     install_forward(mine, parts)
-    ids = HF.batches(1)[0]["input_ids"]
-    with torch.no_grad():
-        assert torch.equal(mine(ids[:, :4]), model(input_ids=ids[:, :4]).logits)
-        with pytest.raises(UserError, match=r"longer than the attention chunk \(4\).*use seq_len <= 4"):
-            mine(ids)
+    mine.model.layers[1]._layer_type = "local_attention"  # what the forward looks the type up as
+    ids = HF.batches(1)[0]["input_ids"][:1]
+    with torch.no_grad(), pytest.raises(UserError, match=r"layer type 'local_attention'.*use seq_len <= 4"):
+        mine(ids)
 
 
 @dataclasses.dataclass(frozen=True)
