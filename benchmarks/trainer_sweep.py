@@ -351,6 +351,24 @@ LLAMA4_SCOUT_2L = {"name": "llama4-scout-2l", "hf": True, "model_type": "llama4_
                    "use_qk_norm": True, "rope_theta": 500000.0, "max_position_embeddings": 10485760,
                    "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "output_router_logits": False,
                    "pad_token_id": 200018, "bos_token_id": 200000, "eos_token_id": 200008}
+# and three more, predicted before the run (FAMILIES17), each longer than its sliding window (the forward's
+# per-layer-type masks, new this session): gpt-oss-20b's widths (attention sinks, so eager attention; 128-token
+# windows on every other layer; 32 biased experts, 4 a token; 4 of 24 layers), Gemma 3 1B's at 2048 tokens (its
+# 512-token window on 5 of 6 layers; s33 ran it at 512) and Command R7B's (Cohere 2: attention and MLP in
+# parallel off one norm, a 4096-token window on 3 of 4 layers, 256k vocabulary; 8 of 32 layers at 8192 tokens)
+GPT_OSS_20B_4L = {"name": "gpt-oss-20b-4l", "hf": True, "model_type": "gpt_oss", "vocab_size": 201088,
+                  "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": 4, "num_attention_heads": 64,
+                  "num_key_value_heads": 8, "head_dim": 64, "num_local_experts": 32, "num_experts_per_tok": 4,
+                  "sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 2,
+                  "attention_bias": True, "rms_norm_eps": 1e-5, "max_position_embeddings": 131072,
+                  "tie_word_embeddings": False, "output_router_logits": False, "pad_token_id": 199999,
+                  "eos_token_id": 200002, "attn_implementation": "eager"}  # transformers has no SDPA path for sinks
+COHERE2_R7B_8L = {"name": "cohere2-r7b-8l", "hf": True, "model_type": "cohere2", "vocab_size": 256000,
+                  "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 8, "num_attention_heads": 32,
+                  "num_key_value_heads": 8, "head_dim": 128, "logit_scale": 0.25, "sliding_window": 4096,
+                  "layer_types": ["sliding_attention"] * 3 + ["full_attention"] + ["sliding_attention"] * 3
+                  + ["full_attention"], "layer_norm_eps": 1e-5, "max_position_embeddings": 8192,
+                  "tie_word_embeddings": True, "pad_token_id": 0, "bos_token_id": 5, "eos_token_id": 255001}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -358,7 +376,8 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  SMOLLM3_3B, STARCODER2_3B, ARCEE_12L, FALCON_7B_8L, AYA_8B_8L, OLMOE_4L, APERTUS_8B_8L,
                                  GRANITEMOE_1B, GLM4_9B_8L, GEMMA2_2B, EXAONE4_1_2B,
                                  ERNIE45_MOE_4L, HELIUM_2B, PHIMOE_2L, SEED_OSS_4L, PERSIMMON_4L, BITNET_12L,
-                                 GLM45_AIR_2L, DIFFLLAMA_16L, NANOCHAT_D20, LLAMA4_SCOUT_2L)}
+                                 GLM45_AIR_2L, DIFFLLAMA_16L, NANOCHAT_D20, LLAMA4_SCOUT_2L,
+                                 GPT_OSS_20B_4L, COHERE2_R7B_8L)}
 
 
 @dataclass(frozen=True)
@@ -568,6 +587,10 @@ CONFIGS = [
     *_trio("1g-diffllama", "diffllama-16l", 8, 4, (2, "op")),
     *_trio("1g-nanochat", "nanochat-d20", 16, 8, (4, "full")),
     *_trio("1g-llama4", "llama4-scout-2l", 2, 2, (1, "op")),
+    # twenty-first session, predicted before the run (FAMILIES17)
+    *_trio("1g-gptoss", "gpt-oss-20b-4l", 8, 2, (2, "full")),
+    *_trio("1g-gemma3-s2k", "gemma3-1b", 8, 4, (2, "op")),
+    *_trio("1g-cohere2", "cohere2-r7b-8l", 4, 1, (2, "full"), seq=8192),
 ]
 
 
