@@ -221,7 +221,11 @@ def hf_parts(model: nn.Module) -> HFParts:
     rotary = full(rotary_name) if rotary_name is not None else None
     by_type = rotary_mod is not None and "layer_type" in inspect.signature(rotary_mod.forward).parameters
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
-    window, mixed = _windows(model.config)
+    try:
+        source = inspect.getsource(type(base).forward)
+    except (OSError, TypeError):
+        source = ""
+    window, mixed = _windows(model.config, source)
     # a convolution in a block is a state-space or short-convolution mixer (Mamba, Jamba, Falcon-H1, Qwen3-Next's
     # linear attention, LFM2): it reads `attention_mask` as a padding mask, where causal_lm_forward passes the
     # attention layers' causal one (the trainer failed on the shapes; the meta trace broadcast them silently)
@@ -258,15 +262,11 @@ def hf_parts(model: nn.Module) -> HFParts:
     table = kinds[positions] if positions is not None else None
     accepted = inspect.signature(blocks[0].forward).parameters if len(blocks) else {}
     takes_all = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    try:
-        source = inspect.getsource(type(base).forward)
-    except (OSError, TypeError):
-        source = ""
     keyword = table is not None and "attention_mask" in inspect.signature(table.forward).parameters
     return HFParts(embed=embed, positions=full(positions) if positions is not None else None, dropout=dropout,
                    layers=full(layers_name), after=tuple(full(n) for n in after if computes(kinds[n])),
                    rotary=rotary, rotary_by_layer_type=by_type, head=head, attn_implementation=impl,
-                   sliding_window=window, mixed_windows=mixed, attention_chunk=_attention_chunk(model.config),
+                   sliding_window=window, mixed_windows=mixed, attention_chunk=_attention_chunk(model.config, source),
                    none_args=none_args, embed_scale=_embed_scale(base),
                    logit_ops=_logit_ops(model),
                    before=tuple(full(n) for n in before if n in widen or n in twice),
@@ -402,18 +402,30 @@ def computes(module: nn.Module) -> bool:
             and not any(True for _ in module.buffers()))
 
 
-def _attention_chunk(config: object) -> int | None:
+def _builds(source: str, builder: str) -> bool:
+    """Whether a base model's forward (`source`) masks with transformers' `builder`: where it builds only the plain
+    `create_causal_mask` (Moshi's, whose config carries a sliding_window that reaches flash-attention kernels
+    only), a window or chunk in its config does not change what its SDPA or eager attention sees. A forward that
+    names neither (its source unreadable, or masks of its own) is taken at its config's word."""
+    return builder in source or "create_causal_mask" not in source
+
+
+def _attention_chunk(config: object, source: str = "") -> int | None:
     """The chunk length of an HF config's chunked-attention layers (Llama 4: a query attends to the keys of its own
     attention_chunk_size-token chunk only), None without such layers."""
     chunk = getattr(config, "attention_chunk_size", None)
+    if not _builds(source, "create_chunked_causal_mask"):
+        return None
     return int(chunk) if chunk and "chunked_attention" in (getattr(config, "layer_types", None) or ()) else None
 
 
-def _windows(config: object) -> tuple[int | None, bool]:
-    """(sliding window, whether only some layers use it) from an HF config."""
+def _windows(config: object, source: str = "") -> tuple[int | None, bool]:
+    """(sliding window, whether only some layers use it) from an HF config and its base model's forward."""
     window = getattr(config, "sliding_window", None)
     types = getattr(config, "layer_types", None)
     if not window or (types is not None and "sliding_attention" not in types):
+        return None, False
+    if not _builds(source, "create_sliding_window_causal_mask"):
         return None, False
     return int(window), types is not None and any(t != "sliding_attention" for t in types)
 

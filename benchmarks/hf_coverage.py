@@ -15,6 +15,11 @@ padding. Each type ends as one of
 
     python benchmarks/hf_coverage.py [--only llama,opt] [--out benchmarks/results/hf_coverage.json]
         [--doc docs/hf_coverage.md]
+    python benchmarks/hf_coverage.py --window 4 --out benchmarks/results/hf_coverage_windows.json \
+        --doc docs/hf_coverage_windows.md
+
+--window N: only the types whose config has a sliding window or an attention chunk, each set to N tokens, so
+that the 16-token sequence runs beyond it (the per-layer-type masks; the defaults, 128-8192 tokens, never bind).
 """
 
 from __future__ import annotations
@@ -52,12 +57,29 @@ SHRINK = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "num_hidden_layers": 2
           "first_k_dense_replace": 1, "layerdrop": 0.0, "rotary_dim": 8, "attention_hidden_size": 64}
 
 
-def tiny_config(model_type: str) -> Any:
+WINDOW_KEYS = ("sliding_window", "attention_chunk_size")
+
+
+def tiny_config(model_type: str, window: int | None = None) -> Any:
     from transformers import AutoConfig
 
     cfg = AutoConfig.for_model(model_type)
     shrink(cfg)
+    for key in WINDOW_KEYS if window else ():
+        if getattr(cfg, key, None):
+            with contextlib.suppress(AttributeError, TypeError, ValueError):
+                setattr(cfg, key, window)
     return cfg
+
+
+def windowed(model_type: str) -> bool:
+    from transformers import AutoConfig
+
+    try:
+        cfg = AutoConfig.for_model(model_type)
+    except Exception:  # a type whose default config does not build: check() reports it where it is run
+        return False
+    return any(getattr(cfg, k, None) for k in WINDOW_KEYS)
 
 
 def shrink(cfg: Any) -> None:
@@ -87,13 +109,13 @@ def shrink(cfg: Any) -> None:
             setattr(cfg, key, 0)
 
 
-def check(model_type: str) -> dict[str, Any]:
+def check(model_type: str, window: int | None = None) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     t0 = time.perf_counter()
     out: dict[str, Any] = {"model_type": model_type}
     try:
-        cfg = tiny_config(model_type)
+        cfg = tiny_config(model_type, window)
         with quiet_optional_kernels(), torch.device("meta"):  # its size first: a config this script cannot
             size = sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())  # shrink stays big
         if size > MAX_PARAMS:
@@ -146,7 +168,7 @@ def _line(e: BaseException) -> str:
     return (text[0] if text else "")[:200]
 
 
-def write_doc(rows: list[dict[str, Any]], path: Path, command: str) -> None:
+def write_doc(rows: list[dict[str, Any]], path: Path, command: str, window: int | None = None) -> None:
     import transformers
 
     counts: dict[str, int] = {}
@@ -154,12 +176,16 @@ def write_doc(rows: list[dict[str, Any]], path: Path, command: str) -> None:
         counts[r["result"]] = counts.get(r["result"], 0) + 1
     lines = ["# Hugging Face causal LMs: which run as they are, and whether they run right", "",
              f"Command: `{command}` (CPU; transformers {transformers.__version__}, torch {torch.__version__}).", "",
+             *([] if window else ["Beyond their sliding windows and attention chunks (the defaults here, 128-8192 tokens, "
+                                  f"never bind at {SEQ}): docs/hf_coverage_windows.md.", ""]),
              "Each model_type AutoModelForCausalLM maps, built tiny (2 layers, width 64, random weights, fp32), "
              "with autoparallel's forward (autoparallel/hf.py: what the trainer and the tracer run) against the "
              "model's own, without a padding mask and with right and left padding. `same`: logits within "
              f"{TOLERANCE:g} of the largest; `refused`: one error line says why; `DIFFERENT`: a wrong answer; "
              "`error`: the tiny config does not build or the model's own forward fails on it (this script's "
-             "shrinking: stage build / own forward), or autoparallel fails unannounced (stage forward).", "",
+             "shrinking: stage build / own forward), or autoparallel fails unannounced (stage forward)."
+             + (f" Only the types whose config has a sliding window or an attention chunk, set to {window} tokens: "
+                f"the {SEQ}-token sequence runs beyond it." if window else ""), "",
              "Totals: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), "",
              "| model_type | class | result | detail |", "|---|---|---|---|"]
     for r in rows:
@@ -176,19 +202,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=None, help="comma-separated model_types")
     p.add_argument("--out", default=None, help="JSON of the rows")
     p.add_argument("--doc", default=None, help="markdown table")
+    p.add_argument("--window", type=int, default=None,
+                   help="only types with a sliding window or attention chunk, set to this many tokens")
     args = p.parse_args(argv)
     types = args.only.split(",") if args.only else sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    if args.window:
+        types = [t for t in types if windowed(t)]
     rows = []
     for model_type in types:
         with open(os.devnull, "w") as sink, contextlib.redirect_stderr(sink):  # transformers' warnings
-            row = check(model_type)
+            row = check(model_type, args.window)
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "where"}), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
     if args.doc:
         write_doc(rows, Path(args.doc), "python benchmarks/hf_coverage.py" + (f" --only {args.only}" if args.only else "")
-                  + f" --out {args.out} --doc {args.doc}")
+                  + (f" --window {args.window}" if args.window else "") + f" --out {args.out} --doc {args.doc}",
+                  args.window)
     return 0
 
 

@@ -436,6 +436,22 @@ def test_windowed_and_chunked_layers_beyond_the_window_match_the_model(model_typ
             assert torch.equal(got, ref), f"{model_type}, mask {mask}: max |diff| {(got - ref).abs().max():.2e}"
 
 
+def test_a_window_only_counts_where_the_models_forward_builds_its_mask():
+    """Moshi's config carries a sliding_window (3000) that only reaches flash-attention kernels: its forward builds
+    transformers' plain create_causal_mask, so under SDPA it attends to everything; applying the window there made
+    its logits 0.63 of the largest off beyond the window (benchmarks/hf_coverage.py with every window at 4 tokens).
+    The window counts where the base model's forward builds create_sliding_window_causal_mask (Mistral's, Gemma's),
+    or where its forward builds neither (masks of its own: taken at the config's word)."""
+    import types
+
+    from autoparallel.hf import _windows
+
+    cfg = types.SimpleNamespace(sliding_window=WINDOW, layer_types=None)
+    assert _windows(cfg, "mask = create_sliding_window_causal_mask(**mask_kwargs)") == (WINDOW, False)  # Mistral's
+    assert _windows(cfg, "causal_mask = create_causal_mask(config=self.config, ...)") == (None, False)  # Moshi's
+    assert _windows(cfg, "") == (WINDOW, False)
+
+
 def test_a_window_the_forward_cannot_mask_is_refused():
     """A layer type beyond the three masks causal_lm_forward builds, in a model whose layers attend differently
     beyond the window, is one error line rather than a causal mask it does not ask for."""
