@@ -1,6 +1,14 @@
 """Causal SDPA forward and backward times on the GPU, two ways, across shapes (device run).
 
     python benchmarks/attention_timing.py --out $OUT/attention.json
+    python benchmarks/attention_timing.py --masked --out $OUT/attention_masked.json
+
+--masked: causal attention through an explicit additive mask instead of `is_causal`, as autoparallel's Hugging
+Face forward passes one beyond a sliding window or with padding (autoparallel.hf.causal_mask: a [1, 1, S, S]
+table broadcast over the batch; key/value heads repeated to the query's, as transformers' SDPA path does under
+a mask). The kernel (cuDNN's or the memory-efficient one) cannot skip the masked half: the calibration's
+attention_masked_{fwd,bwd}_terms (compute.attention_times) are fitted from these rows, on the shapes below
+plus MASKED_EXTRA (head dims of 256: Gemma's).
 
 For each (batch, heads, kv heads, seq, head dim): one call bracketed by device events (how `autoparallel
 calibrate` timed attention until 2026-12-01: the host's dispatch of the call lands inside the window) and
@@ -23,7 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def time_shape(b: int, h: int, hkv: int, s: int, d: int, plan) -> dict:
+MASKED_EXTRA = ((4, 4, 1, 2048, 256), (8, 4, 1, 2048, 256), (2, 8, 4, 4096, 256), (1, 32, 8, 8192, 128),
+                (2, 32, 8, 8192, 128))
+
+
+def time_shape(b: int, h: int, hkv: int, s: int, d: int, plan, masked: bool = False) -> dict:
     import torch
     import torch.nn.functional as F
 
@@ -34,31 +46,40 @@ def time_shape(b: int, h: int, hkv: int, s: int, d: int, plan) -> dict:
     k = torch.randn(b, hkv, s, d, device=device, dtype=torch.bfloat16, requires_grad=True)
     v = torch.randn(b, hkv, s, d, device=device, dtype=torch.bfloat16, requires_grad=True)
     g = torch.randn(b, h, s, d, device=device, dtype=torch.bfloat16)
+    mask = None
+    if masked:
+        from autoparallel.hf import causal_mask
+
+        mask = causal_mask(None, s, torch.bfloat16, device, "sdpa", batch=b, explicit=True)
+        k = k.detach().repeat_interleave(h // hkv, dim=1).requires_grad_()
+        v = v.detach().repeat_interleave(h // hkv, dim=1).requires_grad_()
 
     def fwd() -> torch.Tensor:
+        if mask is not None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=h != hkv)
 
     def fwd_bwd() -> object:
         return torch.autograd.grad(fwd(), (q, k, v), g)
 
     ff, fb = _sdpa_flops((b, h, s, d), (b, hkv, s, d))
-    return {"shape": [b, h, hkv, s, d], "fwd_flops": ff, "bwd_flops": fb,
+    return {"shape": [b, h, hkv, s, d], "masked": masked, "fwd_flops": ff, "bwd_flops": fb,
             "event_fwd_s": time_call(lambda: fwd().detach(), device, plan.reps, plan.warmup),
             "event_fwd_bwd_s": time_call(fwd_bwd, device, plan.reps, plan.warmup),
             "device_fwd_s": _device_seconds(lambda: fwd().detach(), device, plan),
             "device_fwd_bwd_s": _device_seconds(fwd_bwd, device, plan)}
 
 
-def measure(out: Path) -> int:
+def measure(out: Path, masked: bool = False) -> int:
     import torch
 
     from autoparallel.calibrate import ATTENTION_SHAPES, CalibrationPlan
 
     plan = CalibrationPlan.quick()
     rows = []
-    for b, h, hkv, s, d in ATTENTION_SHAPES:
+    for b, h, hkv, s, d in ATTENTION_SHAPES + (MASKED_EXTRA if masked else ()):
         try:
-            rec = time_shape(b, h, hkv, s, d, plan)
+            rec = time_shape(b, h, hkv, s, d, plan, masked)
         except RuntimeError as e:  # one shape's failure must not lose the others
             rec = {"shape": [b, h, hkv, s, d], "error": str(e).splitlines()[0][:200]}
         torch.cuda.empty_cache()
@@ -77,10 +98,11 @@ def measure(out: Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="measure on this machine's GPU, write JSON here")
+    ap.add_argument("--masked", action="store_true", help="causal attention through an explicit additive mask")
     args = ap.parse_args()
     if args.out is None:
         ap.error("give --out")
-    return measure(args.out)
+    return measure(args.out, args.masked)
 
 
 if __name__ == "__main__":
