@@ -40,6 +40,10 @@ What is fitted, with the cost model's own formulas (cost_models/compute.py, cost
                      shapes, as the full plan's 26), on the FLOPs torch.utils.flop_counter (and so the
                      tracer) counts, causal attention as if it were full, so flop_max may exceed 1. With
                      fewer shapes (the quick plan) the GEMM-like curve attention_fwd_max / _half_flops.
+  attention_masked_fwd_terms / attention_masked_bwd_terms
+                     the same four terms for the same shapes given an additive causal mask (what the
+                     Hugging Face forward passes beyond a sliding window or with padding): the kernels
+                     compute every score (cuDNN's on an H200: 2.9-3.1x the causal time)
                      Timed as the GPU spends it (`_device_seconds`: graph replays), as a step whose host
                      runs ahead sees it; kept under `calibration`
   collective_intra | collective_inter and the link latency
@@ -208,6 +212,7 @@ class AttentionSample:
     fwd_seconds: float
     bwd_seconds: float  # backward alone: (forward + backward) - forward
     backend: str
+    masked: bool = False  # causal through an additive mask (autoparallel.hf.causal_mask), not is_causal
 
 
 @dataclass(frozen=True)
@@ -481,17 +486,25 @@ def _sdpa_flops(q: tuple[int, ...], k: tuple[int, ...]) -> tuple[float, float]:
 
 
 def _attention_times(b: int, h: int, hkv: int, s: int, d: int, device: torch.device,
-                     plan: CalibrationPlan) -> tuple[float, float]:
-    """(forward, forward + backward) seconds of causal SDPA on random bf16 inputs."""
+                     plan: CalibrationPlan, masked: bool = False) -> tuple[float, float]:
+    """(forward, forward + backward) seconds of causal SDPA on random bf16 inputs; `masked`: causal through the
+    additive mask the Hugging Face forward builds, key/value heads repeated to the query's (as transformers'
+    SDPA path does under a mask)."""
     import torch.nn.functional as F
 
+    from autoparallel.hf import causal_mask
+
     dtype = torch.bfloat16 if device.type != "cpu" else torch.float32
+    kv = h if masked else hkv
     q = torch.randn(b, h, s, d, device=device, dtype=dtype, requires_grad=True)
-    k = torch.randn(b, hkv, s, d, device=device, dtype=dtype, requires_grad=True)
-    v = torch.randn(b, hkv, s, d, device=device, dtype=dtype, requires_grad=True)
+    k = torch.randn(b, kv, s, d, device=device, dtype=dtype, requires_grad=True)
+    v = torch.randn(b, kv, s, d, device=device, dtype=dtype, requires_grad=True)
     g = torch.randn(b, h, s, d, device=device, dtype=dtype)
+    mask = causal_mask(None, s, dtype, device, "sdpa", batch=b, explicit=True) if masked else None
 
     def fwd() -> torch.Tensor:
+        if mask is not None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=h != hkv)
 
     # The GPU's time, as in a training step where the host runs ahead: one call bracketed by events also
@@ -522,18 +535,20 @@ def measure_attention(device: torch.device, plan: CalibrationPlan, say: Say) -> 
     # kernel torch picks there is the one to price (cuDNN on an H200 with torch 2.11 ran the trainer's
     # attention at 0.56x the flash kernel's time).
     backend_name = "default" if device.type == "cuda" else "math"
-    for b, h, hkv, s, d in plan.attention_shapes:
-        try:
-            with nullcontext() if device.type == "cuda" else sdpa_kernel([SDPBackend.MATH]):
-                t_f, t_fb = _attention_times(b, h, hkv, s, d, device, plan)
-        except RuntimeError as e:  # no such kernel for this shape / device: skip it, say why
-            say(f"attention B{b} H{h}/{hkv} S{s} D{d}: skipped ({str(e).splitlines()[0][:80]})")
-            continue
-        ff, fb = _sdpa_flops((b, h, s, d), (b, hkv, s, d))
-        sample = AttentionSample(b, h, hkv, s, d, ff, fb, t_f, max(t_fb - t_f, 1e-9), backend_name)
-        out.append(sample)
-        say(f"attention B{b} H{h}/{hkv} S{s} D{d}: fwd {ff / t_f / 1e12:.0f}, bwd "
-            f"{fb / sample.bwd_seconds / 1e12:.0f} TFLOP/s (flop_counter FLOPs)")
+    for masked in (False, True):
+        for b, h, hkv, s, d in plan.attention_shapes:
+            what = f"attention{' masked' if masked else ''} B{b} H{h}/{hkv} S{s} D{d}"
+            try:
+                with nullcontext() if device.type == "cuda" else sdpa_kernel([SDPBackend.MATH]):
+                    t_f, t_fb = _attention_times(b, h, hkv, s, d, device, plan, masked)
+            except RuntimeError as e:  # no such kernel for this shape / device: skip it, say why
+                say(f"{what}: skipped ({str(e).splitlines()[0][:80]})")
+                continue
+            ff, fb = _sdpa_flops((b, h, s, d), (b, hkv, s, d))
+            sample = AttentionSample(b, h, hkv, s, d, ff, fb, t_f, max(t_fb - t_f, 1e-9), backend_name, masked)
+            out.append(sample)
+            say(f"{what}: fwd {ff / t_f / 1e12:.0f}, bwd {fb / sample.bwd_seconds / 1e12:.0f} TFLOP/s "
+                f"(flop_counter FLOPs)")
     return out
 
 
@@ -836,6 +851,8 @@ class Fit:
     # compute.attention_times' four terms per phase (fit_attention_terms), where enough shapes were timed
     attention_fwd_terms: tuple[float, float, float, float] | None = None
     attention_bwd_terms: tuple[float, float, float, float] | None = None
+    attention_masked_fwd_terms: tuple[float, float, float, float] | None = None
+    attention_masked_bwd_terms: tuple[float, float, float, float] | None = None
     collective_efficiency: float | None = None
     collective_latency_s: float | None = None
     collective_span: str = "intra"
@@ -989,11 +1006,15 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
         if is_aligned(s):
             per_dtype[s.dtype] = max(per_dtype.get(s.dtype, 0.0), s.flops / s.seconds / p)
     att_fwd = att_bwd = att_fwd_half = att_bwd_half = att_fwd_terms = att_bwd_terms = None
-    if len(meas.attention) >= 2 * len(ATTENTION_TERMS):
-        att_fwd_terms = fit_attention_terms(meas.attention, "fwd", peak, bw)
-        att_bwd_terms = fit_attention_terms(meas.attention, "bwd", peak, bw)
-    elif meas.attention:
-        a = meas.attention
+    causal = [x for x in meas.attention if not x.masked]
+    masked = [x for x in meas.attention if x.masked]
+    masked_terms = ((fit_attention_terms(masked, "fwd", peak, bw), fit_attention_terms(masked, "bwd", peak, bw))
+                    if len(masked) >= 2 * len(ATTENTION_TERMS) else (None, None))
+    if len(causal) >= 2 * len(ATTENTION_TERMS):
+        att_fwd_terms = fit_attention_terms(causal, "fwd", peak, bw)
+        att_bwd_terms = fit_attention_terms(causal, "bwd", peak, bw)
+    elif causal:
+        a = causal
         moved = np.array([4.0 * x.batch * x.heads * x.seq * x.head_dim * 2 for x in a])  # q, k, v, out bf16
         # flash kernels saturate more slowly than GEMMs (their FLOPs grow with seq^2): a curve of their own
         att_fwd, att_fwd_half, _ = fit_gemm_curve(np.array([x.fwd_flops for x in a]), moved,
@@ -1020,6 +1041,7 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
                gemm_grouped=g_max, gemm_grouped_half=g_half, gemm_fp8=g8,
                attention_fwd_half=att_fwd_half, attention_bwd_half=att_bwd_half,
                attention_fwd_terms=att_fwd_terms, attention_bwd_terms=att_bwd_terms,
+               attention_masked_fwd_terms=masked_terms[0], attention_masked_bwd_terms=masked_terms[1],
                memory_fractions=fractions, host_s_per_op=host, host_moe_s_per_op=host_moe)
 
 
@@ -1054,6 +1076,9 @@ def profile_extra(base: Any, meas: Measurements, f: Fit) -> dict[str, Any]:
         cal["attention_bwd_terms"] = [_r(x, 4) for x in f.attention_bwd_terms]
         cal["attention_flops"] = ("torch.utils.flop_counter convention: causal counted as full; terms "
                                   + ", ".join(ATTENTION_TERMS) + " (cost_models.compute.attention_times)")
+    if f.attention_masked_fwd_terms is not None and f.attention_masked_bwd_terms is not None:
+        cal["attention_masked_fwd_terms"] = [_r(x, 4) for x in f.attention_masked_fwd_terms]
+        cal["attention_masked_bwd_terms"] = [_r(x, 4) for x in f.attention_masked_bwd_terms]
     if f.attention_fwd is not None:
         cal["attention_fwd_max"] = _r(f.attention_fwd, 3)
         cal["attention_bwd_max"] = _r(f.attention_bwd, 3)

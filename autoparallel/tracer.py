@@ -522,6 +522,20 @@ def _fused_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
         query, key, value, bias, need_lse, dropout_p, is_causal, scale=scale)[0]
 
 
+def _is_causal(func: Any, args: tuple, kwargs: dict) -> bool | None:
+    """The `is_causal` argument of a fused attention op (flash, memory-efficient, cuDNN; forward or backward), None
+    for other ops: a causal kernel skips the masked half of the scores, one given a mask computes them all
+    (compute.attention_times)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None or "attention" not in schema.name:
+        return None
+    for i, arg in enumerate(schema.arguments):
+        if arg.name == "is_causal":
+            value = kwargs.get("is_causal", args[i] if i < len(args) else arg.default_value)
+            return bool(value)
+    return None
+
+
 class _Recorder(TorchDispatchMode):
     def __init__(self, tracer: _Tracer) -> None:
         super().__init__()
@@ -752,6 +766,9 @@ class _Tracer:
         })
         if self.in_loss:
             self.nodes[nid]["loss"] = True
+        causal = _is_causal(func, args, kwargs)
+        if causal is not None:
+            self.nodes[nid]["causal"] = causal
         if self.pending_saved and self.phase == "fwd":
             self.nodes[nid]["saved_bytes"] += self.pending_saved
             self.pending_saved = 0

@@ -297,29 +297,44 @@ ATTENTION_TERMS = ("flop_max", "score_ps", "row_bytes", "fixed_us")
 ATTENTION_FLOPS_PER_SCORE = {"fwd": 4.0, "bwd": 10.0}
 
 
-def attention_terms(profile: HardwareProfile, phase: str) -> tuple[float, float, float, float] | None:
+def attention_terms(profile: HardwareProfile, phase: str, masked: bool = False
+                    ) -> tuple[float, float, float, float] | None:
     """(flop_max, seconds per score element, bytes per query element, fixed seconds) of the fused attention
-    kernels of `phase`, where the calibration has them (module docstring), else None."""
-    value = profile.calibration.get(f"attention_{phase}_terms") if profile.calibration else None
+    kernels of `phase`, where the calibration has them (module docstring), else None. `masked`: the kernels
+    given an additive mask instead of is_causal (calibration.attention_masked_{phase}_terms); a profile with
+    only the causal terms prices them with the FLOP and score terms doubled: a kernel that cannot tell the mask
+    is causal computes every score, where the causal one (whose fit counts F as full) skips half."""
+    cal = profile.calibration or {}
+    value = cal.get(f"attention_{phase}_terms")
+    own = cal.get(f"attention_masked_{phase}_terms") if masked else None
+    if isinstance(own, list) and len(own) == len(ATTENTION_TERMS):
+        value, masked = own, False
     if not (isinstance(value, list) and len(value) == len(ATTENTION_TERMS)):
         return None
     flop_max, score_ps, row_bytes, fixed_us = (float(x) for x in value)
-    return flop_max, score_ps * 1e-12, row_bytes, fixed_us * 1e-6
+    full = 2.0 if masked else 1.0
+    return flop_max / full, score_ps * full * 1e-12, row_bytes, fixed_us * 1e-6
 
 
 def attention_times(flops: np.ndarray, phase: str, seq: int, head_dim: int, profile: HardwareProfile,
-                    dtype: str) -> np.ndarray | None:
+                    dtype: str, masked: np.ndarray | None = None) -> np.ndarray | None:
     """Seconds of fused attention ops of `phase` that run `flops` (flop_counter FLOPs, on one rank) over
     sequences of `seq` keys with heads of `head_dim`: the four-term sum of the module docstring, its score
-    and query elements read off the FLOPs (S2 = F / (k D), E = S2 D / S_k); None without the terms."""
-    terms = attention_terms(profile, phase)
-    if terms is None or seq <= 0 or head_dim <= 0:
+    and query elements read off the FLOPs (S2 = F / (k D), E = S2 D / S_k); `masked` (bool per op): the
+    kernels given a mask (`attention_terms`). None without the terms."""
+    causal = attention_terms(profile, phase)
+    if causal is None or seq <= 0 or head_dim <= 0:
         return None
-    flop_max, score_s, row_bytes, fixed_s = terms
     scores = flops / (ATTENTION_FLOPS_PER_SCORE[phase] * head_dim)
     rows = scores * head_dim / seq
-    return np.where(flops > 0, flops / (profile.peak(dtype) * flop_max) + scores * score_s
-                    + rows * row_bytes / profile.memory_bandwidth + fixed_s, 0.0)
+    out = np.zeros_like(flops, dtype=float)
+    for sel, terms in ((np.ones_like(flops, dtype=bool) if masked is None else ~masked, causal),
+                       (np.zeros_like(flops, dtype=bool) if masked is None else masked,
+                        attention_terms(profile, phase, masked=True))):
+        flop_max, score_s, row_bytes, fixed_s = terms
+        out = np.where(sel & (flops > 0), flops / (profile.peak(dtype) * flop_max) + scores * score_s
+                       + rows * row_bytes / profile.memory_bandwidth + fixed_s, out)
+    return out
 
 
 def host_seconds_per_op(profile: HardwareProfile, phase: str, expert: bool = False) -> float:

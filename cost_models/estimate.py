@@ -474,7 +474,9 @@ class CostModel:
                      np.maximum(ops.groups / ep, 1.0))
         attn = ops.op_class == CLASS_CODE[f"attention_{phase}"]
         if attn.any():  # under context parallelism each ring step's kernel sees 1/cp of the keys
-            at = attention_times(flops[attn], phase, self.attention_seq // cp, self.head_dim, self.profile, self.dtype)
+            masked = ops.masked_attention[attn] if len(ops.masked_attention) == len(t) else None
+            at = attention_times(flops[attn], phase, self.attention_seq // cp, self.head_dim, self.profile, self.dtype,
+                                 masked)
             if at is not None:
                 t = t.copy()
                 t[attn] = at

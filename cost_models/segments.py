@@ -67,6 +67,8 @@ class PhaseOps:
     fp8_gemm: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     in_act_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # activation bytes read, per sample
     loss: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # bool: an op of the loss (fwd)
+    # bool: a fused attention kernel given a mask rather than is_causal, which computes every score
+    masked_attention: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     @property
     def expert(self) -> np.ndarray:
@@ -259,6 +261,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             in_act_bytes=np.maximum(np.array([a.get("bytes_read", 0) for a in attrs], dtype=float) - pbytes, 0.0)
             * per_sample,
             loss=np.array([bool(a.get("loss")) for a in attrs], dtype=bool),
+            masked_attention=np.array([a.get("causal") is False for a in attrs], dtype=bool),
         )
         setattr(seg, phase, ops)
         if phase == "fwd":

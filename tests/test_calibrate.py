@@ -71,7 +71,8 @@ def test_grouped_gemm_fit_recovers_the_cost_model_curve():
 
 def _attention_profile(fwd: list[float], bwd: list[float]):
     base = load_profile("h200")
-    return dataclasses.replace(base, calibration={**base.calibration, "attention_fwd_terms": fwd,
+    causal_only = {k: v for k, v in base.calibration.items() if not k.startswith("attention_masked")}
+    return dataclasses.replace(base, calibration={**causal_only, "attention_fwd_terms": fwd,
                                                   "attention_bwd_terms": bwd})
 
 
@@ -106,6 +107,43 @@ def test_attention_fit_recovers_the_cost_model_terms():
     extra = cal.profile_extra(truth, meas, f)
     assert extra["calibration"]["attention_fwd_terms"] == pytest.approx(fwd, rel=1e-3)  # 4 significant digits
     assert extra["calibration"]["attention_bwd_terms"] == pytest.approx(bwd, rel=1e-3)
+
+
+def test_masked_attention_terms_round_trip_and_price_only_masked_ops():
+    """Masked samples (causal through an additive mask) fit terms of their own, written as
+    attention_masked_*_terms, while the causal terms still come from the causal samples alone; the cost model
+    then prices an op by its kind. Without masked terms a masked op costs the causal terms with the FLOP and
+    score terms doubled (a kernel that cannot skip the masked half), which here is 2x minus the row and fixed
+    terms' share."""
+    from cost_models.compute import attention_times
+
+    fwd, bwd = [2.1, 0.16, 3.7, 19.0], [1.6, 0.34, 31.0, 48.0]
+    mfwd, mbwd = [0.44, 0.25, 5.6, 19.0], [0.31, 0.05, 27.0, 37.0]
+    truth = _attention_profile(fwd, bwd)
+    masked_truth = _attention_profile(mfwd, mbwd)
+    samples = _attention_samples(truth) + [dataclasses.replace(x, masked=True)
+                                           for x in _attention_samples(masked_truth)]
+    meas = cal.Measurements("cuda:0", "H200", "x", "today", gemm=[cal.GemmSample(4096, 4096, 4096, "bf16", "nn", 2e-4),
+                                                                  cal.GemmSample(1024, 1024, 1024, "bf16", "nn", 1e-5)],
+                            attention=samples, launch_graph_s=truth.efficiency.kernel_overhead_s,
+                            bandwidth=[cal.BandwidthSample("copy", 2**30, 2**30 / (truth.memory_bandwidth * 0.8))])
+    cal_keys = cal.profile_extra(truth, meas, cal.fit(meas, truth, TINY))["calibration"]
+    assert cal_keys["attention_fwd_terms"] == pytest.approx(fwd, rel=1e-3)
+    assert cal_keys["attention_masked_fwd_terms"] == pytest.approx(mfwd, rel=1e-3)
+    assert cal_keys["attention_masked_bwd_terms"] == pytest.approx(mbwd, rel=1e-3)
+
+    prof = dataclasses.replace(truth, calibration={**truth.calibration, **{k: v for k, v in cal_keys.items()
+                                                                            if k.startswith("attention_masked")}})
+    flops = np.array([4.4e12, 4.4e12])  # one 8192-token, 32-head, 128-dim call each way
+    kinds = np.array([False, True])
+    both = attention_times(flops, "fwd", 8192, 128, prof, "bf16", kinds)
+    assert both[0] == pytest.approx(attention_times(flops[:1], "fwd", 8192, 128, truth, "bf16")[0], rel=1e-12)
+    assert both[1] == pytest.approx(attention_times(flops[:1], "fwd", 8192, 128, masked_truth, "bf16")[0], rel=1e-3)
+    fallback = attention_times(flops, "fwd", 8192, 128, truth, "bf16", kinds)
+    scores = flops[0] / (4 * 128)
+    doubled = (flops[0] / (truth.peak("bf16") * fwd[0]) + scores * fwd[1] * 1e-12) * 2 \
+        + scores * 128 / 8192 * fwd[2] / truth.memory_bandwidth + fwd[3] * 1e-6
+    assert fallback[1] == pytest.approx(doubled, rel=1e-12) and fallback[0] == both[0]
 
 
 def test_attention_fit_drops_a_term_that_would_be_negative():

@@ -452,3 +452,32 @@ def test_the_loss_is_marked_and_a_scaled_head_output_is_one_more_logits_gradient
                 compile=True)
     logits = 2 * 16 * cm.vocab_size
     assert cm.logits_bytes(plan) == (2 if scales else 1) * 2 * logits
+
+
+def test_a_sliding_window_beyond_the_sequence_traces_masked_attention():
+    """A Mistral-style model (every layer slides, window 8) traced within its window runs SDPA's is_causal
+    (flash: the causal calibration prices it); beyond the window each layer's attention gets the additive mask
+    and the tracer records that kernel as not causal, which the cost model prices with the masked terms
+    (compute.attention_times): on the shipped h200 profile its own fitted terms, 2.9-3.1x the causal time at
+    8192 tokens as measured (s57), where the doubling fallback would give 2x and the causal terms 1x."""
+    import numpy as np
+    import transformers as T
+
+    from cost_models.compute import attention_times
+    from hardware_profiles import load_profile
+
+    cfg = T.MistralConfig(vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8)
+    model = T.AutoModelForCausalLM.from_config(cfg)
+
+    def attention(seq: int) -> list[dict]:
+        g = trace(model, seq_len=seq)
+        return [g.g.nodes[n] for n in g.g.nodes if "attention" in g.g.nodes[n]["op"]]
+
+    within, beyond = attention(8), attention(32)
+    assert len(within) == len(beyond) == 4  # forward and backward of 2 layers
+    assert all(a["causal"] is True for a in within) and all(a["causal"] is False for a in beyond)
+    prof = load_profile("h200")
+    flops = np.array([4.4e12, 4.4e12])
+    causal, masked = attention_times(flops, "fwd", 8192, 128, prof, "bf16", np.array([False, True]))
+    assert 2.5 < masked / causal < 4.0
