@@ -369,6 +369,20 @@ COHERE2_R7B_8L = {"name": "cohere2-r7b-8l", "hf": True, "model_type": "cohere2",
                   "layer_types": ["sliding_attention"] * 3 + ["full_attention"] + ["sliding_attention"] * 3
                   + ["full_attention"], "layer_norm_eps": 1e-5, "max_position_embeddings": 8192,
                   "tie_word_embeddings": True, "pad_token_id": 0, "bos_token_id": 5, "eos_token_id": 255001}
+# and three more, predicted before the run (FAMILIES18), each beyond its sliding window where the attention runs SDPA
+# given a mask (the masked-attention terms fitted from kernel timings this session, s57): Mistral 7B v0.1's widths
+# (a 4096-token window on every layer; 8 of 32 layers at 8192 tokens), OLMo 3 7B's at 8192 (s41 ran it at 2048,
+# within its window) and Gemma 3 4B's (head dim 256, a 1024-token window on 5 of 6 layers; 8 of 34 at 4096)
+MISTRAL_7B_8L = {"name": "mistral-7b-8l", "hf": True, "model_type": "mistral", "vocab_size": 32000, "hidden_size": 4096,
+                 "intermediate_size": 14336, "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 8,
+                 "head_dim": 128, "sliding_window": 4096, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                 "max_position_embeddings": 32768, "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2}
+GEMMA3_4B_8L = {"name": "gemma3-4b-8l", "hf": True, "model_type": "gemma3_text", "vocab_size": 262208,
+                "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 8, "num_attention_heads": 8,
+                "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131072, "sliding_window": 1024,
+                "layer_types": ["sliding_attention"] * 5 + ["full_attention"] + ["sliding_attention"] * 2,
+                "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "query_pre_attn_scalar": 256,
+                "hidden_activation": "gelu_pytorch_tanh", "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -377,7 +391,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  GRANITEMOE_1B, GLM4_9B_8L, GEMMA2_2B, EXAONE4_1_2B,
                                  ERNIE45_MOE_4L, HELIUM_2B, PHIMOE_2L, SEED_OSS_4L, PERSIMMON_4L, BITNET_12L,
                                  GLM45_AIR_2L, DIFFLLAMA_16L, NANOCHAT_D20, LLAMA4_SCOUT_2L,
-                                 GPT_OSS_20B_4L, COHERE2_R7B_8L)}
+                                 GPT_OSS_20B_4L, COHERE2_R7B_8L, MISTRAL_7B_8L, GEMMA3_4B_8L)}
 
 
 @dataclass(frozen=True)
@@ -591,6 +605,10 @@ CONFIGS = [
     *_trio("1g-gptoss", "gpt-oss-20b-4l", 8, 2, (2, "full")),
     *_trio("1g-gemma3-s2k", "gemma3-1b", 8, 4, (2, "op")),
     *_trio("1g-cohere2", "cohere2-r7b-8l", 4, 1, (2, "full"), seq=8192),
+    # twenty-first session, predicted before the run (FAMILIES18)
+    *_trio("1g-mistral-s8k", "mistral-7b-8l", 4, 2, (1, "op"), seq=8192),
+    *_trio("1g-olmo3-s8k", "olmo3-7b-8l", 4, 2, (1, "full"), seq=8192),
+    *_trio("1g-gemma3-4b", "gemma3-4b-8l", 8, 4, (2, "full"), seq=4096),
 ]
 
 

@@ -54,6 +54,8 @@
 #                                                           # (FAMILIES16)
 #   bash benchmarks/device/trainer_sweep.sh families17      # gpt-oss-20b's, Gemma 3 1B's at 2048 tokens and Command
 #                                                           # R7B's at 8192, each beyond its sliding window (FAMILIES17)
+#   bash benchmarks/device/trainer_sweep.sh families18      # Mistral 7B's and OLMo 3 7B's at 8192 tokens, Gemma 3 4B's
+#                                                           # at 4096, each beyond its window (FAMILIES18)
 #   bash benchmarks/device/trainer_sweep.sh host-mix        # one GPU: host factor, then the host time per block of the
 #                                                           # sweep's families at 32 tokens a row (host_mix.py;
 #                                                           # host-mix-compiled: six of them compiled)
@@ -104,6 +106,9 @@ SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES16
 FAMILIES17=1g-gptoss-eager,1g-gptoss-compiled,1g-gptoss-mb2x4-full,1g-gemma3-s2k-eager,1g-gemma3-s2k-compiled
 FAMILIES17=$FAMILIES17,1g-gemma3-s2k-mb2x4-op,1g-cohere2-eager,1g-cohere2-compiled,1g-cohere2-mb2x2-full
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES17
+FAMILIES18=1g-mistral-s8k-eager,1g-mistral-s8k-compiled,1g-mistral-s8k-mb1x4-op,1g-olmo3-s8k-eager,1g-olmo3-s8k-compiled
+FAMILIES18=$FAMILIES18,1g-olmo3-s8k-mb1x4-full,1g-gemma3-4b-eager,1g-gemma3-4b-compiled,1g-gemma3-4b-mb2x4-full
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES18
 SKIP_SINGLE=$SKIP_SINGLE,1g-gpt-s64-mb4x2,1g-llama-s64-mb4x2,1g-smollm3-s64-mb2x4-full,1g-smollm3-s64-mb2x4
 SKIP_SINGLE=$SKIP_SINGLE,1g-smollm3-s64-mb2x4-op
 # held_out NAME ROWS SECONDS [MEASURE FLAGS]: this VM's host factor, the rows into $OUT/NAME.jsonl, the factor again
@@ -197,6 +202,7 @@ case "${1:-}" in
   families15) held_out families15 "$FAMILIES15" 540 --profile-all ;;
   families16) held_out families16 "$FAMILIES16" 540 --profile-all ;;
   families17) held_out families17 "$FAMILIES17" 480 --profile-all ;;
+  families18) held_out families18 "$FAMILIES18" 480 --profile-all ;;
   families10-fsdp)  # FAMILIES10, then step timelines of three plans at 2048 and at 64 tokens a row
     bash "$0" families10
     timeout 290 python benchmarks/profile_timeline.py --out "$OUT/timeline.jsonl" \
@@ -217,6 +223,6 @@ case "${1:-}" in
       | grep "blocks fwd\|Error\|error" | cut -c1-200 ;;
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|host-mix|host-mix-compiled|host-mix-sac|compiled-hf" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|host-mix|host-mix-compiled|host-mix-sac|compiled-hf" >&2
      exit 2 ;;
 esac
