@@ -256,6 +256,19 @@ def test_batch_forms():
             parse_batch(bad)
 
 
+def test_a_mask_without_padding_is_dropped_and_one_with_padding_kept():
+    """A tokenizer's attention_mask of ones says nothing a causal LM does not already do: dropped, so attention
+    runs SDPA's is_causal (a mask made it a kernel that computes every score, ~3x the time); one with a padded
+    position is kept, whatever its dtype."""
+    ids = torch.arange(12).view(2, 6)
+    for ones in (torch.ones_like(ids), torch.ones(2, 6, dtype=torch.bool)):
+        assert parse_batch({"input_ids": ids, "labels": ids, "attention_mask": ones}).attention_mask is None
+    padded = torch.ones_like(ids)
+    padded[1, -2:] = 0
+    kept = parse_batch({"input_ids": ids, "labels": ids, "attention_mask": padded}).attention_mask
+    assert kept is padded
+
+
 def test_plan_is_made_from_the_first_batch_on_cpu():
     model = H.build("tiny-gpt")
     trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS))

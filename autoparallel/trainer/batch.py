@@ -70,6 +70,11 @@ def parse_batch(batch: Any, hf_shift: bool = False) -> Batch:
         if mask is not None and tuple(mask.shape) != tuple(inputs.shape[:2]):
             raise UserError(f"batch: attention_mask {tuple(mask.shape)} must have the shape of input_ids "
                             f"{tuple(inputs.shape[:2])}")
+        if mask is not None and bool(mask.all()):
+            # no padding (a tokenizer's mask of ones): causal attention through SDPA's is_causal, as transformers
+            # skips such a mask too; passed on, it made every layer's attention a masked kernel that computes all
+            # S^2 scores (2.9-3.1x the causal time on an H200, benchmarks/attention_timing.py --masked)
+            mask = None
         parsed = parse_batch((inputs, labels), hf_shift)
         return Batch(parsed.inputs, parsed.labels, mask)
     if isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch):
