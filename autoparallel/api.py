@@ -85,9 +85,10 @@ def _model_identity(model: Any) -> str | None:
 
 def trace_model(model: str | nn.Module | Any, batch: int = TRACE_BATCH, seq_len: int = 2048,
                 dtype: torch.dtype | None = None, cache: TraceCache | bool = True,
-                progress: Progress = QUIET) -> OpGraph:
+                progress: Progress = QUIET, padded: bool = False) -> OpGraph:
     """OpGraph of one training step, in bf16 unless `dtype`. Looked up in and stored to the on-disk
-    trace cache (autoparallel.trace_cache; `cache=True`: the default directory, False: bypassed)."""
+    trace cache (autoparallel.trace_cache; `cache=True`: the default directory, False: bypassed).
+    `padded`: batches with an attention mask (tracer.trace)."""
     check_int(batch, "--batch", 1, MAX_TRACE_BATCH)
     check_int(seq_len, "--seq-len", 1, MAX_SEQ_LEN)
     from autoparallel.specs import check_seq_len, spec_of
@@ -95,6 +96,8 @@ def trace_model(model: str | nn.Module | Any, batch: int = TRACE_BATCH, seq_len:
     dtype_name = "bfloat16" if dtype is None else str(dtype).removeprefix("torch.")
     store = TraceCache.default() if cache is True else (cache or None)
     identity = _model_identity(model)  # also rejects an unknown model before any progress line
+    if identity is not None and padded:
+        identity += "|padded"
     key = TraceKey.of(identity, batch, seq_len, dtype_name) if identity is not None and store else None
     if key is not None:
         graph = store.load(key)
@@ -108,7 +111,7 @@ def trace_model(model: str | nn.Module | Any, batch: int = TRACE_BATCH, seq_len:
     import torch
 
     from autoparallel.tracer import trace
-    graph = trace(model, batch=batch, seq_len=seq_len, dtype=dtype or torch.bfloat16)
+    graph = trace(model, batch=batch, seq_len=seq_len, dtype=dtype or torch.bfloat16, padded=padded)
     if key is not None:
         store.store(key, graph)
     progress.say(f"traced {graph.g.number_of_nodes():,} ops in {time.perf_counter() - t0:.1f} s")
@@ -130,10 +133,10 @@ def _budget(max_memory_per_gpu: str | int | float | None) -> float | None:
 def context(model: Any, hardware: str | Any, gpus: int, seq_len: int, gpus_per_node: int | None = None,
             max_memory_per_gpu: Any = None, graph: OpGraph | None = None,
             overlap_grad_sync: bool = True, runtime: str = "trainer", cache: TraceCache | bool = True,
-            progress: Progress = QUIET) -> PlanContext:
+            progress: Progress = QUIET, padded: bool = False) -> PlanContext:
     cluster = hardware if isinstance(hardware, Cluster) else make_cluster(hardware, gpus, gpus_per_node)
     budget = _budget(max_memory_per_gpu)  # parsed before the trace: bad input costs no work
-    graph = graph or trace_model(model, seq_len=seq_len, cache=cache, progress=progress)
+    graph = graph or trace_model(model, seq_len=seq_len, cache=cache, progress=progress, padded=padded)
     cm = sharding_cost_model(graph, cluster, overlap_grad_sync=overlap_grad_sync, runtime=runtime)
     return PlanContext(_model_name(model), graph, cluster, cm, cm._budget(budget))
 
@@ -142,9 +145,11 @@ def plan_result(model: Any, *, hardware: str | Any, gpus: int, global_batch: int
                 max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
                 top_k: int = 3, progress: Progress | bool = False, graph: OpGraph | None = None,
                 overlap_grad_sync: bool = True, cache: TraceCache | bool = True,
-                precision: str = "bf16") -> tuple[PlanResult, PlanContext]:
+                precision: str = "bf16", padded: bool = False) -> tuple[PlanResult, PlanContext]:
     """The planner's result and what it planned with; `progress`: lines on stderr (True) or a Progress.
-    precision: "bf16" (default), or "fp8" / "fp8-rowwise": FP8 linears in every block (only when asked)."""
+    precision: "bf16" (default), or "fp8" / "fp8-rowwise": FP8 linears in every block (only when asked).
+    padded: the batches carry an attention mask with padding (a Hugging Face model's attention then runs a
+    masked kernel, priced as such)."""
     check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH)
     check_int(top_k, "--top", 0, MAX_TOP)
     fix = parse_fix(fix)  # pins are read before the trace, so a bad --fix costs nothing
@@ -152,7 +157,7 @@ def plan_result(model: Any, *, hardware: str | Any, gpus: int, global_batch: int
         raise UserError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     prog = progress if isinstance(progress, Progress) else Progress(enabled=progress)
     ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, graph, overlap_grad_sync,
-                  cache=cache, progress=prog)
+                  cache=cache, progress=prog, padded=padded)
     planner = Planner(ctx.graph, ctx.cluster, global_batch, seq_len, ctx.budget_bytes, fix,
                       model_name=ctx.model_name, progress=prog.say if prog.enabled else None,
                       cost_model=ctx.cost_model, precision=precision)
@@ -161,11 +166,11 @@ def plan_result(model: Any, *, hardware: str | Any, gpus: int, global_batch: int
 
 def plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int,
          max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
-         precision: str = "bf16") -> Plan:
+         precision: str = "bf16", padded: bool = False) -> Plan:
     """The fastest plan that fits; raises UserError (with the explanation) when none does."""
     result, _ = plan_result(model, hardware=hardware, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
                             max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node,
-                            precision=precision)
+                            precision=precision, padded=padded)
     if result.plan is None:
         raise UserError(f"INFEASIBLE: {result.explanation}")
     return result.plan
@@ -179,7 +184,7 @@ ESTIMATE_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "vpp": 
 
 def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int | None = None,
                   max_memory_per_gpu: Any = None, gpus_per_node: int | None = None, plan_file: str | None = None,
-                  cache: TraceCache | bool = True, progress: Progress = QUIET,
+                  cache: TraceCache | bool = True, progress: Progress = QUIET, padded: bool = False,
                   **options: Any) -> tuple[Estimate, Plan]:
     """Predict one explicitly given plan (dp = gpus / (tp*pp*ep*cp); `options` are ESTIMATE_DEFAULTS' keys,
     None = not given), or a saved plan file, which then defines the mesh, seq_len and batch: an option
@@ -192,7 +197,7 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
     check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH)
     if plan_file:
         return _estimate_plan_file(model, hardware, gpus, global_batch, seq_len, max_memory_per_gpu,
-                                   gpus_per_node, plan_file, given, cache, progress)
+                                   gpus_per_node, plan_file, given, cache, progress, padded)
     o = {**ESTIMATE_DEFAULTS, **given}
     for name in ("tp", "pp", "ep", "cp", "vpp", "micro_batch"):
         check_int(o[name], f"--{name.replace('_', '-')}", 1, MAX_GPUS if name != "micro_batch" else MAX_GLOBAL_BATCH)
@@ -203,7 +208,8 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
         raise UserError(f"--tp {tp} x --pp {pp} x --ep {ep}{cp_part} = {tp * pp * ep * cp} does not divide --gpus "
                         f"{gpus}")
     seq_len = DEFAULT_SEQ_LEN if seq_len is None else seq_len
-    ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, cache=cache, progress=progress)
+    ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, cache=cache, progress=progress,
+                  padded=padded)
     p = Plan(model=ctx.model_name, hardware=ctx.cluster.profile.name, gpus=gpus,
              gpus_per_node=ctx.cluster.devices_per_node, global_batch=global_batch, seq_len=seq_len,
              dp=gpus // (tp * pp * ep * cp), tp=tp, pp=pp, ep=ep, cp=cp, vpp=o["vpp"], micro_batch=o["micro_batch"],
@@ -219,7 +225,7 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
 def _estimate_plan_file(model: Any, hardware: Any, gpus: int, global_batch: int, seq_len: int | None,
                         max_memory_per_gpu: Any, gpus_per_node: int | None, plan_file: str,
                         given: dict[str, Any], cache: TraceCache | bool = True,
-                        progress: Progress = QUIET) -> tuple[Estimate, Plan]:
+                        progress: Progress = QUIET, padded: bool = False) -> tuple[Estimate, Plan]:
     if given:
         flag = "--" + next(iter(given)).replace("_", "-")
         raise UserError(f"estimate: {flag} conflicts with --plan {plan_file}, which sets the whole layout; drop "
@@ -230,7 +236,8 @@ def _estimate_plan_file(model: Any, hardware: Any, gpus: int, global_batch: int,
         if mine is not None and mine != theirs:
             raise UserError(f"estimate: {flag} {mine} but plan file {plan_file} is for {flag} {theirs}; pass "
                             f"{flag} {theirs} or re-plan")
-    ctx = context(model, hardware, gpus, p.seq_len, gpus_per_node, max_memory_per_gpu, cache=cache, progress=progress)
+    ctx = context(model, hardware, gpus, p.seq_len, gpus_per_node, max_memory_per_gpu, cache=cache, progress=progress,
+                  padded=padded)
     p.validate(len(ctx.graph.blocks))
     unknown = sorted(set(p.placements) - set(ctx.graph.parametric_ops))
     if unknown:
@@ -275,10 +282,10 @@ def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, se
 
 def plan_model(model: nn.Module, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int,
                max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
-               precision: str = "bf16") -> Plan:
+               precision: str = "bf16", padded: bool = False) -> Plan:
     """Plan an in-memory nn.Module (the trainer's entry point); the plan carries its fingerprint. A model
     the trainer cannot split into pipeline stages (blocks not in a root-level nn.ModuleDict) is planned
-    with pp=1, so the plan is one the trainer runs."""
+    with pp=1, so the plan is one the trainer runs. `padded`: see plan_result."""
     from autoparallel.plan import fingerprint
     from autoparallel.trainer.structure import find_layout, pipelineable
     fix = parse_fix(fix)
@@ -288,5 +295,6 @@ def plan_model(model: nn.Module, *, hardware: str | Any, gpus: int, global_batch
                             f"nn.ModuleDict, which pipeline stages need (docs/architecture.md); use pp=1")
         fix["pp"] = 1
     p = plan(model, hardware=hardware, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
-             max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node, precision=precision)
+             max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node, precision=precision,
+             padded=padded)
     return replace(p, model_fingerprint=fingerprint([(n, tuple(t.shape)) for n, t in model.named_parameters()]))

@@ -56,7 +56,8 @@ _NORM_CLASSES: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.RMSNorm, nn.Group
 def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
           dtype: torch.dtype = torch.bfloat16, example_inputs: Any = None,
           loss_fn: Callable[..., torch.Tensor] | None = None,
-          model_name: str | None = None, replicate_blocks: bool = True, compiled_saved: bool = True) -> OpGraph:
+          model_name: str | None = None, replicate_blocks: bool = True, compiled_saved: bool = True,
+          padded: bool = False) -> OpGraph:
     """Trace one training step (forward + loss + backward) of `model` into an OpGraph.
 
     model: an nn.Module (real or meta weights: it is never modified, and real weights are not
@@ -66,6 +67,8 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
         an nn.Embedding at their input. Other models need `example_inputs`: a tensor, a tuple of
         positional inputs, or a dict of keyword inputs (moved to meta; floating ones cast to dtype).
     dtype: floating parameters, buffers and inputs are cast to it (bf16: 16-bit activations).
+    padded: a Hugging Face causal LM's default input carries an attention_mask (batches with padding), so its
+        attention runs as the trainer then runs it: a kernel given a mask, which computes every score.
     loss_fn: loss_fn(output, *positional_inputs) -> scalar tensor. Default: cross entropy of the
         logits (in fp32, as torchtitan) against the input tokens for language models, else
         output.sum().
@@ -89,6 +92,11 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     meta_model.train()  # training step: dropout active, as in the runs being planned
     blocks = find_blocks(meta_model)
     args, kwargs, tokens, vocab = _inputs(meta_model, blocks, name, batch, seq_len, dtype, example_inputs)
+    if padded and example_inputs is None:
+        if not is_hf_causal_lm(meta_model):
+            raise UserError(f"trace {name}: padded batches carry an attention mask, which only a Hugging Face causal "
+                            f"LM's forward takes here; plan without padding or pass example_inputs")
+        kwargs = {**kwargs, "attention_mask": torch.ones(batch, seq_len, dtype=torch.long, device="meta")}
 
     def loss_of(out: Any) -> torch.Tensor:
         return _loss(out, args, tokens, vocab, loss_fn)

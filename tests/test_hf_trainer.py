@@ -539,3 +539,28 @@ def test_rotary_tables_per_layer_type_under_recompute_match_hf(recompute):
     losses = [trainer.step(b) for b in HF.batches(2)]
     loss_rel, param_abs = _max_diffs(losses, trainer.full_state_dict(), ref_losses, ref_params)
     assert loss_rel <= H.LOSS_RTOL and param_abs <= H.PARAM_ATOL, (loss_rel, param_abs)
+
+
+@pytest.mark.parametrize("padding", [False, True])
+def test_the_first_batchs_padding_reaches_the_planner(padding, monkeypatch):
+    """The trainer plans on its first batch: one with padding (an attention mask with zeros, which it keeps) is
+    planned as padded, one without (a mask of ones, which it drops) as not (api.plan_model's `padded`)."""
+    import autoparallel.api as api
+
+    seen = []
+    real = api.plan_model
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("padded"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(api, "plan_model", spy)
+    model = HF.build("llama")
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=1e-3), hardware="h200",
+                                  fix={"compile": 0})
+    batch = HF.batches(1)[0]
+    mask = torch.ones_like(batch["input_ids"])
+    if padding:
+        mask[1, -3:] = 0
+    trainer.step({**batch, "attention_mask": mask})
+    assert seen == [padding]

@@ -269,6 +269,20 @@ def test_a_mask_without_padding_is_dropped_and_one_with_padding_kept():
     assert kept is padded
 
 
+def test_a_padded_batch_for_a_model_without_an_attention_mask_is_one_error():
+    """A catalog model's forward takes no attention_mask: a padded batch is one error line naming the fix (it was
+    a TypeError from inside the first step); a mask without padding is dropped and the step runs."""
+    model = H.build("tiny-llama")
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS))
+    ids = H.batches("tiny-llama", steps=1)[0]
+    batch = {"input_ids": ids[:, :-1], "labels": ids[:, 1:]}
+    mask = torch.ones_like(batch["input_ids"])
+    mask[0, -2:] = 0
+    with pytest.raises(UserError, match=r"attention_mask has padding, but Llama.forward takes no attention_mask"):
+        trainer.step({**batch, "attention_mask": mask})
+    assert math.isfinite(trainer.step({**batch, "attention_mask": torch.ones_like(mask)}))
+
+
 def test_plan_is_made_from_the_first_batch_on_cpu():
     model = H.build("tiny-gpt")
     trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS))

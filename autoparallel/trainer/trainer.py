@@ -235,9 +235,12 @@ class AutoParallelTrainer:
     def step(self, batch: Any) -> float:
         """One optimizer step on the global batch; returns the global mean loss (equal on all ranks)."""
         b = parse_batch(batch, hf_shift=self._hf is not None)
+        if b.attention_mask is not None and not _takes_attention_mask(self._model):
+            raise UserError(f"batch: attention_mask has padding, but {type(self._model).__name__}.forward takes no "
+                            f"attention_mask; drop it (and mark padded labels -100) or pass a model that takes one")
         if self._plan is None:
             gb, seq = self._pending
-            self._setup(self._make_plan(gb or b.rows, seq or b.seq_len))
+            self._setup(self._make_plan(gb or b.rows, seq or b.seq_len, padded=b.attention_mask is not None))
         plan = self.plan
         dp_ep = plan.dp * plan.ep
         if plan.cp > 1:
@@ -341,7 +344,9 @@ class AutoParallelTrainer:
         return out
 
     # ---- planning ----------------------------------------------------------------------------
-    def _make_plan(self, global_batch: int, seq_len: int) -> Plan:
+    def _make_plan(self, global_batch: int, seq_len: int, padded: bool = False) -> Plan:
+        """The planner's plan for batches of `global_batch` x `seq_len`; `padded`: the first batch has padding
+        (an attention mask), which a Hugging Face model's attention then runs as a masked kernel."""
         env = self._env
         profile = resolve_hardware(self._hardware, env.device)
         if profile is None:
@@ -359,7 +364,8 @@ class AutoParallelTrainer:
                 fix["cp"] = 1  # the planner offers only what the trainer runs on this model
         budget = self._max_memory if self._max_memory is not None else local_budget(env.device, profile)
         plan = plan_model(self._model, hardware=profile, gpus=env.world_size, gpus_per_node=env.local_world_size,
-                          global_batch=global_batch, seq_len=seq_len, max_memory_per_gpu=budget, fix=fix)
+                          global_batch=global_batch, seq_len=seq_len, max_memory_per_gpu=budget, fix=fix,
+                          padded=padded)
         # The planner has no dtype pin: the requested mixed precision replaces its param_dtype.
         wanted = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[
             to_dtype(self._mixed_precision, "mixed_precision")]
@@ -735,3 +741,12 @@ class AutoParallelTrainer:
         value = value.to(self.device).reshape(1).clone()
         dist.all_reduce(value)
         return float(value)
+
+
+def _takes_attention_mask(model: nn.Module) -> bool:
+    """Whether model(inputs, attention_mask=...) is a call its forward accepts (a Hugging Face model's, after the
+    trainer set autoparallel.hf's forward on its copy, does)."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters.values()
+    return any(p.name == "attention_mask" or p.kind == inspect.Parameter.VAR_KEYWORD for p in params)
