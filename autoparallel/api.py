@@ -257,14 +257,15 @@ class CompareRow:
 
 def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, seq_len: int,
             max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
-            cache: TraceCache | bool = True, progress: Progress = QUIET, precision: str = "bf16") -> list[CompareRow]:
-    """Plan the same model on each hardware profile (one trace shared by all)."""
+            cache: TraceCache | bool = True, progress: Progress = QUIET, precision: str = "bf16",
+            padded: bool = False) -> list[CompareRow]:
+    """Plan the same model on each hardware profile (one trace shared by all); `padded`: see plan_result."""
     if not hardware:
         raise UserError("--hardware: give at least one profile, e.g. h100-sxm,mi300x")
     clusters = [make_cluster(hw, gpus, gpus_per_node) for hw in hardware]  # every name checked before the trace
     check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH)
     fix = parse_fix(fix)
-    graph = trace_model(model, seq_len=seq_len, cache=cache, progress=progress)
+    graph = trace_model(model, seq_len=seq_len, cache=cache, progress=progress, padded=padded)
     rows = []
     for k, cluster in enumerate(clusters, 1):
         hw = cluster.profile.name

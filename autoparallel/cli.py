@@ -50,6 +50,12 @@ def _add_run_flags(p: argparse.ArgumentParser, cache: bool = True) -> None:
                             "default ~/.cache/autoparallel)")
 
 
+def _add_padded(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--padded", action="store_true",
+                   help="batches with padding (an attention mask): a Hugging Face model's attention then runs a "
+                        "masked kernel, which computes every score; price that")
+
+
 def _add_precision(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default=None, choices=["bf16", "fp8", "fp8-tensorwise", "fp8-rowwise"],
                    help="linear layers of the blocks in bf16 (default) or FP8 (torchao float8 training; fp8 = "
@@ -82,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--grad-reduce-dtype", default=None, choices=["fp32", "bf16", "int8"],
                    help="gradient reduction dtype (int8: block-scaled, fp32 accumulation; needs --zero >= 1)")
     _add_precision(e)
+    _add_padded(e)
     e.add_argument("--compile", action="store_true", help="price torch.compile per block (the plan's compile)")
     e.add_argument("--schedule", default=None, choices=["1f1b", "zero_bubble"],
                    help="pipeline schedule (1f1b: 1F1B, interleaved with --vpp; zero_bubble: torch's "
@@ -96,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pins, e.g. tp=8,pp=4,zero=1,recompute=full,compile=1,schedule=zero_bubble (repeatable)")
     p.add_argument("--top", type=int, default=3, help="runner-up plans to show")
     _add_precision(p)
+    _add_padded(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--output", default=None, help="write the plan to this file (.yaml or .json)")
     p.add_argument("--explain", default=None, metavar="OP_PATH", help="show the placement choices for one op")
@@ -110,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-memory-per-gpu", default=None)
     c.add_argument("--fix", action="append", default=None, help="pins, as plan's (repeatable)")
     _add_precision(c)
+    _add_padded(c)
     c.add_argument("--tokens", type=float, default=None, help="tokens to train, for time-to-train")
     c.add_argument("--plot", default=None, help="write a step-time breakdown bar chart (PNG)")
     c.add_argument("--json", action="store_true")
@@ -174,7 +183,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     est, plan = estimate_plan(
         args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
         global_batch=args.global_batch, seq_len=args.seq_len, max_memory_per_gpu=args.max_memory_per_gpu,
-        plan_file=args.plan, cache=not args.no_cache, **options)
+        plan_file=args.plan, cache=not args.no_cache, padded=args.padded, **options)
     if args.json:
         print(json.dumps({"plan": plan.to_dict(), "predicted": est.to_dict()}, indent=2))
     else:
@@ -191,7 +200,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
         global_batch=args.global_batch, seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu,
         fix=_fix(args), top_k=args.top, progress=_progress(args), cache=not args.no_cache,
-        precision=args.precision or "bf16")
+        precision=args.precision or "bf16", padded=args.padded)
     if result.plan is None:
         raise UserError(f"INFEASIBLE: {result.explanation}")
     if args.output is not None:
@@ -230,7 +239,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     rows = compare(args.model, hardware=hardware,
                    gpus=args.gpus, gpus_per_node=args.gpus_per_node, global_batch=args.global_batch,
                    seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu, fix=_fix(args),
-                   cache=not args.no_cache, progress=_progress(args), precision=args.precision or "bf16")
+                   cache=not args.no_cache, progress=_progress(args), precision=args.precision or "bf16",
+                   padded=args.padded)
     if args.json:
         print(json.dumps(compare_json(rows, args.tokens), indent=2))
     else:

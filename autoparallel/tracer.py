@@ -95,7 +95,8 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     if padded and example_inputs is None:
         if not is_hf_causal_lm(meta_model):
             raise UserError(f"trace {name}: padded batches carry an attention mask, which only a Hugging Face causal "
-                            f"LM's forward takes here; plan without padding or pass example_inputs")
+                            f"LM built by transformers takes here (an nn.Module, or a config of a type autoparallel "
+                            f"does not implement itself); plan without padding")
         kwargs = {**kwargs, "attention_mask": torch.ones(batch, seq_len, dtype=torch.long, device="meta")}
 
     def loss_of(out: Any) -> torch.Tensor:

@@ -358,3 +358,18 @@ def test_an_infeasible_pinned_recompute_is_explained_with_that_recompute():
     asked = re.search(r"--max-memory-per-gpu (\d+)GB", line)
     assert asked, line
     ok(*argv, "--quiet", "--max-memory-per-gpu", f"{asked.group(1)}GB")
+
+
+def test_padded_planning_of_a_model_that_takes_no_mask_is_one_error_line():
+    """--padded prices the attention mask a padded batch hands a Hugging Face model built by transformers; a
+    catalog model (autoparallel's own implementation) takes none, so the flag is one error line and exit 2,
+    before any planning."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "autoparallel.cli", "plan", "tiny-llama", "--hardware", "h200",
+                        "--gpus", "1", "--global-batch", "4", "--seq-len", "64", "--padded", "--no-cache"],
+                       capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr
+    assert "padded batches carry an attention mask" in lines[0] and "plan without padding" in lines[0]
