@@ -404,6 +404,9 @@ class SweepConfig:
     # planner pins; the "-auto" configurations pin only compile=1: the planner's own plan, compiled
     fix: dict[str, Any] = field(default_factory=dict)
     profile: bool = False           # also record one profiled step's kernel time per class
+    # batches with padding (an attention mask: every other row's last quarter padded, labels -100 there), planned
+    # and predicted as padded (api.plan_model(padded=True)): a Hugging Face model's attention runs masked kernels
+    padded: bool = False
 
     @property
     def plan_file(self) -> Path:
@@ -414,17 +417,18 @@ def _c(name: str, model: str, gpus: int, rows: int, **kw: Any) -> SweepConfig:
     return SweepConfig(name, model, gpus, rows, **kw)
 
 
-def _trio(prefix: str, model: str, rows: int, mb: int, third: tuple[int, str], seq: int = 2048) -> list[SweepConfig]:
+def _trio(prefix: str, model: str, rows: int, mb: int, third: tuple[int, str], seq: int = 2048,
+          padded: bool = False) -> list[SweepConfig]:
     """A family's three rows, each profiled: eager and compiled at micro-batch `mb`, and `third` = (micro-batch,
     recompute mode) eager, named PREFIX-eager, PREFIX-compiled, PREFIX-mb{m}x{rows/m}-{mode}."""
     tmb, mode = third
     suffix = {"full": "full", "op": "op", "selective": "sel"}[mode]
     return [_c(f"{prefix}-eager", model, 1, rows, seq=seq, fix={"micro_batch": mb, "recompute": "none", "compile": 0},
-               profile=True),
+               profile=True, padded=padded),
             _c(f"{prefix}-compiled", model, 1, rows, seq=seq,
-               fix={"micro_batch": mb, "recompute": "none", "compile": 1}, profile=True),
+               fix={"micro_batch": mb, "recompute": "none", "compile": 1}, profile=True, padded=padded),
             _c(f"{prefix}-mb{tmb}x{rows // tmb}-{suffix}", model, 1, rows, seq=seq,
-               fix={"micro_batch": tmb, "recompute": mode, "compile": 0}, profile=True)]
+               fix={"micro_batch": tmb, "recompute": mode, "compile": 0}, profile=True, padded=padded)]
 
 
 CONFIGS = [
@@ -609,6 +613,11 @@ CONFIGS = [
     *_trio("1g-mistral-s8k", "mistral-7b-8l", 4, 2, (1, "op"), seq=8192),
     *_trio("1g-olmo3-s8k", "olmo3-7b-8l", 4, 2, (1, "full"), seq=8192),
     *_trio("1g-gemma3-4b", "gemma3-4b-8l", 8, 4, (2, "full"), seq=4096),
+    # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
+    # attention a masked kernel), three families whose unpadded rows ran earlier
+    *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),
+    *_trio("1g-smollm3-padded", "smollm3-3b", 4, 2, (1, "full"), seq=4096, padded=True),
+    *_trio("1g-llama32-padded", "llama3.2-1b", 8, 4, (2, "op"), seq=4096, padded=True),
 ]
 
 
@@ -655,7 +664,7 @@ def cmd_plans(args: argparse.Namespace) -> int:
         model = _meta_model(cfg)
         t = time.perf_counter()
         plan = plan_model(model, hardware=PROFILE, gpus=cfg.gpus, gpus_per_node=cfg.gpus, global_batch=cfg.rows,
-                          seq_len=cfg.seq, max_memory_per_gpu=BUDGET, fix=cfg.fix or None)
+                          seq_len=cfg.seq, max_memory_per_gpu=BUDGET, fix=cfg.fix or None, padded=cfg.padded)
         plan.save(cfg.plan_file)
         print(f"{cfg.name:28s} {_describe(plan)}  ({time.perf_counter() - t:.1f} s)", flush=True)
     return 0
@@ -775,7 +784,15 @@ def sweep_trainer(cfg: SweepConfig, shared: dict[str, Any]) -> tuple[Any, list[A
     torch.cuda.empty_cache()
     gen = torch.Generator().manual_seed(0)
     vocab = MODELS[cfg.model]["vocab_size"]
-    return trainer, [torch.randint(0, vocab, (cfg.rows, cfg.seq + 1), generator=gen) for _ in range(4)], base
+    tokens = [torch.randint(0, vocab, (cfg.rows, cfg.seq + 1), generator=gen) for _ in range(4)]
+    return trainer, [_padded(t[:, :-1]) for t in tokens] if cfg.padded else tokens, base
+
+
+def _padded(ids: Any) -> dict[str, Any]:
+    """A Hugging Face batch (labels aligned with the inputs) whose odd rows end in a quarter of padding."""
+    mask = ids.new_ones(ids.shape)
+    mask[1::2, -ids.shape[1] // 4:] = 0
+    return {"input_ids": ids, "labels": ids.masked_fill(mask == 0, -100), "attention_mask": mask}
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
@@ -916,10 +933,10 @@ FITTED_PROFILE = ROOT / "benchmarks" / "results" / "h200_trainer_fit.yaml"
 # The fits price the same plans of the same models under hundreds of trial profiles: each model's graph (and
 # its segment analyses, which read no profile) and each plan file are read once per process.
 @functools.cache
-def _graph(model: str, seq: int) -> tuple[Any, Any]:
+def _graph(model: str, seq: int, padded: bool = False) -> tuple[Any, Any]:
     from autoparallel.api import trace_model
     from cost_models.segments import SegmentCache
-    graph = trace_model(_meta(model), seq_len=seq)
+    graph = trace_model(_meta(model), seq_len=seq, padded=padded)
     return graph, SegmentCache(graph)
 
 
@@ -941,7 +958,7 @@ def predict(cfg: SweepConfig, profile: Any = PROFILE, raw: dict | None = None) -
     plan = _plan(cfg.plan_file, cfg.plan_file.stat().st_mtime_ns)
     if raw is not None and "compile" in raw:
         plan = dataclasses.replace(plan, compile=bool(raw["compile"]))
-    graph, segments = _graph(cfg.model, cfg.seq)
+    graph, segments = _graph(cfg.model, cfg.seq, cfg.padded)
     cm = cost_model(graph, make_cluster(profile, cfg.gpus, cfg.gpus), segment_cache=segments)
     est = cm.estimate(plan, cm._budget(parse_bytes(BUDGET)))
     stage0 = est.memory_breakdown_gib[0]

@@ -56,6 +56,8 @@
 #                                                           # R7B's at 8192, each beyond its sliding window (FAMILIES17)
 #   bash benchmarks/device/trainer_sweep.sh families18      # Mistral 7B's and OLMo 3 7B's at 8192 tokens, Gemma 3 4B's
 #                                                           # at 4096, each beyond its window (FAMILIES18)
+#   bash benchmarks/device/trainer_sweep.sh padded          # Apertus 8B's (8192), SmolLM3 3B and Llama 3.2 1B (4096)
+#                                                           # on batches with padding, planned as padded (PADDED)
 #   bash benchmarks/device/trainer_sweep.sh host-mix        # one GPU: host factor, then the host time per block of the
 #                                                           # sweep's families at 32 tokens a row (host_mix.py;
 #                                                           # host-mix-compiled: six of them compiled)
@@ -109,6 +111,10 @@ SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES17
 FAMILIES18=1g-mistral-s8k-eager,1g-mistral-s8k-compiled,1g-mistral-s8k-mb1x4-op,1g-olmo3-s8k-eager,1g-olmo3-s8k-compiled
 FAMILIES18=$FAMILIES18,1g-olmo3-s8k-mb1x4-full,1g-gemma3-4b-eager,1g-gemma3-4b-compiled,1g-gemma3-4b-mb2x4-full
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES18
+PADDED=1g-apertus-padded-eager,1g-apertus-padded-compiled,1g-apertus-padded-mb1x4-op,1g-smollm3-padded-eager
+PADDED=$PADDED,1g-smollm3-padded-compiled,1g-smollm3-padded-mb1x4-full,1g-llama32-padded-eager
+PADDED=$PADDED,1g-llama32-padded-compiled,1g-llama32-padded-mb2x4-op
+SKIP_SINGLE=$SKIP_SINGLE,$PADDED
 SKIP_SINGLE=$SKIP_SINGLE,1g-gpt-s64-mb4x2,1g-llama-s64-mb4x2,1g-smollm3-s64-mb2x4-full,1g-smollm3-s64-mb2x4
 SKIP_SINGLE=$SKIP_SINGLE,1g-smollm3-s64-mb2x4-op
 # held_out NAME ROWS SECONDS [MEASURE FLAGS]: this VM's host factor, the rows into $OUT/NAME.jsonl, the factor again
@@ -203,6 +209,7 @@ case "${1:-}" in
   families16) held_out families16 "$FAMILIES16" 540 --profile-all ;;
   families17) held_out families17 "$FAMILIES17" 480 --profile-all ;;
   families18) held_out families18 "$FAMILIES18" 480 --profile-all ;;
+  padded) held_out padded "$PADDED" 420 --profile-all ;;
   families10-fsdp)  # FAMILIES10, then step timelines of three plans at 2048 and at 64 tokens a row
     bash "$0" families10
     timeout 290 python benchmarks/profile_timeline.py --out "$OUT/timeline.jsonl" \
@@ -223,6 +230,6 @@ case "${1:-}" in
       | grep "blocks fwd\|Error\|error" | cut -c1-200 ;;
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|host-mix|host-mix-compiled|host-mix-sac|compiled-hf" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|host-mix|host-mix-compiled|host-mix-sac|compiled-hf" >&2
      exit 2 ;;
 esac
