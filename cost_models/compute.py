@@ -327,10 +327,9 @@ def attention_times(flops: np.ndarray, phase: str, seq: int, head_dim: int, prof
         return None
     scores = flops / (ATTENTION_FLOPS_PER_SCORE[phase] * head_dim)
     rows = scores * head_dim / seq
+    masked = np.zeros_like(flops, dtype=bool) if masked is None else masked
     out = np.zeros_like(flops, dtype=float)
-    for sel, terms in ((np.ones_like(flops, dtype=bool) if masked is None else ~masked, causal),
-                       (np.zeros_like(flops, dtype=bool) if masked is None else masked,
-                        attention_terms(profile, phase, masked=True))):
+    for sel, terms in ((~masked, causal), (masked, attention_terms(profile, phase, masked=True))):
         flop_max, score_s, row_bytes, fixed_s = terms
         out = np.where(sel & (flops > 0), flops / (profile.peak(dtype) * flop_max) + scores * score_s
                        + rows * row_bytes / profile.memory_bandwidth + fixed_s, out)
