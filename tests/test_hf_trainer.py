@@ -544,7 +544,8 @@ def test_rotary_tables_per_layer_type_under_recompute_match_hf(recompute):
 @pytest.mark.parametrize("padding", [False, True])
 def test_the_first_batchs_padding_reaches_the_planner(padding, monkeypatch):
     """The trainer plans on its first batch: one with padding (an attention mask with zeros, which it keeps) is
-    planned as padded, one without (a mask of ones, which it drops) as not (api.plan_model's `padded`)."""
+    planned as padded, one without (a mask of ones, which it drops) as not (api.plan_model's `padded`); a trainer
+    that plans at construction (global_batch_size, seq_len) takes it from `padded=`."""
     import autoparallel.api as api
 
     seen = []
@@ -564,3 +565,6 @@ def test_the_first_batchs_padding_reaches_the_planner(padding, monkeypatch):
         mask[1, -3:] = 0
     trainer.step({**batch, "attention_mask": mask})
     assert seen == [padding]
+    AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=1e-3), hardware="h200", fix={"compile": 0},
+                        global_batch_size=8, seq_len=16, padded=padding)
+    assert seen == [padding, padding]

@@ -126,6 +126,9 @@ class AutoParallelTrainer:
                         (its reported capacity times the matched profile's usable fraction), what
                         `autoparallel plan` assumes without --max-memory-per-gpu
     global_batch_size, seq_len   planner inputs; inferred from the first batch when omitted
+    padded              the batches carry padding (an attention mask), so a Hugging Face model's attention
+                        runs a masked kernel that computes every score: plan for it. None (default): plan
+                        at construction as unpadded, or by the first batch (padded when its mask has zeros)
     hardware            "auto" (detect the local accelerator), a profile name or a YAML path
     device_ids          local device index per local rank (default: the local rank)
     plan                a Plan or a plan file from `autoparallel plan --output`; None: plan here
@@ -150,7 +153,7 @@ class AutoParallelTrainer:
                  device_ids: list[int] | None = None, plan: Plan | str | Path | None = None,
                  fix: dict | None = None, loss_fn: LossFn | None = None, moe: dict | None = None,
                  mixed_precision: str = "bf16", compile: bool | dict | None = None,
-                 init_fn: Callable[[nn.Module], None] | None = None) -> None:
+                 init_fn: Callable[[nn.Module], None] | None = None, padded: bool | None = None) -> None:
         check_has_parameters(model)
         self._max_memory = None if max_memory_per_gpu is None else parse_bytes(max_memory_per_gpu,
                                                                                  "max_memory_per_gpu")
@@ -192,10 +195,11 @@ class AutoParallelTrainer:
         self._steps = 0
         self._fp8_modules: list[str] = []  # module paths converted to torchao Float8Linear (plan.fp8)
         self._pending = (global_batch_size, seq_len)  # planner inputs when the plan waits for a batch
+        self._padded = padded
         if plan is not None:
             self._setup(plan if isinstance(plan, Plan) else Plan.load(plan))
         elif global_batch_size is not None and seq_len is not None:
-            self._setup(self._make_plan(global_batch_size, seq_len))
+            self._setup(self._make_plan(global_batch_size, seq_len, padded=bool(padded)))
 
     # ---- public API --------------------------------------------------------------------------
     @property
@@ -240,7 +244,8 @@ class AutoParallelTrainer:
                             f"attention_mask; drop it (and mark padded labels -100) or pass a model that takes one")
         if self._plan is None:
             gb, seq = self._pending
-            self._setup(self._make_plan(gb or b.rows, seq or b.seq_len, padded=b.attention_mask is not None))
+            padded = self._padded if self._padded is not None else b.attention_mask is not None
+            self._setup(self._make_plan(gb or b.rows, seq or b.seq_len, padded=padded))
         plan = self.plan
         dp_ep = plan.dp * plan.ep
         if plan.cp > 1:
