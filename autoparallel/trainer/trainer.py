@@ -159,6 +159,7 @@ class AutoParallelTrainer:
                                                                                  "max_memory_per_gpu")
         to_dtype(mixed_precision, "mixed_precision")
         self._model = model
+        self._takes_mask = _takes_attention_mask(model)  # whether a batch's attention_mask can be passed on
         # An HF causal LM runs with autoparallel.hf's forward (on the trainer's copies only).
         self._hf: HFParts | None = hf_parts(model) if is_hf_causal_lm(model) else None
         self._layout = find_layout(model)
@@ -239,7 +240,7 @@ class AutoParallelTrainer:
     def step(self, batch: Any) -> float:
         """One optimizer step on the global batch; returns the global mean loss (equal on all ranks)."""
         b = parse_batch(batch, hf_shift=self._hf is not None)
-        if b.attention_mask is not None and not _takes_attention_mask(self._model):
+        if b.attention_mask is not None and not self._takes_mask:
             raise UserError(f"batch: attention_mask has padding, but {type(self._model).__name__}.forward takes no "
                             f"attention_mask; drop it (and mark padded labels -100) or pass a model that takes one")
         if self._plan is None:
