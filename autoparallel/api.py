@@ -22,7 +22,7 @@ from autoparallel.planner import PRECISIONS, SCHEDULE_PINS, Planner, PlanResult,
 from autoparallel.sharding import cost_model as sharding_cost_model
 from autoparallel.trace_cache import TraceCache, TraceKey, hf_config_identity, module_identity, spec_identity
 from autoparallel.units import parse_bytes
-from cost_models.estimate import CostModel, Estimate
+from cost_models.estimate import TRAINER, CostModel, Estimate, RuntimeVariant
 from hardware_profiles import Cluster, load_profile
 
 if TYPE_CHECKING:  # torch loads only when a model is actually traced (a warm cache never needs it)
@@ -133,11 +133,13 @@ def _budget(max_memory_per_gpu: str | int | float | None) -> float | None:
 def context(model: Any, hardware: str | Any, gpus: int, seq_len: int, gpus_per_node: int | None = None,
             max_memory_per_gpu: Any = None, graph: OpGraph | None = None,
             overlap_grad_sync: bool = True, runtime: str = "trainer", cache: TraceCache | bool = True,
-            progress: Progress = QUIET, padded: bool = False) -> PlanContext:
+            progress: Progress = QUIET, padded: bool = False, variant: RuntimeVariant = TRAINER) -> PlanContext:
+    """What planning `model` on `gpus` devices of `hardware` needs: its graph, the cluster, the cost model of
+    `runtime` (variant: where it differs from the trainer, CostModel) and the memory budget."""
     cluster = hardware if isinstance(hardware, Cluster) else make_cluster(hardware, gpus, gpus_per_node)
     budget = _budget(max_memory_per_gpu)  # parsed before the trace: bad input costs no work
     graph = graph or trace_model(model, seq_len=seq_len, cache=cache, progress=progress, padded=padded)
-    cm = sharding_cost_model(graph, cluster, overlap_grad_sync=overlap_grad_sync, runtime=runtime)
+    cm = sharding_cost_model(graph, cluster, overlap_grad_sync=overlap_grad_sync, runtime=runtime, variant=variant)
     return PlanContext(_model_name(model), graph, cluster, cm, cm._budget(budget))
 
 

@@ -126,7 +126,7 @@ from cost_models.comm import (
     reduce_scatter_time,
 )
 from cost_models.compute import classify_node, copy_bytes_of, is_matmul, moved_bytes, op_times, update_time
-from cost_models.estimate import CostModel
+from cost_models.estimate import TRAINER, CostModel, RuntimeVariant
 from cost_models.segments import SegmentCache
 from hardware_profiles import Cluster
 
@@ -1148,11 +1148,13 @@ __all__ = ["ShardingSolver", "SegmentSolution", "Choice", "Mode", "PlacementILP"
 
 
 def cost_model(graph: OpGraph, cluster: Cluster, dtype: str = "bf16", overlap_grad_sync: bool = True,
-               runtime: str = "trainer", segment_cache: SegmentCache | None = None) -> CostModel:
+               runtime: str = "trainer", segment_cache: SegmentCache | None = None,
+               variant: RuntimeVariant = TRAINER) -> CostModel:
     """A CostModel whose plans without placements get this solver's (one solver per cost model, so its
     per-block-class caches are shared; updates priced with the cost model's own runtime). segment_cache:
-    the graph's segment analyses, shared across cost models of one graph (CostModel)."""
-    cm = CostModel(graph, cluster, dtype, overlap_grad_sync, runtime, segment_cache)
+    the graph's segment analyses, shared across cost models of one graph; variant: where the runtime differs
+    from the trainer (CostModel)."""
+    cm = CostModel(graph, cluster, dtype, overlap_grad_sync, runtime, segment_cache, variant)
     solver = ShardingSolver(graph, cluster, dtype, update_rate=cm.update_rate_per_micro_batch)
     cm.placement_solver = solver.placements
     return cm

@@ -31,8 +31,9 @@ if str(ROOT) not in sys.path:  # run from anywhere without an install pointing e
     sys.path.insert(0, str(ROOT))
 
 from autoparallel.errors import UserError  # noqa: E402
-from autoparallel.plan import RECOMPUTE_MODES, Plan  # noqa: E402
+from autoparallel.plan import Plan  # noqa: E402
 from autoparallel.specs import ModelSpec, load_model_spec, parameter_count  # noqa: E402
+from cost_models.estimate import TRAINER, RuntimeVariant  # noqa: E402
 
 DATA = ROOT / "benchmarks" / "data" / "published_runs.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "published_validation.json"
@@ -54,7 +55,7 @@ class Runtime:
     param_dtype: str            # dtype of the parameters compute reads (Plan.param_dtype)
     grad_reduce_dtype: str      # dtype of the DP gradient reduction (Plan.grad_reduce_dtype)
     sequence_parallel: bool     # SP whenever tp > 1
-    op_sac_as: str              # how the framework's per-op SAC maps onto the cost model's modes
+    variant: RuntimeVariant     # where an FSDP2 runtime differs from AutoParallelTrainer (op-SAC policy, loss compile)
     note: str
     # FSDP under a pipeline keeps ZeRO-3's per-forward resharding (the trainer's); False: its units stay gathered
     # for the whole step there (torchtitan's apply_fsdp: reshard_after_forward = not pp_enabled), which is the
@@ -68,36 +69,41 @@ class Runtime:
         return "megatron" if self.family == "megatron" else "trainer"
 
 
-# torchtitan's op-SAC saves every matmul output except every second mm, plus SDPA outputs, and
-# recomputes the rest. The cost model has no such mode yet (issue #12 asks for one): it is mapped to
-# 'selective' (recompute non-GEMM ops, keep GEMM outputs), the nearest mode; when Plan grows a mode
-# named in OP_SAC_NATIVE the harness uses it instead.
-OP_SAC_NATIVE = ("op_sac", "op", "sac")
+# torchtitan's per-op SAC recomputes every second mm (compute.OP_SAC_POLICIES); until 2025 its train.py left the
+# loss eager ("compiling loss function causes CUDA errors", 9dec370, 2024-12); components/loss.py compiles it
+# with the model from 2025 (e7c0cae, 2025-06): two versions of the framework, told apart by the source's commit
+TORCHTITAN_2024 = RuntimeVariant(op_sac="torchtitan", compiles_loss=False)
+TORCHTITAN_2025 = RuntimeVariant(op_sac="torchtitan", compiles_loss=True)
+TORCHTITAN_NOTE = ("FSDP2 fully_shard, MixedPrecisionPolicy(param bf16, reduce fp32): sharded fp32 parameters, "
+                   "bf16 all-gather/compute, fp32 reduce-scatter; prefetch overlaps the collectives; TP plans "
+                   "shard norms on the sequence (SP); under PP the blocks stay gathered (reshard_after_forward = not "
+                   "pp_enabled); per-op SAC recomputes every second mm")
 
 FRAMEWORK_RUNTIME: dict[str, Runtime] = {
     "torchtitan": Runtime(
-        "torch-native", True, "bf16", "fp32", True, "selective",
-        "FSDP2 fully_shard, MixedPrecisionPolicy(param bf16, reduce fp32): sharded fp32 parameters, "
-        "bf16 all-gather/compute, fp32 reduce-scatter; prefetch overlaps the collectives; TP plans "
-        "shard norms on the sequence (SP); under PP the blocks stay gathered (reshard_after_forward = not "
-        "pp_enabled)", fsdp_reshards_under_pp=False),
+        "torch-native", True, "bf16", "fp32", True, TORCHTITAN_2024,
+        TORCHTITAN_NOTE + "; the loss eager (2024: train.py)", fsdp_reshards_under_pp=False),
+    "torchtitan-2025": Runtime(
+        "torch-native", True, "bf16", "fp32", True, TORCHTITAN_2025,
+        TORCHTITAN_NOTE + "; compiled runs compile the loss (2025: components/loss.py)",
+        fsdp_reshards_under_pp=False),
     "llm-foundry": Runtime(
-        "torch-native", True, "bf16", "bf16", False, "selective",
+        "torch-native", True, "bf16", "bf16", False, TRAINER,
         "Composer FSDP1 FULL_SHARD with mixed_precision PURE: bf16 compute, bf16 gradient reduce, "
         "fp32 sharded master weights; backward prefetch overlaps the collectives"),
     "nemo-automodel": Runtime(
-        "torch-native", True, "bf16", "fp32", False, "selective",
+        "torch-native", True, "bf16", "fp32", False, TRAINER,
         "FSDP2 (+ EP over DeepEP), bf16 compute, fp32 reduce; TE kernels"),
     "megatron-bridge": Runtime(
-        "megatron", True, "bf16", "fp32", True, "selective",
+        "megatron", True, "bf16", "fp32", True, TRAINER,
         "Megatron-Core: bf16 params, fp32 main grads (bf16 implies accumulate_allreduce_grads_in_fp32), "
         "distributed optimizer, --overlap-grad-reduce/--overlap-param-gather in the perf recipes, SP with TP"),
     "megatron-core": Runtime(
-        "megatron", True, "bf16", "fp32", True, "selective", "as megatron-bridge"),
+        "megatron", True, "bf16", "fp32", True, TRAINER, "as megatron-bridge"),
     "nemo": Runtime(
-        "megatron", True, "bf16", "fp32", True, "selective", "NeMo 2 = Megatron-Core; as megatron-bridge"),
+        "megatron", True, "bf16", "fp32", True, TRAINER, "NeMo 2 = Megatron-Core; as megatron-bridge"),
     "meta-internal": Runtime(
-        "other", True, "bf16", "fp32", True, "selective",
+        "other", True, "bf16", "fp32", True, TRAINER,
         "Llama 3 trainer (FSDP + TP + PP + CP); grad reduction dtype not published, fp32 assumed"),
 }
 
@@ -162,10 +168,8 @@ def recompute_per_block(row: dict, num_blocks: int) -> tuple[str, ...]:
     rc = row["recompute"]
     if rc == "layer_sac_2":  # torchtitan ac_freq 2: every second block checkpointed in full
         return tuple("full" if (i + 1) % 2 == 0 else "none" for i in range(num_blocks))
-    if rc == "op_sac":
-        native = [m for m in OP_SAC_NATIVE if m in RECOMPUTE_MODES]
-        rc = native[0] if native else FRAMEWORK_RUNTIME[row["framework"]].op_sac_as
-    return (rc,) * num_blocks
+    # torchtitan's per-op SAC is the cost model's "op" mode under the framework's policy (Runtime.variant)
+    return ("op" if rc == "op_sac" else rc,) * num_blocks
 
 
 def build_plan(row: dict, spec: ModelSpec, placements: dict[str, str] | None = None) -> Plan:
@@ -222,7 +226,7 @@ def evaluate(row: dict) -> dict:
     spec = model_spec(row)
     t0 = time.perf_counter()
     ctx = context(spec, row["hardware"], row["gpus"], row["seq_len"], gpus_per_node=row["gpus_per_node"],
-                  overlap_grad_sync=rt.overlap_grad_sync, runtime=rt.cost_runtime)
+                  overlap_grad_sync=rt.overlap_grad_sync, runtime=rt.cost_runtime, variant=rt.variant)
     plan = build_plan(row, spec)
     plan = replace(plan, placements=ctx.cost_model.placements_for(plan))
     est = ctx.cost_model.estimate(plan, ctx.budget_bytes)
@@ -290,7 +294,8 @@ def gemm_what_if(row: dict, spec: ModelSpec, ctx: Any, plan: Plan, meas_tok: flo
     for g in GEMM_WHAT_IF[row["hardware"]]:
         prof = replace(base, efficiency=replace(base.efficiency, gemm_max=g))
         alt = context(spec, prof, row["gpus"], row["seq_len"], gpus_per_node=row["gpus_per_node"],
-                      graph=ctx.graph, overlap_grad_sync=rt.overlap_grad_sync, runtime=rt.cost_runtime)
+                      graph=ctx.graph, overlap_grad_sync=rt.overlap_grad_sync, runtime=rt.cost_runtime,
+                      variant=rt.variant)
         est = alt.cost_model.estimate(plan, alt.budget_bytes)
         out[f"{g}"] = round((est.tokens_per_s / row["gpus"] / meas_tok - 1) * 100, 2)
     return out
@@ -513,11 +518,12 @@ def write_doc(runs: list[dict], evaluated: list[dict], skipped: list[dict], summ
         meas = ", ".join(f"{k} {v}" for k, v in r["measured"].items())
         lines.append(f"| {r['id']} | {r['framework']} | {r['reason']} | {meas} | [{src['where']}]({src['url']}) |")
     lines += ["", "## Framework runtime table (the only non-row inputs)", "",
-              "| framework | family | overlap grad sync | params | grad reduce | SP with TP | op-SAC modelled as | "
-              "FSDP reshards under PP | what it stands for |", "|---|---|---|---|---|---|---|---|---|"]
+              "| framework | family | overlap grad sync | params | grad reduce | SP with TP | per-op SAC policy | "
+              "loss compiled | FSDP reshards under PP | what it stands for |", "|---|---|---|---|---|---|---|---|---|---|"]
     for k, v in FRAMEWORK_RUNTIME.items():
         lines.append(f"| {k} | {v.family} | {v.overlap_grad_sync} | {v.param_dtype} | {v.grad_reduce_dtype} | "
-                     f"{v.sequence_parallel} | {v.op_sac_as} | {v.fsdp_reshards_under_pp} | {v.note} |")
+                     f"{v.sequence_parallel} | {v.variant.op_sac} | {v.variant.compiles_loss} | "
+                     f"{v.fsdp_reshards_under_pp} | {v.note} |")
     lines += diagnosis_tables(evaluated)
     if DIAGNOSIS.exists():
         lines += ["", DIAGNOSIS.read_text().rstrip()]

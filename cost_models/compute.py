@@ -186,6 +186,32 @@ def saved_under_op_sac(op_name: str) -> bool:
     return _base(op_name) in OP_SAC_SAVED
 
 
+# Which per-op selective checkpointing a runtime runs: "trainer", AutoParallelTrainer's (OP_SAC_SAVED), or
+# "torchtitan", torchtitan's "op" policy (its llama3 parallelize `_save_list`, 2024-12 to 2025-06): it
+# counts the aten.mm calls of each block forward (a fresh count per checkpointed call) and saves the 1st,
+# 3rd, 5th ... of them, recomputing the others; fused attention and reduce-scatters are saved, the rest
+# (addmm and bmm included) recomputed. A llama block recomputes wk, wo and w3: 37% of its forward GEMM FLOPs.
+OP_SAC_POLICIES = ("trainer", "torchtitan")
+TORCHTITAN_SAC_SAVED = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu",
+                        "reduce_scatter_tensor", "max")
+
+
+def op_sac_keep(op_names: Sequence[str], policy: str = "trainer") -> np.ndarray:
+    """bool per forward op of one block, in trace order: whether `policy`'s per-op selective checkpointing
+    saves its outputs (OP_SAC_POLICIES)."""
+    if policy == "trainer":
+        return np.array([saved_under_op_sac(n) for n in op_names], dtype=bool)
+    if policy != "torchtitan":
+        raise ValueError(f"op_sac policy {policy!r} is not one of {', '.join(OP_SAC_POLICIES)}")
+    keep, mm = [], 0
+    for n in op_names:
+        base = _base(n)
+        mm += base == "mm"
+        keep.append(mm % 2 == 1 if base == "mm" else base in TORCHTITAN_SAC_SAVED)
+    return np.array(keep, dtype=bool)
+
+
 def moved_bytes(attrs: dict) -> float:
     """Bytes a traced op moves through device memory: its inputs read + outputs written (0 for aliases).
     `_safe_softmax` (scaled_dot_product_attention's math path, where neither flash nor memory-efficient

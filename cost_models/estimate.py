@@ -49,6 +49,7 @@ from cost_models.comm import (
 from cost_models.compute import (
     CLASS_CODE,
     FP8_EAGER_KERNELS,
+    OP_SAC_POLICIES,
     attention_times,
     compiled_host_floor,
     compiled_times,
@@ -87,6 +88,22 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # (what goes on the wire is cost_models.comm.GRAD_WIRE_BYTES)
 GRAD_STATE_BYTES = {**DTYPE_BYTES, "int8": 4}
 ALLOCATOR_RESERVE = 0.03         # fraction of peak lost to caching-allocator fragmentation
+
+
+@dataclass(frozen=True)
+class RuntimeVariant:
+    """What another runtime of the trainer's kind (FSDP2, blocks compiled one by one) does differently from
+    AutoParallelTrainer, whose choices are the defaults. Published runs of torch-native trainers state theirs
+    (benchmarks/validate_published.py); the planner and the trainer use the defaults."""
+    op_sac: str = "trainer"      # per-op selective checkpointing's saved set, compute.OP_SAC_POLICIES
+    compiles_loss: bool = True   # torch.compile of the loss with the blocks, where the trainer compiles it
+
+    def __post_init__(self) -> None:
+        if self.op_sac not in OP_SAC_POLICIES:
+            raise UserError(f"op_sac {self.op_sac!r} is not one of {', '.join(OP_SAC_POLICIES)}")
+
+
+TRAINER = RuntimeVariant()
 
 
 @dataclass(frozen=True)
@@ -167,7 +184,8 @@ class CostModel:
     of a plan's cost that planner objective and `autoparallel estimate` share."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster, dtype: str = "bf16", overlap_grad_sync: bool = True,
-                 runtime: str = "trainer", segment_cache: SegmentCache | None = None):
+                 runtime: str = "trainer", segment_cache: SegmentCache | None = None,
+                 variant: RuntimeVariant = TRAINER):
         """overlap_grad_sync: the runtime overlaps the data-parallel gradient reduction with the
         backward pass (PyTorch DDP/FSDP2, torchtitan, Megatron-LM since 2023 do; Megatron-LM of 2021
         reduced after the backward pass).
@@ -175,9 +193,11 @@ class CostModel:
         zero_grad(set_to_none=True) and born again in each step's backward) or "megatron" (Megatron-LM:
         a persistent fp32 gradient buffer); see `grads_resident`.
         segment_cache: the graph's segment analyses, shared with other cost models of the same graph (they
-        read no profile); a new one when not given."""
+        read no profile); a new one when not given.
+        variant: where a "trainer" runtime differs from AutoParallelTrainer (RuntimeVariant)."""
         if runtime not in RUNTIMES:
             raise UserError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
+        self.variant = variant
         self.overlap_grad_sync = overlap_grad_sync
         self.runtime = runtime
         self.graph = graph
@@ -340,7 +360,7 @@ class CostModel:
         elif recompute == "op":
             # per-op SAC stores every output of a saved op (needed by backward or not) and the block's
             # input (the checkpoint's argument); what backward needs from other ops is recomputed
-            redo = ~seg.fwd.keep_op
+            redo = ~self._keep_op(seg)
             recompute_s, rec_flops = float(fwd_t[redo].sum()), float(fwd_flops[redo].sum())
             act = float((seg.fwd.out_bytes * b / fwd_div)[~redo].sum()) + input_bytes
             working = float(saved[redo].sum())
@@ -416,12 +436,15 @@ class CostModel:
             return "op"
         return recompute
 
-    @staticmethod
-    def _recomputed_ops(seg: Segment, recompute: str) -> int:
+    def _keep_op(self, seg: Segment) -> np.ndarray:
+        """The forward ops whose outputs the runtime's per-op checkpointing saves (`op_sac`)."""
+        return seg.fwd.keep_op_torchtitan if self.variant.op_sac == "torchtitan" else seg.fwd.keep_op
+
+    def _recomputed_ops(self, seg: Segment, recompute: str) -> int:
         """Forward ops a recompute mode re-runs in the backward of one micro-batch. Selective may re-run
         none: a fused attention kernel keeps no seq x seq tensor, yet the trainer still checkpoints it."""
         keep = {"full": np.zeros(len(seg.fwd.flops), dtype=bool), "selective": seg.fwd.keep_selective,
-                "op": seg.fwd.keep_op}.get(recompute)
+                "op": self._keep_op(seg)}.get(recompute)
         return 0 if keep is None else int(np.count_nonzero(~keep))
 
     def fsdp_units(self, seg: Segment, plan: Plan) -> int:
@@ -792,7 +815,7 @@ class CostModel:
     def compiled_loss(self, compiled: bool, tp: int, cp: int) -> bool:
         """Whether the trainer compiles the default loss with the blocks (AutoParallelTrainer._setup: tp = cp
         = 1; under TP the loss is vocab-parallel, under CP it runs in the ring's context, both eager)."""
-        return self.runtime == "trainer" and compiled and tp == 1 and cp == 1
+        return self.runtime == "trainer" and self.variant.compiles_loss and compiled and tp == 1 and cp == 1
 
     def loss_parallel(self, plan: Plan) -> bool:
         """Whether the trainer's default loss runs on vocab-sharded logits (torch's loss_parallel): tp > 1

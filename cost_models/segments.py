@@ -35,7 +35,7 @@ from cost_models.compute import (
     copy_bytes_of,
     is_matmul,
     moved_bytes,
-    saved_under_op_sac,
+    op_sac_keep,
 )
 from cost_models.graph import OpGraph
 
@@ -61,6 +61,8 @@ class PhaseOps:
     # bool: still saved under per-op selective checkpointing ("op": the outputs of matmuls and fused
     # attention, the trainer's save list; fwd only)
     keep_op: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    # bool: the same under torchtitan's policy, every second mm recomputed (compute.op_sac_keep; fwd only)
+    keep_op_torchtitan: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     out_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # bytes of each op's outputs, per sample
     # bool: a GEMM of an nn.Linear whose dims are multiples of 16, which FP8 training runs in float8
     # (compute.fp8_gemm_times; the trainer converts the same linears, autoparallel.trainer.low_precision)
@@ -255,7 +257,8 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             weight_sized=np.array([phase == "bwd" and not is_matmul(a.get("op", "")) and bool(a.get("out_shapes"))
                                    and tuple(int(d) for d in a["out_shapes"][0]) in weight_shapes
                                    for a in attrs], dtype=bool),
-            keep_op=np.array([saved_under_op_sac(a.get("op", "")) for a in attrs], dtype=bool),
+            keep_op=op_sac_keep([a.get("op", "") for a in attrs], "trainer"),
+            keep_op_torchtitan=op_sac_keep([a.get("op", "") for a in attrs], "torchtitan"),
             out_bytes=np.array([_out_bytes(a) for a in attrs], dtype=float) * per_sample,
             fp8_gemm=np.array([_fp8_linear_gemm(graph, a) for a in attrs], dtype=bool),
             in_act_bytes=np.maximum(np.array([a.get("bytes_read", 0) for a in attrs], dtype=float) - pbytes, 0.0)

@@ -258,6 +258,64 @@ def test_op_recompute_keeps_matmul_outputs_and_redoes_the_rest(gpt_ctx):
     assert with_host > est["op"].step_time_s
 
 
+def test_torchtitan_op_sac_recomputes_every_second_mm():
+    """torchtitan's per-op SAC (its llama `_save_list` policy, a fresh mm count per block forward) saves the
+    1st, 3rd, 5th ... aten.mm of each block: in a llama block q, v, gate and down, recomputing k, o and up.
+    Priced as a RuntimeVariant of the trainer's runtime: its recompute is the forward time of the ops it does
+    not save, and it keeps exactly the recomputed GEMMs' outputs fewer than the trainer's policy."""
+    from cost_models.estimate import RuntimeVariant
+    spec = load_model_spec({"model_type": "llama", "vocab_size": 128, "hidden_size": 64, "intermediate_size": 176,
+                            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                            "max_position_embeddings": 64})
+    from autoparallel.api import make_cluster
+    cluster = make_cluster(_without_host_terms(load_profile("h200")), 1)  # the kernels' view, as above
+    trainer = context(spec, cluster, 1, 64)
+    titan = context(spec, cluster, 1, 64, graph=trainer.graph, variant=RuntimeVariant(op_sac="torchtitan"))
+    block = trainer.cost_model.block_rep(0)
+    seg = trainer.cost_model.segments({}, False)[block]
+    nodes = [trainer.graph.g.nodes[n] for n in sorted(trainer.graph.g.nodes)
+             if trainer.graph.g.nodes[n].get("phase") == "fwd" and trainer.graph.g.nodes[n].get("module", "")
+             .startswith(block)]
+    assert len(nodes) == len(seg.fwd.keep_op)
+    mm = [i for i, a in enumerate(nodes) if a["op"] == "aten.mm.default"]
+    assert len(mm) == 7
+    assert seg.fwd.keep_op[mm].all()
+    assert seg.fwd.keep_op_torchtitan[mm].tolist() == [True, False, True, False, True, False, True]
+    redone = [nodes[i]["module"].rsplit(".", 1)[-1] for i in mm if not seg.fwd.keep_op_torchtitan[i]]
+    assert redone == ["k_proj", "o_proj", "up_proj"]
+    # every other op is treated alike by both policies (attention saved, elementwise recomputed)
+    other = np.ones(len(nodes), dtype=bool)
+    other[mm] = False
+    assert (seg.fwd.keep_op[other] == seg.fwd.keep_op_torchtitan[other]).all()
+    costs = {name: ctx.cost_model.segment_cost(ctx.cost_model.segments_key({}, False), block, 1, 1, False, 2, "op",
+                                               "intra", "intra")
+             for name, ctx in (("trainer", trainer), ("torchtitan", titan))}
+    fwd_t, _, _, _ = titan.cost_model._phase_times(seg.fwd, "fwd", 1, 1, False, 2.0)
+    assert costs["torchtitan"].recompute_s == pytest.approx(float(fwd_t[~seg.fwd.keep_op_torchtitan].sum()))
+    assert costs["torchtitan"].recompute_s > costs["trainer"].recompute_s
+    fewer = sum(float(seg.fwd.out_bytes[i]) * 2 for i in mm if not seg.fwd.keep_op_torchtitan[i])
+    assert costs["trainer"].act_bytes - costs["torchtitan"].act_bytes == pytest.approx(fewer)
+
+
+def test_runtime_variant_without_loss_compile_keeps_the_eager_loss():
+    """A runtime that compiles its blocks but not its loss (torchtitan until 2025) keeps the eager loss's
+    buffers: a compiled plan's last segment then saves what the eager plan's does; the trainer's own loss,
+    compiled, saves less (bf16 logits instead of fp32 log-probabilities)."""
+    from cost_models.estimate import RuntimeVariant
+    trainer = context("llama3-8b", "h200", 8, 2048)
+    eager_loss = context("llama3-8b", "h200", 8, 2048, graph=trainer.graph,
+                         variant=RuntimeVariant(compiles_loss=False))
+    def post(ctx, compiled: bool) -> float:
+        key = ctx.cost_model.segments_key({}, False)
+        return ctx.cost_model.segment_cost(key, "post", 1, 1, False, 1, "none", "intra", "intra", compiled).act_bytes
+
+    assert trainer.cost_model.compiled_loss(True, 1, 1) and not eager_loss.cost_model.compiled_loss(True, 1, 1)
+    assert post(eager_loss, True) == pytest.approx(post(eager_loss, False))
+    assert post(trainer, True) < post(trainer, False)
+    with pytest.raises(UserError, match="op_sac"):
+        RuntimeVariant(op_sac="every-third")
+
+
 @pytest.fixture(scope="module")
 def llama8b_graph():
     from autoparallel.api import trace_model
