@@ -3,6 +3,7 @@
     # on one H200 (torch 2.11 there, no torchao: pass a directory holding the torchao wheel)
     pip download torchao==0.18.0 --no-deps -d wheels/      # on a machine with the registry
     python benchmarks/fp8_h200.py --out fp8.json --torchao-wheels wheels/ [--steps 200] [--eager]
+    python benchmarks/fp8_h200.py --model llama3-8b-8l --recompute none,op --out fp8_8b.json --torchao-wheels wheels/
     # anywhere, in seconds: a tiny model on CPU, FP8 variants skipped where torchao cannot run them
     python benchmarks/fp8_h200.py --smoke --out /tmp/fp8_smoke.json
 
@@ -11,7 +12,10 @@ training code is pure Python over torch._scaled_mm, so the wheel is imported str
 file, a zip archive, without installing; its CUDA extensions are not needed and not loaded).
 
 Model and batch as benchmarks/h200_trainer_throughput.py: LLAMA_1_3B (hidden 2048, 26 layers, SwiGLU
-5632, vocabulary 32000), 8 x 2048 tokens per step, fused AdamW (lr 3e-4). Every variant runs in a
+5632, vocabulary 32000), 8 x 2048 tokens per step, fused AdamW (lr 3e-4); or with --model llama3-8b-8l,
+Llama 3 8B's widths on 8 of its layers (trainer_sweep.LLAMA3_8B_8L), 2 x 8192 tokens per step, the local
+batch of torchtitan's Llama 3.1 8B runs. --recompute runs each variant under each listed mode (plan.recompute
+in every block; `op` saves the FP8 GEMMs' outputs as it saves mm's). Every variant runs in a
 one-rank NCCL process group (the trainer's torchrun path: FSDP2 with bf16 parameters and fp32
 reduction, the runtime the cost model prices) from the same initial weights (seed 0) on the same data:
 a pool of 16 random batches, cycled, so the loss falls as the model memorizes them.
@@ -54,7 +58,11 @@ LLAMA_1_3B = {"name": "llama-1.3b", "model_type": "llama", "vocab_size": 32000, 
 SMOKE = {"name": "llama-smoke", "model_type": "llama", "vocab_size": 256, "hidden_size": 64,
          "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
          "max_position_embeddings": 256}
-BATCH, SEQ, LR, POOL = 8, 2048, 3e-4, 16
+LLAMA3_8B_8L = {"name": "llama3-8b-8l", "model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
+                "intermediate_size": 14336, "num_hidden_layers": 8, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "max_position_embeddings": 8192, "rope_theta": 500000.0}
+MODELS = {"llama-1.3b": (LLAMA_1_3B, 8, 2048), "llama3-8b-8l": (LLAMA3_8B_8L, 2, 8192)}  # spec, batch, seq
+LR, POOL = 3e-4, 16
 RECIPES = ("none", "tensorwise", "rowwise")
 
 
@@ -87,11 +95,11 @@ def fp8_runs_here(device: torch.device) -> str | None:
         return f"{type(e).__name__}: {str(e)[:300]}"
 
 
-def make_plan(spec, recipe: str, compiled: bool, batch: int, seq: int):
+def make_plan(spec, recipe: str, compiled: bool, batch: int, seq: int, recompute: str = "none"):
     from autoparallel.plan import Plan
     n = spec.num_layers
     return Plan(model=spec.name, hardware="h200", gpus=1, gpus_per_node=1, global_batch=batch, seq_len=seq,
-                micro_batch=batch, recompute=("none",) * n, param_dtype="bf16", grad_reduce_dtype="fp32",
+                micro_batch=batch, recompute=(recompute,) * n, param_dtype="bf16", grad_reduce_dtype="fp32",
                 compile=compiled, fp8=(recipe,) * n if recipe != "none" else ())
 
 
@@ -149,14 +157,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="comma-separated variant names to run (e.g. bf16,fp8-tensorwise)")
     ap.add_argument("--torchao-wheels", default=None, help="directory with a torchao wheel to import from")
     ap.add_argument("--smoke", action="store_true", help="tiny model on CPU (gloo), a few steps")
+    ap.add_argument("--model", default="llama-1.3b", choices=sorted(MODELS), help="model and batch (default llama-1.3b)")
+    ap.add_argument("--recompute", default="none", help="comma-separated recompute modes to run each variant under")
     args = ap.parse_args(argv)
     import torch.distributed as dist
 
     from autoparallel.specs import load_model_spec
     smoke = args.smoke or not torch.cuda.is_available()
     device = torch.device("cpu" if smoke else "cuda")
-    spec = load_model_spec(SMOKE if smoke else LLAMA_1_3B)
-    batch, seq = (2, 32) if smoke else (BATCH, SEQ)
+    config, batch, seq = MODELS[args.model]
+    spec = load_model_spec(SMOKE if smoke else config)
+    batch, seq = (2, 32) if smoke else (batch, seq)
+    modes_rc = args.recompute.split(",")
     steps = args.steps or (4 if smoke else 200)
     warmup = args.warmup if args.warmup is not None else (1 if smoke else 10)
     g = torch.Generator().manual_seed(0)
@@ -177,25 +189,26 @@ def main(argv: list[str] | None = None) -> int:
     # compile is a CUDA path in the trainer (CPU runs eager), so the smoke run prices eager plans
     modes = [False] if smoke else modes
     wanted = set(args.only.split(",")) if args.only else None
-    for compiled in modes:
-        for recipe in RECIPES:
-            name = ("bf16" if recipe == "none" else f"fp8-{recipe}") + ("" if compiled else "-eager")
-            if (wanted and name not in wanted) or (recipe != "none" and why_not):
-                continue
-            plan = make_plan(spec, recipe, compiled, batch, seq)
-            try:
-                v = run_variant(spec, plan, device, data, steps, warmup)
-                v["predicted_step_time_s"] = predicted(spec, plan, batch, seq)
-                raw["variants"][name] = v
-                print(f"{name:22s} {v['step_time_s'] * 1e3:8.1f} ms/step (predicted {v['predicted_step_time_s'] * 1e3:7.1f})"
-                      f"  loss {v['first_loss']:.4f} -> {v['final_loss']:.4f}", flush=True)
-            except Exception as e:  # noqa: BLE001 - report what could not run and go on
-                raw["errors"][name] = f"{type(e).__name__}: {e}"[:1500] + "\n" + traceback.format_exc()[-2500:]
-                print(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+    for compiled, rc, recipe in [(c, r, x) for c in modes for r in modes_rc for x in RECIPES]:
+        name = (("bf16" if recipe == "none" else f"fp8-{recipe}") + ("" if rc == "none" else f"-{rc}")
+                + ("" if compiled else "-eager"))
+        if (wanted and name not in wanted) or (recipe != "none" and why_not):
+            continue
+        plan = make_plan(spec, recipe, compiled, batch, seq, rc)
+        try:
+            v = run_variant(spec, plan, device, data, steps, warmup)
+            v["predicted_step_time_s"] = predicted(spec, plan, batch, seq)
+            raw["variants"][name] = v
+            print(f"{name:22s} {v['step_time_s'] * 1e3:8.1f} ms/step (predicted {v['predicted_step_time_s'] * 1e3:7.1f})"
+                  f"  loss {v['first_loss']:.4f} -> {v['final_loss']:.4f}", flush=True)
+        except Exception as e:  # noqa: BLE001 - report what could not run and go on
+            raw["errors"][name] = f"{type(e).__name__}: {e}"[:1500] + "\n" + traceback.format_exc()[-2500:]
+            print(f"{name}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
     dist.destroy_process_group()
     raw["speedup_vs_bf16"] = {}
     for name, v in raw["variants"].items():
-        base = raw["variants"].get("bf16" + ("-eager" if name.endswith("-eager") else ""))
+        suffix = name.split("-", 2)[2] if name.count("-") >= 2 else ""  # fp8-tensorwise-op-eager: op-eager
+        base = raw["variants"].get("bf16" + ("-" + suffix if suffix else ""))
         if name.startswith("fp8") and base:
             measured = base["step_time_s"] / v["step_time_s"]
             pred = base["predicted_step_time_s"] / v["predicted_step_time_s"]
