@@ -443,17 +443,21 @@ def stretch_to(times: np.ndarray, floor: float) -> np.ndarray:
 # counted from torchao 0.18's float8 code (float8_utils.tensor_to_amax, _ToFloat8ConstrFunc):
 #   eager     abs (r2 w2) + max (r2) + to fp32 (r2 w4) + mul by scale (r4 w4) + clamp (r4 w4) + to fp8 (r4 w1) = 33
 #   compiled  one fused amax (r2) + one fused scale-and-cast (r2 w1) = 5
-# tensorwise casts each of a linear's three tensors (input, weight, grad_output) once and feeds the
-# transposed float8 copies (r1 w1 = 2 each) to the other GEMMs: per linear 3 casts + 3 transposes over
-# three GEMMs of two operands each, i.e. (33 + 2) / 2 = 17.5 (eager) and (5 + 2) / 2 = 3.5 (compiled) per
-# operand element; rowwise scales along each GEMM's reduction axis, so every operand of every GEMM is cast
-# from high precision: 33 and 5.
-FP8_CAST_BYTES = {("tensorwise", False): 17.5, ("tensorwise", True): 3.5,
-                  ("rowwise", False): 33.0, ("rowwise", True): 5.0}
+# Eager, every operand of every GEMM is cast from high precision, tensorwise too: torchao's
+# matmul_with_hp_or_float8_args saves the bf16 input and weight and its backward casts grad_output twice (for
+# grad_input and for grad_weight) and input and weight again; _scaled_mm takes its first operand row-major
+# and its second column-major, so preprocess_addmm copies three of the six (grad_input's weight, both of
+# grad_weight's: r1 w1 = 2 each): (6 x 33 + 3 x 2) / 6 = 34 per operand element, either recipe. (Counted as
+# 17.5 for tensorwise, one cast per tensor, until Llama 3 8B's widths ran eager FP8 218 ms a step slower than
+# eager bf16 where the model said 30: docs/low_precision.md.) Compiled, Inductor fuses each amax and cast and
+# computes a tensor's tensorwise scale once: 3 casts + 3 transposed writes over 6 operands, (5 + 2) / 2 = 3.5;
+# rowwise scales along each GEMM's reduction axis, so every operand is cast: 5.
+FP8_CAST_BYTES = {("tensorwise", False): 34.0, ("tensorwise", True): 3.5,
+                  ("rowwise", False): 34.0, ("rowwise", True): 5.0}
 # Extra eager kernels per FP8 GEMM, which the host issues (the host floor): ~10 per cast (abs, max, four
-# scale ops, to, mul, clamp, to) and 1 per transpose; tensorwise (3 casts + 3 transposes) / 3 GEMMs = 11,
-# rowwise 6 casts / 3 GEMMs = 20. Compiled blocks fuse them into their graph.
-FP8_EAGER_KERNELS = {"tensorwise": 11.0, "rowwise": 20.0}
+# scale ops, to, mul, clamp, to) and 1 per layout copy: (6 casts + 3 copies) / 3 GEMMs = 21, either recipe.
+# Compiled blocks fuse them into their graph.
+FP8_EAGER_KERNELS = {"tensorwise": 21.0, "rowwise": 21.0}
 
 
 def fp8_gemm_curve(profile: HardwareProfile, recipe: str) -> tuple[float, float]:

@@ -95,7 +95,7 @@ def test_int8_reduction_moves_a_quarter_of_the_bytes_plus_its_quantize_passes():
 @pytest.mark.parametrize("compiled", [False, True])
 def test_fp8_gemm_beats_bf16_on_large_gemms_not_on_tiny_ones(compiled: bool):
     """An n^3 GEMM: FP8 halves the O(n^3) matrix work and adds O(n^2) casts, so it wins from some size on:
-    at 8192 once the casts are fused (compiled), only at 32768 with eager torchao's unfused casts (33 bytes
+    at 8192 once the casts are fused (compiled), only at 32768 with eager torchao's unfused casts (34 bytes
     per operand element: compute.FP8_CAST_BYTES); a 64^3 GEMM is launch-bound and only gains kernels."""
     h200 = load_profile("h200")
     large = 8192 if compiled else 32768
