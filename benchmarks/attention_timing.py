@@ -2,6 +2,7 @@
 
     python benchmarks/attention_timing.py --out $OUT/attention.json
     python benchmarks/attention_timing.py --masked --out $OUT/attention_masked.json
+    python benchmarks/attention_timing.py --backend flash --out $OUT/attention_flash.json
 
 --masked: causal attention through an explicit additive mask instead of `is_causal`, as autoparallel's Hugging
 Face forward passes one beyond a sliding window or with padding (autoparallel.hf.causal_mask: a [1, 1, S, S]
@@ -13,6 +14,11 @@ plus MASKED_EXTRA (head dims of 256: Gemma's).
 For each (batch, heads, kv heads, seq, head dim): one call bracketed by device events (how `autoparallel
 calibrate` timed attention until 2026-12-01: the host's dispatch of the call lands inside the window) and
 the GPU's time alone (`calibrate._device_seconds`: graph replays, as in a step where the host runs ahead).
+--backend flash: the causal kernel pinned to SDPA's flash backend (FlashAttention-2, vendored in torch), which torch
+picked on Hopper until its bundled cuDNN crossed 9.15 (pytorch#138522 made cuDNN opt-in for 2.5.1, #162073 preferred
+it again on sm90/sm100 from 2.9, gated on that cuDNN): what published torch-native runs of 2023-2025 ran. Fitted into
+the calibration's attention_flash_{fwd,bwd}_terms (cost_models.estimate.RuntimeVariant.attention).
+
 The shapes are the full calibration's (calibrate.ATTENTION_SHAPES: the sweep models' own, 1.3B llama 16/4
 heads x 128, 350M GPT 16 x 64, 1.2B MoE 16/8 x 64, 7B llama 32/8 x 128, at several micro-batches, and short
 and long sequences; the s17 run of 2026-12-01 also timed (4, 16, 16, 2048, 64) and (2, 32, 8, 4096, 128) twice).
@@ -35,9 +41,10 @@ MASKED_EXTRA = ((4, 4, 1, 2048, 256), (8, 4, 1, 2048, 256), (2, 8, 4, 4096, 256)
                 (2, 32, 8, 8192, 128))
 
 
-def time_shape(b: int, h: int, hkv: int, s: int, d: int, plan, masked: bool = False) -> dict:
+def time_shape(b: int, h: int, hkv: int, s: int, d: int, plan, masked: bool = False, backend: str = "default") -> dict:
     import torch
     import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from autoparallel.calibrate import _device_seconds, _sdpa_flops, time_call
 
@@ -57,29 +64,33 @@ def time_shape(b: int, h: int, hkv: int, s: int, d: int, plan, masked: bool = Fa
     def fwd() -> torch.Tensor:
         if mask is not None:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if backend == "flash":
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=h != hkv)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=h != hkv)
 
     def fwd_bwd() -> object:
         return torch.autograd.grad(fwd(), (q, k, v), g)
 
     ff, fb = _sdpa_flops((b, h, s, d), (b, hkv, s, d))
-    return {"shape": [b, h, hkv, s, d], "masked": masked, "fwd_flops": ff, "bwd_flops": fb,
+    return {"shape": [b, h, hkv, s, d], "masked": masked, "backend": backend, "fwd_flops": ff, "bwd_flops": fb,
             "event_fwd_s": time_call(lambda: fwd().detach(), device, plan.reps, plan.warmup),
             "event_fwd_bwd_s": time_call(fwd_bwd, device, plan.reps, plan.warmup),
             "device_fwd_s": _device_seconds(lambda: fwd().detach(), device, plan),
             "device_fwd_bwd_s": _device_seconds(fwd_bwd, device, plan)}
 
 
-def measure(out: Path, masked: bool = False) -> int:
+def measure(out: Path, masked: bool = False, backend: str = "default") -> int:
     import torch
 
     from autoparallel.calibrate import ATTENTION_SHAPES, CalibrationPlan
 
     plan = CalibrationPlan.quick()
     rows = []
-    for b, h, hkv, s, d in ATTENTION_SHAPES + (MASKED_EXTRA if masked else ()):
+    extra = MASKED_EXTRA if masked else (MASKED_EXTRA[-2:] if backend == "flash" else ())  # + 8192-token rows
+    for b, h, hkv, s, d in ATTENTION_SHAPES + extra:
         try:
-            rec = time_shape(b, h, hkv, s, d, plan, masked)
+            rec = time_shape(b, h, hkv, s, d, plan, masked, backend)
         except RuntimeError as e:  # one shape's failure must not lose the others
             rec = {"shape": [b, h, hkv, s, d], "error": str(e).splitlines()[0][:200]}
         torch.cuda.empty_cache()
@@ -99,10 +110,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="measure on this machine's GPU, write JSON here")
     ap.add_argument("--masked", action="store_true", help="causal attention through an explicit additive mask")
+    ap.add_argument("--backend", choices=("default", "flash"), default="default",
+                    help="the kernel torch picks, or SDPA's flash backend (FlashAttention-2) pinned")
     args = ap.parse_args()
     if args.out is None:
         ap.error("give --out")
-    return measure(args.out, args.masked)
+    if args.masked and args.backend != "default":
+        ap.error("--masked times the kernel torch picks for a mask; drop --backend")
+    return measure(args.out, args.masked, args.backend)
 
 
 if __name__ == "__main__":
