@@ -3,6 +3,7 @@
     python benchmarks/attention_timing.py --out $OUT/attention.json
     python benchmarks/attention_timing.py --masked --out $OUT/attention_masked.json
     python benchmarks/attention_timing.py --backend flash --out $OUT/attention_flash.json
+    python benchmarks/attention_timing.py --fit benchmarks/results/raw/attention_flash_h200_s60.json   # terms, CPU
 
 --masked: causal attention through an explicit additive mask instead of `is_causal`, as autoparallel's Hugging
 Face forward passes one beyond a sliding window or with padding (autoparallel.hf.causal_mask: a [1, 1, S, S]
@@ -27,6 +28,7 @@ and long sequences; the s17 run of 2026-12-01 also timed (4, 16, 16, 2048, 64) a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -106,13 +108,45 @@ def measure(out: Path, masked: bool = False, backend: str = "default") -> int:
     return 0
 
 
+def fit(raw: Path, profile: str = "h200") -> dict:
+    """calibrate.fit_attention_terms on a raw file's rows, timed as the GPU spends them (device_*), and each
+    row's error under the fitted terms (compute.attention_times)."""
+    from autoparallel.calibrate import AttentionSample, fit_attention_terms
+    from cost_models.compute import attention_times
+    from hardware_profiles import load_profile
+
+    prof = load_profile(profile)
+    data = json.loads(raw.read_text())
+    samples = [AttentionSample(*r["shape"], r["fwd_flops"], r["bwd_flops"], r["device_fwd_s"],
+                               max(r["device_fwd_bwd_s"] - r["device_fwd_s"], 1e-9), r.get("backend", "default"),
+                               bool(r.get("masked"))) for r in data["rows"] if "error" not in r]
+    out: dict = {"raw": str(raw), "device": data["device"], "torch": data["torch"], "rows": len(samples)}
+    for phase in ("fwd", "bwd"):
+        terms = fit_attention_terms(samples, phase, prof.peak("bf16"), prof.memory_bandwidth)
+        cal = {**prof.calibration, f"attention_{phase}_terms": [round(x, 4) for x in terms]}
+        fitted = dataclasses.replace(prof, calibration=cal)
+        errs = []
+        for x in samples:
+            t = x.fwd_seconds if phase == "fwd" else x.bwd_seconds
+            f = x.fwd_flops if phase == "fwd" else x.bwd_flops
+            pred = attention_times(np.array([f]), phase, x.seq, x.head_dim, fitted, "bf16")[0]
+            errs.append(pred / t - 1)
+        out[phase] = {"terms": [round(x, 4) for x in terms], "mean_abs_error": float(np.mean(np.abs(errs))),
+                      "max_abs_error": float(np.max(np.abs(errs)))}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=None, help="measure on this machine's GPU, write JSON here")
     ap.add_argument("--masked", action="store_true", help="causal attention through an explicit additive mask")
     ap.add_argument("--backend", choices=("default", "flash"), default="default",
                     help="the kernel torch picks, or SDPA's flash backend (FlashAttention-2) pinned")
+    ap.add_argument("--fit", type=Path, default=None, help="fit the four terms to a raw file's rows (no GPU)")
     args = ap.parse_args()
+    if args.fit is not None:
+        print(json.dumps(fit(args.fit), indent=1))
+        return 0
     if args.out is None:
         ap.error("give --out")
     if args.masked and args.backend != "default":

@@ -71,9 +71,13 @@ class Runtime:
 
 # torchtitan's per-op SAC recomputes every second mm (compute.OP_SAC_POLICIES); until 2025 its train.py left the
 # loss eager ("compiling loss function causes CUDA errors", 9dec370, 2024-12); components/loss.py compiles it
-# with the model from 2025 (e7c0cae, 2025-06): two versions of the framework, told apart by the source's commit
-TORCHTITAN_2024 = RuntimeVariant(op_sac="torchtitan", compiles_loss=False)
-TORCHTITAN_2025 = RuntimeVariant(op_sac="torchtitan", compiles_loss=True)
+# with the model from 2025 (e7c0cae, 2025-06): two versions of the framework, told apart by the source's commit.
+# Both ran SDPA's flash kernel (FlashAttention-2) on Hopper: torch's default until cuDNN's kernel took over (2.9
+# with cuDNN >= 9.15), and torchtitan's own pick (models/attention.py at e7c0cae: cuDNN first on sm100 only)
+TORCHTITAN_2024 = RuntimeVariant(op_sac="torchtitan", compiles_loss=False, attention="flash")
+TORCHTITAN_2025 = RuntimeVariant(op_sac="torchtitan", compiles_loss=True, attention="flash")
+# MPT's attn_impl flash / triton: the flash-attn package's FlashAttention-2 (or its Triton port), 2023
+FLASH_ATTENTION_2 = RuntimeVariant(attention="flash")
 TORCHTITAN_NOTE = ("FSDP2 fully_shard, MixedPrecisionPolicy(param bf16, reduce fp32): sharded fp32 parameters, "
                    "bf16 all-gather/compute, fp32 reduce-scatter; prefetch overlaps the collectives; TP plans "
                    "shard norms on the sequence (SP); under PP the blocks stay gathered (reshard_after_forward = not "
@@ -88,7 +92,7 @@ FRAMEWORK_RUNTIME: dict[str, Runtime] = {
         TORCHTITAN_NOTE + "; compiled runs compile the loss (2025: components/loss.py)",
         fsdp_reshards_under_pp=False),
     "llm-foundry": Runtime(
-        "torch-native", True, "bf16", "bf16", False, TRAINER,
+        "torch-native", True, "bf16", "bf16", False, FLASH_ATTENTION_2,
         "Composer FSDP1 FULL_SHARD with mixed_precision PURE: bf16 compute, bf16 gradient reduce, "
         "fp32 sharded master weights; backward prefetch overlaps the collectives"),
     "nemo-automodel": Runtime(
@@ -519,10 +523,11 @@ def write_doc(runs: list[dict], evaluated: list[dict], skipped: list[dict], summ
         lines.append(f"| {r['id']} | {r['framework']} | {r['reason']} | {meas} | [{src['where']}]({src['url']}) |")
     lines += ["", "## Framework runtime table (the only non-row inputs)", "",
               "| framework | family | overlap grad sync | params | grad reduce | SP with TP | per-op SAC policy | "
-              "loss compiled | FSDP reshards under PP | what it stands for |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "loss compiled | attention kernel | FSDP reshards under PP | what it stands for |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for k, v in FRAMEWORK_RUNTIME.items():
         lines.append(f"| {k} | {v.family} | {v.overlap_grad_sync} | {v.param_dtype} | {v.grad_reduce_dtype} | "
-                     f"{v.sequence_parallel} | {v.variant.op_sac} | {v.variant.compiles_loss} | "
+                     f"{v.sequence_parallel} | {v.variant.op_sac} | {v.variant.compiles_loss} | {v.variant.attention} | "
                      f"{v.fsdp_reshards_under_pp} | {v.note} |")
     lines += diagnosis_tables(evaluated)
     if DIAGNOSIS.exists():

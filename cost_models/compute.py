@@ -32,7 +32,10 @@ profile written by `autoparallel calibrate` may carry measured per-class values 
                     them, whatever the head dimension), E = B H S_q D query elements (the per-row loads,
                     stores and, backward, the dQ accumulation and GQA's head reduction): a sum, since one
                     curve in F could not tell a batch of short heads from one long head (an H200's kernels
-                    ran the same FLOPs 2x apart). Older calibrations: calibration.attention_fwd_max /
+                    ran the same FLOPs 2x apart). The same terms of other kernels: attention_masked_*
+                    (an additive mask, every score computed), attention_flash_* (SDPA's flash backend,
+                    FlashAttention-2, for runtimes that ran it: ATTENTION_KERNELS). Older calibrations:
+                    calibration.attention_fwd_max /
                     _bwd_max with half-size attention_fwd_half_flops / _bwd_half_flops, GEMM-like
   softmax, log_softmax, cast, dropout, layer_norm, rms_norm and their backwards, rms_norm_narrow
   (<= 256 features: qk-norm), index (row gather), index_put (its accumulating backward),
@@ -323,15 +326,27 @@ ATTENTION_TERMS = ("flop_max", "score_ps", "row_bytes", "fixed_us")
 ATTENTION_FLOPS_PER_SCORE = {"fwd": 4.0, "bwd": 10.0}
 
 
-def attention_terms(profile: HardwareProfile, phase: str, masked: bool = False
+# Which causal kernel SDPA runs: "default", the one torch picks where the calibration ran (cuDNN's on Hopper
+# with torch >= 2.9 and its bundled cuDNN >= 9.15: what the trainer runs), or "flash", SDPA's flash backend
+# (FlashAttention-2), which torch picked on Hopper before (cuDNN opt-in from 2.5.1, pytorch#138522) and on
+# every earlier part: 1.8-1.9x the cuDNN kernel's time at 8192 tokens on an H200.
+ATTENTION_KERNELS = ("default", "flash")
+
+
+def attention_terms(profile: HardwareProfile, phase: str, masked: bool = False, kernel: str = "default"
                     ) -> tuple[float, float, float, float] | None:
     """(flop_max, seconds per score element, bytes per query element, fixed seconds) of the fused attention
     kernels of `phase`, where the calibration has them (module docstring), else None. `masked`: the kernels
     given an additive mask instead of is_causal (calibration.attention_masked_{phase}_terms); a profile with
     only the causal terms prices them with the FLOP and score terms doubled: a kernel that cannot tell the mask
-    is causal computes every score, where the causal one (whose fit counts F as full) skips half."""
+    is causal computes every score, where the causal one (whose fit counts F as full) skips half. `kernel`
+    "flash": the causal kernel's terms of SDPA's flash backend (calibration.attention_flash_{phase}_terms),
+    the default kernel's where the calibration has none."""
     cal = profile.calibration or {}
     value = cal.get(f"attention_{phase}_terms")
+    flash = cal.get(f"attention_flash_{phase}_terms") if kernel == "flash" and not masked else None
+    if isinstance(flash, list) and len(flash) == len(ATTENTION_TERMS):
+        value = flash
     own = cal.get(f"attention_masked_{phase}_terms") if masked else None
     if isinstance(own, list) and len(own) == len(ATTENTION_TERMS):
         value, masked = own, False
@@ -343,12 +358,13 @@ def attention_terms(profile: HardwareProfile, phase: str, masked: bool = False
 
 
 def attention_times(flops: np.ndarray, phase: str, seq: int, head_dim: int, profile: HardwareProfile,
-                    dtype: str, masked: np.ndarray | None = None) -> np.ndarray | None:
+                    dtype: str, masked: np.ndarray | None = None, kernel: str = "default") -> np.ndarray | None:
     """Seconds of fused attention ops of `phase` that run `flops` (flop_counter FLOPs, on one rank) over
     sequences of `seq` keys with heads of `head_dim`: the four-term sum of the module docstring, its score
     and query elements read off the FLOPs (S2 = F / (k D), E = S2 D / S_k); `masked` (bool per op): the
-    kernels given a mask (`attention_terms`). None without the terms."""
-    causal = attention_terms(profile, phase)
+    kernels given a mask; `kernel`: the causal kernel (ATTENTION_KERNELS, `attention_terms`). None without
+    the terms."""
+    causal = attention_terms(profile, phase, kernel=kernel)
     if causal is None or seq <= 0 or head_dim <= 0:
         return None
     scores = flops / (ATTENTION_FLOPS_PER_SCORE[phase] * head_dim)

@@ -47,6 +47,7 @@ from cost_models.comm import (
     trainer_dp_schedule,
 )
 from cost_models.compute import (
+    ATTENTION_KERNELS,
     CLASS_CODE,
     FP8_EAGER_KERNELS,
     OP_SAC_POLICIES,
@@ -97,10 +98,13 @@ class RuntimeVariant:
     (benchmarks/validate_published.py); the planner and the trainer use the defaults."""
     op_sac: str = "trainer"      # per-op selective checkpointing's saved set, compute.OP_SAC_POLICIES
     compiles_loss: bool = True   # torch.compile of the loss with the blocks, where the trainer compiles it
+    attention: str = "default"   # SDPA's causal kernel, compute.ATTENTION_KERNELS (torch's pick changed in 2.9)
 
     def __post_init__(self) -> None:
         if self.op_sac not in OP_SAC_POLICIES:
             raise UserError(f"op_sac {self.op_sac!r} is not one of {', '.join(OP_SAC_POLICIES)}")
+        if self.attention not in ATTENTION_KERNELS:
+            raise UserError(f"attention {self.attention!r} is not one of {', '.join(ATTENTION_KERNELS)}")
 
 
 TRAINER = RuntimeVariant()
@@ -499,7 +503,7 @@ class CostModel:
         if attn.any():  # under context parallelism each ring step's kernel sees 1/cp of the keys
             masked = ops.masked_attention[attn] if len(ops.masked_attention) == len(t) else None
             at = attention_times(flops[attn], phase, self.attention_seq // cp, self.head_dim, self.profile, self.dtype,
-                                 masked)
+                                 masked, self.variant.attention)
             if at is not None:
                 t = t.copy()
                 t[attn] = at
@@ -509,9 +513,11 @@ class CostModel:
             # operand elements: activations read (grow with the micro-batch) + weights read, in bf16
             cast = (ops.in_act_bytes[sel] * b / div[sel] + ops.param_bytes[sel] / np.where(ops.tp_sharded[sel], tp, 1)) / 2
             t = t.copy()
-            # Transformer Engine (Megatron) fuses the casts into the neighbouring kernels, as Inductor does
-            t[sel] = fp8_gemm_times(flops[sel], cast, self.profile, fp8, compiled or self.runtime == "megatron")
-            n_fp8 = int(sel.sum())
+            # Transformer Engine (Megatron) fuses the casts into the neighbouring kernels, as Inductor does: neither
+            # issues torchao's eager cast kernels
+            fused = compiled or self.runtime == "megatron"
+            t[sel] = fp8_gemm_times(flops[sel], cast, self.profile, fp8, fused)
+            n_fp8 = 0 if fused else int(sel.sum())
         dynamic_gemm = expert & ops.matmul & (ops.op_class != CLASS_CODE["gemm_grouped"])
         host = host or HostWork()
         # Under torch.compile a block whose experts run as grouped GEMMs (static shapes) compiles whole: on an

@@ -316,6 +316,32 @@ def test_runtime_variant_without_loss_compile_keeps_the_eager_loss():
         RuntimeVariant(op_sac="every-third")
 
 
+def test_flash_attention_variant_prices_the_flash_kernel():
+    """A runtime that ran SDPA's flash backend (FlashAttention-2; torch's pick on Hopper before 2.9) prices its
+    causal kernels with the profile's attention_flash_* terms, slower than the default (cuDNN) kernel's on an
+    H200 at 8192 tokens, and nothing else; a profile without flash terms prices the default kernel."""
+    from cost_models.compute import attention_times
+    from cost_models.estimate import RuntimeVariant
+    h200 = load_profile("h200")
+    flops = np.array([4 * 2 * 32 * 8192 * 8192 * 128.0])  # one layer's causal forward at 2 x 8192, 32 heads
+    default = attention_times(flops, "fwd", 8192, 128, h200, "bf16")[0]
+    flash = attention_times(flops, "fwd", 8192, 128, h200, "bf16", kernel="flash")[0]
+    # measured on the same H200 (benchmarks/results/raw/attention_*_h200_s60.json): 3.25 against 1.73 ms a
+    # forward at (2, 32/8, 8192, 128); the fitted terms meet the rows within 13% (attention_timing.py --fit)
+    assert 1.5 < flash / default < 2.3
+    bare = replace(h200, calibration={k: v for k, v in h200.calibration.items() if "flash" not in k})
+    assert attention_times(flops, "fwd", 8192, 128, bare, "bf16", kernel="flash")[0] == pytest.approx(default)
+    trainer = context("llama3-8b", "h200", 8, 8192)
+    titan = context("llama3-8b", "h200", 8, 8192, graph=trainer.graph, variant=RuntimeVariant(attention="flash"))
+    plan = Plan(model="l", hardware="h200", gpus=8, gpus_per_node=8, global_batch=16, seq_len=8192, dp=8,
+                micro_batch=2, zero=3)
+    est = {k: c.cost_model.estimate(plan) for k, c in (("trainer", trainer), ("flash", titan))}
+    assert est["flash"].step_time_s > est["trainer"].step_time_s
+    assert est["flash"].peak_memory_gib == pytest.approx(est["trainer"].peak_memory_gib)
+    with pytest.raises(UserError, match="attention"):
+        RuntimeVariant(attention="flash3")
+
+
 @pytest.fixture(scope="module")
 def llama8b_graph():
     from autoparallel.api import trace_model

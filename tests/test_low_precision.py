@@ -111,6 +111,27 @@ def test_fp8_gemm_beats_bf16_on_large_gemms_not_on_tiny_ones(compiled: bool):
         assert rowwise[0] >= fp8[0]                        # rowwise casts every operand of every GEMM
 
 
+def test_megatron_fp8_issues_no_torchao_cast_kernels():
+    """Transformer Engine fuses its FP8 casts (as Inductor does): under the Megatron runtime an eager FP8 block
+    pays the fused casts' bytes and no torchao cast kernels on the host; the trainer's eager FP8 block pays
+    FP8_EAGER_KERNELS per GEMM on top of its ops."""
+    from autoparallel.api import context
+    from cost_models.compute import FP8_EAGER_KERNELS
+    ctx = {rt: context("llama3-8b", "h100-sxm", 8, 2048, runtime=rt) for rt in ("trainer", "megatron")}
+    for rt, c in ctx.items():
+        cm = c.cost_model
+        seg = cm.segments({}, False)[cm.block_rep(0)]
+        gemms = int(seg.fwd.fp8_gemm.sum())
+        assert gemms == 7
+        floors = {fp8: cm._phase_times(seg.fwd, "fwd", 1, 1, False, 1.0, fp8=fp8)[3] for fp8 in ("none", "tensorwise")}
+        extra = floors["tensorwise"] - floors["none"]
+        if rt == "megatron":
+            assert extra == pytest.approx(0.0, abs=1e-15)
+        else:
+            per_op = floors["none"] / len(seg.fwd.flops)
+            assert extra == pytest.approx(gemms * FP8_EAGER_KERNELS["tensorwise"] * per_op, rel=1e-9)
+
+
 def test_calibrate_fits_the_fp8_gemm_curve_the_cost_model_reads():
     """FP8 GEMM samples timed by compute.fp8_gemm_times (no casts: calibrate times torch._scaled_mm
     alone) under gemm_fp8_max = 0.6 fit back to 0.6, and the profile calibrate writes carries it."""
