@@ -147,11 +147,13 @@ def plan_result(model: Any, *, hardware: str | Any, gpus: int, global_batch: int
                 max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
                 top_k: int = 3, progress: Progress | bool = False, graph: OpGraph | None = None,
                 overlap_grad_sync: bool = True, cache: TraceCache | bool = True,
-                precision: str = "bf16", padded: bool = False) -> tuple[PlanResult, PlanContext]:
+                precision: str = "bf16", padded: bool = False, variant: RuntimeVariant = TRAINER
+                ) -> tuple[PlanResult, PlanContext]:
     """The planner's result and what it planned with; `progress`: lines on stderr (True) or a Progress.
     precision: "bf16" (default), or "fp8" / "fp8-rowwise": FP8 linears in every block (only when asked).
     padded: the batches carry an attention mask with padding (a Hugging Face model's attention then runs a
-    masked kernel, priced as such)."""
+    masked kernel, priced as such). variant: where the runtime differs from the trainer's defaults (the trainer's
+    own planning passes the attention kernel torch runs on its device, trainer.hardware.attention_kernel)."""
     check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH)
     check_int(top_k, "--top", 0, MAX_TOP)
     fix = parse_fix(fix)  # pins are read before the trace, so a bad --fix costs nothing
@@ -159,7 +161,7 @@ def plan_result(model: Any, *, hardware: str | Any, gpus: int, global_batch: int
         raise UserError(f"--precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     prog = progress if isinstance(progress, Progress) else Progress(enabled=progress)
     ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, graph, overlap_grad_sync,
-                  cache=cache, progress=prog, padded=padded)
+                  cache=cache, progress=prog, padded=padded, variant=variant)
     planner = Planner(ctx.graph, ctx.cluster, global_batch, seq_len, ctx.budget_bytes, fix,
                       model_name=ctx.model_name, progress=prog.say if prog.enabled else None,
                       cost_model=ctx.cost_model, precision=precision)
@@ -168,11 +170,11 @@ def plan_result(model: Any, *, hardware: str | Any, gpus: int, global_batch: int
 
 def plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int,
          max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
-         precision: str = "bf16", padded: bool = False) -> Plan:
+         precision: str = "bf16", padded: bool = False, variant: RuntimeVariant = TRAINER) -> Plan:
     """The fastest plan that fits; raises UserError (with the explanation) when none does."""
     result, _ = plan_result(model, hardware=hardware, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
                             max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node,
-                            precision=precision, padded=padded)
+                            precision=precision, padded=padded, variant=variant)
     if result.plan is None:
         raise UserError(f"INFEASIBLE: {result.explanation}")
     return result.plan
@@ -285,10 +287,10 @@ def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, se
 
 def plan_model(model: nn.Module, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int,
                max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
-               precision: str = "bf16", padded: bool = False) -> Plan:
+               precision: str = "bf16", padded: bool = False, variant: RuntimeVariant = TRAINER) -> Plan:
     """Plan an in-memory nn.Module (the trainer's entry point); the plan carries its fingerprint. A model
     the trainer cannot split into pipeline stages (blocks not in a root-level nn.ModuleDict) is planned
-    with pp=1, so the plan is one the trainer runs. `padded`: see plan_result."""
+    with pp=1, so the plan is one the trainer runs. `padded`, `variant`: see plan_result."""
     from autoparallel.plan import fingerprint
     from autoparallel.trainer.structure import find_layout, pipelineable
     fix = parse_fix(fix)
@@ -299,5 +301,5 @@ def plan_model(model: nn.Module, *, hardware: str | Any, gpus: int, global_batch
         fix["pp"] = 1
     p = plan(model, hardware=hardware, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
              max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node, precision=precision,
-             padded=padded)
+             padded=padded, variant=variant)
     return replace(p, model_fingerprint=fingerprint([(n, tuple(t.shape)) for n, t in model.named_parameters()]))

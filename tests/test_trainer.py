@@ -25,6 +25,7 @@ from torch import nn
 from autoparallel.errors import UserError
 from autoparallel.plan import Plan
 from autoparallel.trainer import AutoParallelTrainer
+from autoparallel.trainer import trainer as trainer_module
 from autoparallel.trainer.batch import parse_batch
 from autoparallel.trainer.hardware import match_profile
 
@@ -349,6 +350,35 @@ def test_default_budget_is_the_local_devices_usable_memory(monkeypatch):
     with pytest.raises(RuntimeError, match="stop after planning"):
         trainer._make_plan(8, 16)
     assert seen["max_memory_per_gpu"] == 20e9
+
+
+def test_trainer_plans_with_the_attention_kernel_torch_runs_here(monkeypatch):
+    """torch's SDPA dispatcher picks the flash backend (FlashAttention-2) on Hopper before torch 2.9 (or with a
+    bundled cuDNN < 9.15) and cuDNN's kernel after; the trainer asks it and plans with that kernel's cost
+    (RuntimeVariant.attention), off the GPU with the default one."""
+    from torch.nn.attention import SDPBackend
+
+    import autoparallel.api
+    from autoparallel.trainer import hardware
+
+    assert hardware.attention_kernel(torch.device("cpu")) == "default"
+    for backend, kernel in ((SDPBackend.FLASH_ATTENTION, "flash"), (SDPBackend.CUDNN_ATTENTION, "default"),
+                            (SDPBackend.EFFICIENT_ATTENTION, "default")):
+        monkeypatch.setattr(hardware, "_sdpa_choice", lambda device, b=backend: int(b))
+        assert hardware.attention_kernel(torch.device("cuda", 0)) == kernel
+    monkeypatch.setattr(hardware, "_sdpa_choice", lambda device: None)  # a torch that cannot say
+    assert hardware.attention_kernel(torch.device("cuda", 0)) == "default"
+    seen = {}
+
+    def fake_plan_model(model, **kw):
+        seen.update(kw)
+        raise RuntimeError("stop after planning")
+
+    monkeypatch.setattr(autoparallel.api, "plan_model", fake_plan_model)
+    monkeypatch.setattr(trainer_module, "attention_kernel", lambda device: "flash")
+    with pytest.raises(RuntimeError, match="stop after planning"):
+        AutoParallelTrainer(H.build("tiny-moe"), hardware="h200")._make_plan(8, 16)
+    assert seen["variant"].attention == "flash"
 
 
 def test_plan_round_trips_through_json_for_the_trainer(tmp_path):

@@ -58,3 +58,26 @@ def local_budget(device: torch.device, profile: str) -> int | None:
 
     total = torch.cuda.get_device_properties(device).total_memory
     return int(total * load_profile(profile).usable_fraction)
+
+
+def attention_kernel(device: torch.device) -> str:
+    """The causal SDPA kernel torch runs on `device`, as the cost model names them (compute.ATTENTION_KERNELS):
+    "flash" where torch picks its flash backend (FlashAttention-2, which the shipped Hopper profiles price with
+    their own terms: torch < 2.9, or a bundled cuDNN < 9.15, runs it there at 1.8-1.9x cuDNN's time), else
+    "default" (the kernel the shipped calibrations timed: cuDNN's on Hopper with torch 2.11). Parts without
+    flash terms in their profile price "flash" as their default kernel, which there is flash."""
+    from torch.nn.attention import SDPBackend
+
+    if device.type != "cuda":
+        return "default"
+    return "flash" if _sdpa_choice(device) == int(SDPBackend.FLASH_ATTENTION) else "default"
+
+
+def _sdpa_choice(device: torch.device) -> int | None:
+    """The SDPBackend torch's dispatcher picks for a causal bf16 call without a mask on `device` (None when
+    this torch cannot say)."""
+    q = torch.empty(1, 8, 256, 128, dtype=torch.bfloat16, device=device)
+    try:
+        return int(torch._fused_sdp_choice(q, q, q, is_causal=True))
+    except (AttributeError, RuntimeError):
+        return None

@@ -41,7 +41,7 @@ from autoparallel.trainer.batch import Batch, check_against_plan, parse_batch
 from autoparallel.trainer.context_parallel import check_cp_model, cp_context
 from autoparallel.trainer.data_parallel import apply_data_parallel, mixed_precision_policy, to_dtype
 from autoparallel.trainer.expert_parallel import apply_expert_parallel, scale_expert_grads
-from autoparallel.trainer.hardware import local_budget, resolve_hardware
+from autoparallel.trainer.hardware import attention_kernel, local_budget, resolve_hardware
 from autoparallel.trainer.low_precision import apply_fp8
 from autoparallel.trainer.materialize import (
     broadcast_source,
@@ -77,6 +77,7 @@ from autoparallel.trainer.tensor_parallel import (
     lm_head_path,
 )
 from autoparallel.units import parse_bytes
+from cost_models.estimate import RuntimeVariant
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 _EXPERT_CLASSES = ("GroupedExperts",)
@@ -369,9 +370,11 @@ class AutoParallelTrainer:
             except UserError:
                 fix["cp"] = 1  # the planner offers only what the trainer runs on this model
         budget = self._max_memory if self._max_memory is not None else local_budget(env.device, profile)
+        # the SDPA kernel this torch runs here: the cost model prices the one it will meet
+        variant = RuntimeVariant(attention=attention_kernel(env.device))
         plan = plan_model(self._model, hardware=profile, gpus=env.world_size, gpus_per_node=env.local_world_size,
                           global_batch=global_batch, seq_len=seq_len, max_memory_per_gpu=budget, fix=fix,
-                          padded=padded)
+                          padded=padded, variant=variant)
         # The planner has no dtype pin: the requested mixed precision replaces its param_dtype.
         wanted = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[
             to_dtype(self._mixed_precision, "mixed_precision")]
