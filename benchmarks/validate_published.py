@@ -270,6 +270,8 @@ def evaluate(row: dict) -> dict:
                 "peak_gib": round(alt.peak_memory_gib, 2)}
     if row["hardware"] in GEMM_WHAT_IF:
         rec["gemm_max_what_if"] = gemm_what_if(row, spec, ctx, plan, meas_tok)
+    if row["hardware"] in PEAK_WHAT_IF:
+        rec["peak_what_if"] = peak_what_if(row, spec, ctx, plan, meas_tok)
     if row["metric"] == "tflops_per_gpu":
         f = flops_per_token(spec, row["seq_len"], row["flop_formula"])
         rec["measured_tflops_per_gpu"] = row["measured"]["tflops_per_gpu"]
@@ -302,6 +304,29 @@ def gemm_what_if(row: dict, spec: ModelSpec, ctx: Any, plan: Plan, meas_tok: flo
                       variant=rt.variant)
         est = alt.cost_model.estimate(plan, alt.budget_bytes)
         out[f"{g}"] = round((est.tokens_per_s / row["gpus"] / meas_tok - 1) * 100, 2)
+    return out
+
+
+# Diagnosis only: rows on a profile whose peak is assumed within a sourced range, re-estimated at the range's
+# ends (bf16 TFLOP/s; the other peaks scale alike). h100-sxm-96gb-500w: "between SXM and NVL" (torchtitan).
+PEAK_WHAT_IF = {"h100-sxm-96gb-500w": (835.0, 989.0)}
+
+
+def peak_what_if(row: dict, spec: ModelSpec, ctx: Any, plan: Plan, meas_tok: float) -> dict[str, float]:
+    from autoparallel.api import context
+    from hardware_profiles import load_profile
+
+    rt = FRAMEWORK_RUNTIME[row["framework"]]
+    base = load_profile(row["hardware"])
+    out = {}
+    for tflops in PEAK_WHAT_IF[row["hardware"]]:
+        scale = tflops * 1e12 / base.peak("bf16")
+        prof = replace(base, peak_flops={k: v * scale for k, v in base.peak_flops.items()})
+        alt = context(spec, prof, row["gpus"], row["seq_len"], gpus_per_node=row["gpus_per_node"],
+                      graph=ctx.graph, overlap_grad_sync=rt.overlap_grad_sync, runtime=rt.cost_runtime,
+                      variant=rt.variant)
+        est = alt.cost_model.estimate(plan, alt.budget_bytes)
+        out[f"{tflops:g}"] = round((est.tokens_per_s / row["gpus"] / meas_tok - 1) * 100, 2)
     return out
 
 
