@@ -75,6 +75,8 @@ def main() -> int:
         groups.setdefault("s19-s35" if vm in POOLED else vm, []).extend((abs(t), abs(m)) for _, t, m in errs)
     for label, errs in groups.items():
         print(f"== {label}: {ht._summary([t for t, _ in errs])}; {_memory_summary([m for _, m in errs])}")
+    every = [e for errs in groups.values() for e in errs]
+    print(f"== all {len(every)} rows: {ht._summary([t for t, _ in every])}; {_memory_summary([m for _, m in every])}")
     return 0
 
 
