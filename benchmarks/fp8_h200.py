@@ -103,10 +103,12 @@ def make_plan(spec, recipe: str, compiled: bool, batch: int, seq: int, recompute
                 compile=compiled, fp8=(recipe,) * n if recipe != "none" else ())
 
 
-def predicted(spec, plan, batch: int, seq: int) -> float:
-    """The cost model's step time of `plan` on one H200 [s]."""
+def predicted(spec, plan, batch: int, seq: int, sdpa: str = "default") -> float:
+    """The cost model's step time of `plan` on one H200 [s], its attention priced as the `sdpa` kernel
+    (cost_models.estimate.RuntimeVariant.attention)."""
     from autoparallel.api import context
-    ctx = context(spec, "h200", 1, seq)
+    from cost_models.estimate import RuntimeVariant
+    ctx = context(spec, "h200", 1, seq, variant=RuntimeVariant(attention=sdpa))
     return ctx.cost_model.estimate(dataclasses.replace(plan, global_batch=batch, micro_batch=batch)).step_time_s
 
 
@@ -143,6 +145,14 @@ def run_variant(spec, plan, device: torch.device, data: list[torch.Tensor], step
     return out
 
 
+def pinned_sdpa(kernel: str):
+    """The SDPA backend context of `kernel`: flash pinned, or torch's own pick."""
+    from contextlib import nullcontext
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION]) if kernel == "flash" else nullcontext()
+
+
 def _p10_p90(xs: list[float]) -> list[float]:
     s = sorted(xs)
     return [s[int(0.1 * (len(s) - 1))], s[int(0.9 * (len(s) - 1))]]
@@ -159,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny model on CPU (gloo), a few steps")
     ap.add_argument("--model", default="llama-1.3b", choices=sorted(MODELS), help="model and batch (default llama-1.3b)")
     ap.add_argument("--recompute", default="none", help="comma-separated recompute modes to run each variant under")
+    ap.add_argument("--sdpa", default="default", choices=("default", "flash"),
+                    help="flash: every step under sdpa_kernel(FLASH_ATTENTION) (FlashAttention-2, what torch ran on "
+                         "Hopper before 2.9), priced with the profile's attention_flash terms")
     args = ap.parse_args(argv)
     import torch.distributed as dist
 
@@ -191,13 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.only.split(",")) if args.only else None
     for compiled, rc, recipe in [(c, r, x) for c in modes for r in modes_rc for x in RECIPES]:
         name = (("bf16" if recipe == "none" else f"fp8-{recipe}") + ("" if rc == "none" else f"-{rc}")
-                + ("" if compiled else "-eager"))
+                + ("" if compiled else "-eager") + ("" if args.sdpa == "default" else f"-{args.sdpa}"))
         if (wanted and name not in wanted) or (recipe != "none" and why_not):
             continue
         plan = make_plan(spec, recipe, compiled, batch, seq, rc)
         try:
-            v = run_variant(spec, plan, device, data, steps, warmup)
-            v["predicted_step_time_s"] = predicted(spec, plan, batch, seq)
+            with pinned_sdpa(args.sdpa):
+                v = run_variant(spec, plan, device, data, steps, warmup)
+            v["predicted_step_time_s"] = predicted(spec, plan, batch, seq, args.sdpa)
             raw["variants"][name] = v
             print(f"{name:22s} {v['step_time_s'] * 1e3:8.1f} ms/step (predicted {v['predicted_step_time_s'] * 1e3:7.1f})"
                   f"  loss {v['first_loss']:.4f} -> {v['final_loss']:.4f}", flush=True)
