@@ -95,7 +95,8 @@ ALLOCATOR_RESERVE = 0.03         # fraction of peak lost to caching-allocator fr
 class RuntimeVariant:
     """What another runtime of the trainer's kind (FSDP2, blocks compiled one by one) does differently from
     AutoParallelTrainer, whose choices are the defaults. Published runs of torch-native trainers state theirs
-    (benchmarks/validate_published.py); the planner and the trainer use the defaults."""
+    (benchmarks/validate_published.py); the trainer, planning itself, passes the attention kernel its torch picks
+    on the device (trainer.hardware.attention_kernel); the CLI plans with the defaults."""
     op_sac: str = "trainer"      # per-op selective checkpointing's saved set, compute.OP_SAC_POLICIES
     compiles_loss: bool = True   # torch.compile of the loss with the blocks, where the trainer compiles it
     attention: str = "default"   # SDPA's causal kernel, compute.ATTENTION_KERNELS (torch's pick changed in 2.9)
