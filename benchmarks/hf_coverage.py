@@ -57,7 +57,7 @@ SHRINK = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "num_hidden_layers": 2
           "first_k_dense_replace": 1, "layerdrop": 0.0, "rotary_dim": 8, "attention_hidden_size": 64}
 
 
-WINDOW_KEYS = ("sliding_window", "attention_chunk_size")
+WINDOW_KEYS = ("sliding_window", "attention_chunk_size", "window_size")
 
 
 def tiny_config(model_type: str, window: int | None = None) -> Any:

@@ -383,6 +383,25 @@ GEMMA3_4B_8L = {"name": "gemma3-4b-8l", "hf": True, "model_type": "gemma3_text",
                 "layer_types": ["sliding_attention"] * 5 + ["full_attention"] + ["sliding_attention"] * 2,
                 "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "query_pre_attn_scalar": 256,
                 "hidden_activation": "gelu_pytorch_tanh", "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
+# and three more, predicted before the run (FAMILIES19, twenty-second session): GPT-Neo 1.3B (learned positions,
+# biased attention output, alternate layers attending within a local 256-token window: at 2048 tokens beyond it),
+# BioGPT (fairseq-style: embeddings scaled by sqrt(h), learned positions offset by 2, GELU MLP; 1024 tokens) and
+# InternLM3 8B's widths (two KV heads of 128 for 32 query heads; 8 of its 48 layers at 4096 tokens)
+GPT_NEO_1_3B = {"name": "gpt-neo-1.3b", "hf": True, "model_type": "gpt_neo", "vocab_size": 50257, "hidden_size": 2048,
+                "num_layers": 24, "num_heads": 16, "attention_types": [[["global", "local"], 12]], "window_size": 256,
+                "max_position_embeddings": 2048, "activation_function": "gelu_new", "embed_dropout": 0.0,
+                "attention_dropout": 0.0, "resid_dropout": 0.0, "bos_token_id": 50256, "eos_token_id": 50256,
+                "attn_implementation": "eager"}  # transformers has no SDPA path for GPT-Neo
+BIOGPT = {"name": "biogpt", "hf": True, "model_type": "biogpt", "vocab_size": 42384, "hidden_size": 1024,
+          "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096, "hidden_act": "gelu",
+          "max_position_embeddings": 1024, "scale_embedding": True, "hidden_dropout_prob": 0.0,
+          "attention_probs_dropout_prob": 0.0, "activation_dropout": 0.0, "layerdrop": 0.0, "pad_token_id": 1,
+          "bos_token_id": 0, "eos_token_id": 2}
+INTERNLM3_8B_8L = {"name": "internlm3-8b-8l", "hf": True, "model_type": "internlm3", "vocab_size": 128512,
+                   "hidden_size": 4096, "intermediate_size": 10240, "num_hidden_layers": 8, "num_attention_heads": 32,
+                   "num_key_value_heads": 2, "head_dim": 128, "rope_theta": 50000000.0, "rms_norm_eps": 1e-5,
+                   "max_position_embeddings": 32768, "tie_word_embeddings": False, "bos_token_id": 1,
+                   "eos_token_id": 2}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -391,7 +410,8 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  GRANITEMOE_1B, GLM4_9B_8L, GEMMA2_2B, EXAONE4_1_2B,
                                  ERNIE45_MOE_4L, HELIUM_2B, PHIMOE_2L, SEED_OSS_4L, PERSIMMON_4L, BITNET_12L,
                                  GLM45_AIR_2L, DIFFLLAMA_16L, NANOCHAT_D20, LLAMA4_SCOUT_2L,
-                                 GPT_OSS_20B_4L, COHERE2_R7B_8L, MISTRAL_7B_8L, GEMMA3_4B_8L)}
+                                 GPT_OSS_20B_4L, COHERE2_R7B_8L, MISTRAL_7B_8L, GEMMA3_4B_8L, GPT_NEO_1_3B, BIOGPT,
+                                 INTERNLM3_8B_8L)}
 
 
 @dataclass(frozen=True)
@@ -613,6 +633,9 @@ CONFIGS = [
     *_trio("1g-mistral-s8k", "mistral-7b-8l", 4, 2, (1, "op"), seq=8192),
     *_trio("1g-olmo3-s8k", "olmo3-7b-8l", 4, 2, (1, "full"), seq=8192),
     *_trio("1g-gemma3-4b", "gemma3-4b-8l", 8, 4, (2, "full"), seq=4096),
+    *_trio("1g-gptneo", "gpt-neo-1.3b", 8, 4, (2, "op")),
+    *_trio("1g-biogpt", "biogpt", 16, 8, (4, "full"), seq=1024),
+    *_trio("1g-internlm3", "internlm3-8b-8l", 4, 2, (1, "op"), seq=4096),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),
