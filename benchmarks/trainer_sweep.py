@@ -402,6 +402,13 @@ INTERNLM3_8B_8L = {"name": "internlm3-8b-8l", "hf": True, "model_type": "internl
                    "num_key_value_heads": 2, "head_dim": 128, "rope_theta": 50000000.0, "rms_norm_eps": 1e-5,
                    "max_position_embeddings": 32768, "tie_word_embeddings": False, "bos_token_id": 1,
                    "eos_token_id": 2}
+# InternLM3 is newer than the device's transformers (its rows failed to build there, s60): OLMo 7B (April 2024)'s
+# widths instead, predicted before their run (FAMILIES19B): LayerNorms without weights, q/k/v clipped to +-8 (8 of
+# 32 layers at 4096 tokens)
+OLMO_7B_8L = {"name": "olmo-7b-8l", "hf": True, "model_type": "olmo", "vocab_size": 50304, "hidden_size": 4096,
+              "intermediate_size": 11008, "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 32,
+              "clip_qkv": 8.0, "rope_theta": 10000.0, "max_position_embeddings": 4096, "tie_word_embeddings": False,
+              "pad_token_id": 1, "bos_token_id": None, "eos_token_id": 50279}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -411,7 +418,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  ERNIE45_MOE_4L, HELIUM_2B, PHIMOE_2L, SEED_OSS_4L, PERSIMMON_4L, BITNET_12L,
                                  GLM45_AIR_2L, DIFFLLAMA_16L, NANOCHAT_D20, LLAMA4_SCOUT_2L,
                                  GPT_OSS_20B_4L, COHERE2_R7B_8L, MISTRAL_7B_8L, GEMMA3_4B_8L, GPT_NEO_1_3B, BIOGPT,
-                                 INTERNLM3_8B_8L)}
+                                 INTERNLM3_8B_8L, OLMO_7B_8L)}
 
 
 @dataclass(frozen=True)
@@ -636,6 +643,7 @@ CONFIGS = [
     *_trio("1g-gptneo", "gpt-neo-1.3b", 8, 4, (2, "op")),
     *_trio("1g-biogpt", "biogpt", 16, 8, (4, "full"), seq=1024),
     *_trio("1g-internlm3", "internlm3-8b-8l", 4, 2, (1, "op"), seq=4096),
+    *_trio("1g-olmo7", "olmo-7b-8l", 4, 2, (1, "op"), seq=4096),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),
@@ -997,7 +1005,7 @@ def mfu(cfg: SweepConfig, step_s: float) -> float:
     parameters a token runs through: of a layer's routed experts the top_k of num_experts; L layers, h hidden
     size, s the sequence length; attention counted without the causal halving, as PaLM does)."""
     m = MODELS[cfg.model]
-    layers = m.get("num_hidden_layers", m.get("n_layer"))
+    layers = m.get("num_hidden_layers", m.get("n_layer", m.get("num_layers")))  # GPT-Neo: num_layers
     hidden = m.get("hidden_size", m.get("n_embd"))
     n, _ = _parameters(cfg.model)
     graph, _ = _graph(cfg.model, cfg.seq)
