@@ -18,8 +18,9 @@ padding. Each type ends as one of
     python benchmarks/hf_coverage.py --window 4 --out benchmarks/results/hf_coverage_windows.json \
         --doc docs/hf_coverage_windows.md
 
---window N: only the types whose config has a sliding window or an attention chunk, each set to N tokens, so
-that the 16-token sequence runs beyond it (the per-layer-type masks; the defaults, 128-8192 tokens, never bind).
+--window N: only the types whose config has a sliding window, a local window (GPT-Neo's window_size) or an
+attention chunk, each set to N tokens, so that the 16-token sequence runs beyond it (the per-layer-type masks;
+the defaults, 128-8192 tokens, never bind).
 """
 
 from __future__ import annotations
@@ -184,8 +185,8 @@ def write_doc(rows: list[dict[str, Any]], path: Path, command: str, window: int 
              f"{TOLERANCE:g} of the largest; `refused`: one error line says why; `DIFFERENT`: a wrong answer; "
              "`error`: the tiny config does not build or the model's own forward fails on it (this script's "
              "shrinking: stage build / own forward), or autoparallel fails unannounced (stage forward)."
-             + (f" Only the types whose config has a sliding window or an attention chunk, set to {window} tokens: "
-                f"the {SEQ}-token sequence runs beyond it." if window else ""), "",
+             + (f" Only the types whose config has a sliding window, a local window (window_size) or an attention "
+                f"chunk, set to {window} tokens: the {SEQ}-token sequence runs beyond it." if window else ""), "",
              "Totals: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), "",
              "| model_type | class | result | detail |", "|---|---|---|---|"]
     for r in rows:
