@@ -288,46 +288,42 @@ def evaluate(row: dict) -> dict:
 # Diagnosis only (not part of the validation): the H100 rows re-estimated with the profile's GEMM
 # ceiling set to the H200 profile's calibrated value and to a sustained-training value, same graph.
 GEMM_WHAT_IF = {"h100-sxm": (0.738, 0.55)}
-
-
-def gemm_what_if(row: dict, spec: ModelSpec, ctx: Any, plan: Plan, meas_tok: float) -> dict[str, float]:
-    from autoparallel.api import context
-    from hardware_profiles import load_profile
-
-    rt = FRAMEWORK_RUNTIME[row["framework"]]
-    base = load_profile(row["hardware"])
-    out = {}
-    for g in GEMM_WHAT_IF[row["hardware"]]:
-        prof = replace(base, efficiency=replace(base.efficiency, gemm_max=g))
-        alt = context(spec, prof, row["gpus"], row["seq_len"], gpus_per_node=row["gpus_per_node"],
-                      graph=ctx.graph, overlap_grad_sync=rt.overlap_grad_sync, runtime=rt.cost_runtime,
-                      variant=rt.variant)
-        est = alt.cost_model.estimate(plan, alt.budget_bytes)
-        out[f"{g}"] = round((est.tokens_per_s / row["gpus"] / meas_tok - 1) * 100, 2)
-    return out
-
-
 # Diagnosis only: rows on a profile whose peak is assumed within a sourced range, re-estimated at the range's
 # ends (bf16 TFLOP/s; the other peaks scale alike). h100-sxm-96gb-500w: "between SXM and NVL" (torchtitan).
 PEAK_WHAT_IF = {"h100-sxm-96gb-500w": (835.0, 989.0)}
 
 
-def peak_what_if(row: dict, spec: ModelSpec, ctx: Any, plan: Plan, meas_tok: float) -> dict[str, float]:
+def _what_if(row: dict, spec: ModelSpec, ctx: Any, plan: Plan, meas_tok: float,
+             profiles: dict[str, Any]) -> dict[str, float]:
+    """The row's throughput error [%] under each of `profiles` (label -> HardwareProfile), same graph and plan."""
     from autoparallel.api import context
-    from hardware_profiles import load_profile
 
     rt = FRAMEWORK_RUNTIME[row["framework"]]
-    base = load_profile(row["hardware"])
     out = {}
-    for tflops in PEAK_WHAT_IF[row["hardware"]]:
-        scale = tflops * 1e12 / base.peak("bf16")
-        prof = replace(base, peak_flops={k: v * scale for k, v in base.peak_flops.items()})
+    for label, prof in profiles.items():
         alt = context(spec, prof, row["gpus"], row["seq_len"], gpus_per_node=row["gpus_per_node"],
                       graph=ctx.graph, overlap_grad_sync=rt.overlap_grad_sync, runtime=rt.cost_runtime,
                       variant=rt.variant)
         est = alt.cost_model.estimate(plan, alt.budget_bytes)
-        out[f"{tflops:g}"] = round((est.tokens_per_s / row["gpus"] / meas_tok - 1) * 100, 2)
+        out[label] = round((est.tokens_per_s / row["gpus"] / meas_tok - 1) * 100, 2)
     return out
+
+
+def gemm_what_if(row: dict, spec: ModelSpec, ctx: Any, plan: Plan, meas_tok: float) -> dict[str, float]:
+    from hardware_profiles import load_profile
+
+    base = load_profile(row["hardware"])
+    return _what_if(row, spec, ctx, plan, meas_tok, {
+        f"{g}": replace(base, efficiency=replace(base.efficiency, gemm_max=g)) for g in GEMM_WHAT_IF[row["hardware"]]})
+
+
+def peak_what_if(row: dict, spec: ModelSpec, ctx: Any, plan: Plan, meas_tok: float) -> dict[str, float]:
+    from hardware_profiles import load_profile
+
+    base = load_profile(row["hardware"])
+    scaled = {f"{t:g}": t * 1e12 / base.peak("bf16") for t in PEAK_WHAT_IF[row["hardware"]]}
+    return _what_if(row, spec, ctx, plan, meas_tok, {
+        label: replace(base, peak_flops={k: v * f for k, v in base.peak_flops.items()}) for label, f in scaled.items()})
 
 
 GEMM_CLASSES = ("gemm", "gemm_unaligned", "gemm_align2", "gemm_grouped")
@@ -510,8 +506,9 @@ def write_doc(runs: list[dict], evaluated: list[dict], skipped: list[dict], summ
         "breakdowns: `benchmarks/results/published_validation.json`.", "",
         "Profiles as shipped, no per-row settings: framework-wide runtime facts come from one table, "
         "`FRAMEWORK_RUNTIME` in the script (overlap of the gradient reduction, parameter and reduction "
-        "dtypes, sequence parallelism with TP, how torchtitan's per-op SAC maps onto the cost model's "
-        "recompute modes, whether FSDP reshards its blocks under a pipeline). Throughput is compared in tokens/s per GPU; rows that publish only TFLOP/s "
+        "dtypes, sequence parallelism with TP, whether FSDP reshards its blocks under a pipeline, and the "
+        "framework's RuntimeVariant: its per-op checkpointing's saved set, whether it compiles the loss, which "
+        "SDPA kernel its torch ran). Throughput is compared in tokens/s per GPU; rows that publish only TFLOP/s "
         "are converted with the source's FLOP convention (stated per row). Error = predicted / measured - 1 "
         "(positive: the model predicts faster than measured, or more memory than measured). Profiles and "
         f"cost model as of commit {frozen_at()} (last change to hardware_profiles/ or cost_models/).", "",
