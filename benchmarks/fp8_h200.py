@@ -58,9 +58,8 @@ LLAMA_1_3B = {"name": "llama-1.3b", "model_type": "llama", "vocab_size": 32000, 
 SMOKE = {"name": "llama-smoke", "model_type": "llama", "vocab_size": 256, "hidden_size": 64,
          "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
          "max_position_embeddings": 256}
-LLAMA3_8B_8L = {"name": "llama3-8b-8l", "model_type": "llama", "vocab_size": 128256, "hidden_size": 4096,
-                "intermediate_size": 14336, "num_hidden_layers": 8, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "max_position_embeddings": 8192, "rope_theta": 500000.0}
+from trainer_sweep import LLAMA3_8B_8L  # noqa: E402  (the sweep's s21 rows ran the same widths)
+
 MODELS = {"llama-1.3b": (LLAMA_1_3B, 8, 2048), "llama3-8b-8l": (LLAMA3_8B_8L, 2, 8192)}  # spec, batch, seq
 LR, POOL = 3e-4, 16
 RECIPES = ("none", "tensorwise", "rowwise")
