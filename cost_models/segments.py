@@ -239,6 +239,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
     for phase in ("fwd", "bwd"):
         ids = [n for n in sorted(g.nodes) if seg_of.get(n) == name and g.nodes[n].get("phase") == phase]
         attrs = [g.nodes[n] for n in ids]
+        names = [a.get("op", "") for a in attrs]
         flops = np.array([a.get("flops", 0.0) for a in attrs], dtype=float) * per_sample
         pbytes = np.array([a.get("param_bytes", 0) for a in attrs], dtype=float)
         moved = np.array([moved_bytes(a) for a in attrs], dtype=float)
@@ -257,8 +258,8 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             weight_sized=np.array([phase == "bwd" and not is_matmul(a.get("op", "")) and bool(a.get("out_shapes"))
                                    and tuple(int(d) for d in a["out_shapes"][0]) in weight_shapes
                                    for a in attrs], dtype=bool),
-            keep_op=op_sac_keep([a.get("op", "") for a in attrs], "trainer"),
-            keep_op_torchtitan=op_sac_keep([a.get("op", "") for a in attrs], "torchtitan"),
+            keep_op=op_sac_keep(names, "trainer"),
+            keep_op_torchtitan=op_sac_keep(names, "torchtitan"),
             out_bytes=np.array([_out_bytes(a) for a in attrs], dtype=float) * per_sample,
             fp8_gemm=np.array([_fp8_linear_gemm(graph, a) for a in attrs], dtype=bool),
             in_act_bytes=np.maximum(np.array([a.get("bytes_read", 0) for a in attrs], dtype=float) - pbytes, 0.0)
