@@ -55,7 +55,7 @@ class Runtime:
     param_dtype: str            # dtype of the parameters compute reads (Plan.param_dtype)
     grad_reduce_dtype: str      # dtype of the DP gradient reduction (Plan.grad_reduce_dtype)
     sequence_parallel: bool     # SP whenever tp > 1
-    variant: RuntimeVariant     # where an FSDP2 runtime differs from AutoParallelTrainer (op-SAC policy, loss compile)
+    variant: RuntimeVariant     # where the runtime differs from AutoParallelTrainer (op SAC, loss, attention, TP overlap)
     note: str
     # FSDP under a pipeline keeps ZeRO-3's per-forward resharding (the trainer's); False: its units stay gathered
     # for the whole step there (torchtitan's apply_fsdp: reshard_after_forward = not pp_enabled), which is the
@@ -78,6 +78,12 @@ TORCHTITAN_2024 = RuntimeVariant(op_sac="torchtitan", compiles_loss=False, atten
 TORCHTITAN_2025 = RuntimeVariant(op_sac="torchtitan", compiles_loss=True, attention="flash")
 # MPT's attn_impl flash / triton: the flash-attn package's FlashAttention-2 (or its Triton port), 2023
 FLASH_ATTENTION_2 = RuntimeVariant(attention="flash")
+# Megatron-Core's published runs overlap the TP collectives with their GEMMs through Transformer Engine's
+# userbuffers: the README's model table ("--tp-comm-overlap", Performance Benchmarking), NeMo 2's performance
+# recipes (nemo/collections/llm/recipes/llama3_70b.py: MegatronCommOverlapCallback(tp_comm_overlap=True) with
+# userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192) and Megatron-Bridge's (scripts/performance llama3 70B:
+# userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192); TE requires sequence parallelism for it, which they run
+MEGATRON_TP_OVERLAP = RuntimeVariant(tp_comm_overlap=True)
 TORCHTITAN_NOTE = ("FSDP2 fully_shard, MixedPrecisionPolicy(param bf16, reduce fp32): sharded fp32 parameters, "
                    "bf16 all-gather/compute, fp32 reduce-scatter; prefetch overlaps the collectives; TP plans "
                    "shard norms on the sequence (SP); under PP the blocks stay gathered (reshard_after_forward = not "
@@ -99,13 +105,14 @@ FRAMEWORK_RUNTIME: dict[str, Runtime] = {
         "torch-native", True, "bf16", "fp32", False, TRAINER,
         "FSDP2 (+ EP over DeepEP), bf16 compute, fp32 reduce; TE kernels"),
     "megatron-bridge": Runtime(
-        "megatron", True, "bf16", "fp32", True, TRAINER,
+        "megatron", True, "bf16", "fp32", True, MEGATRON_TP_OVERLAP,
         "Megatron-Core: bf16 params, fp32 main grads (bf16 implies accumulate_allreduce_grads_in_fp32), "
-        "distributed optimizer, --overlap-grad-reduce/--overlap-param-gather in the perf recipes, SP with TP"),
+        "distributed optimizer, --overlap-grad-reduce/--overlap-param-gather in the perf recipes, SP with TP, "
+        "TP collectives overlapped with the GEMMs (Transformer Engine userbuffers, --tp-comm-overlap)"),
     "megatron-core": Runtime(
-        "megatron", True, "bf16", "fp32", True, TRAINER, "as megatron-bridge"),
+        "megatron", True, "bf16", "fp32", True, MEGATRON_TP_OVERLAP, "as megatron-bridge"),
     "nemo": Runtime(
-        "megatron", True, "bf16", "fp32", True, TRAINER, "NeMo 2 = Megatron-Core; as megatron-bridge"),
+        "megatron", True, "bf16", "fp32", True, MEGATRON_TP_OVERLAP, "NeMo 2 = Megatron-Core; as megatron-bridge"),
     "meta-internal": Runtime(
         "other", True, "bf16", "fp32", True, TRAINER,
         "Llama 3 trainer (FSDP + TP + PP + CP); grad reduction dtype not published, fp32 assumed"),
@@ -341,7 +348,7 @@ def compute_split(cm: Any, plan: Plan) -> dict[str, float]:
         gemm = [CLASS_CODE[c] for c in GEMM_CLASSES if c in CLASS_CODE]
         for phase in ("fwd", "bwd"):
             ops = getattr(seg, phase)
-            t, flops, _, _ = cm._phase_times(ops, phase, plan.tp, plan.ep, sp, float(plan.micro_batch))
+            t, flops, *_ = cm._phase_times(ops, phase, plan.tp, plan.ep, sp, float(plan.micro_batch))
             is_gemm = ops.matmul & ([c in gemm for c in ops.op_class] if len(ops.op_class) else ops.matmul)
             is_attn = (ops.op_class == CLASS_CODE["attention_fwd"]) | (ops.op_class == CLASS_CODE["attention_bwd"])
             out["gemm_s"] += float(t[is_gemm].sum())
@@ -545,12 +552,12 @@ def write_doc(runs: list[dict], evaluated: list[dict], skipped: list[dict], summ
         lines.append(f"| {r['id']} | {r['framework']} | {r['reason']} | {meas} | [{src['where']}]({src['url']}) |")
     lines += ["", "## Framework runtime table (the only non-row inputs)", "",
               "| framework | family | overlap grad sync | params | grad reduce | SP with TP | per-op SAC policy | "
-              "loss compiled | attention kernel | FSDP reshards under PP | what it stands for |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "loss compiled | attention kernel | TP overlapped | FSDP reshards under PP | what it stands for |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for k, v in FRAMEWORK_RUNTIME.items():
         lines.append(f"| {k} | {v.family} | {v.overlap_grad_sync} | {v.param_dtype} | {v.grad_reduce_dtype} | "
                      f"{v.sequence_parallel} | {v.variant.op_sac} | {v.variant.compiles_loss} | {v.variant.attention} | "
-                     f"{v.fsdp_reshards_under_pp} | {v.note} |")
+                     f"{v.variant.tp_comm_overlap} | {v.fsdp_reshards_under_pp} | {v.note} |")
     lines += diagnosis_tables(evaluated)
     if DIAGNOSIS.exists():
         lines += ["", DIAGNOSIS.read_text().rstrip()]

@@ -183,6 +183,22 @@ def send_recv_time(size_bytes: float, link: Link) -> float:
     return collective_time("send_recv", size_bytes, 2, link)
 
 
+def overlapped_collective_exposure(comm_s: float, compute_s: float, n: int) -> float:
+    """The part of n-rank collectives that GEMMs running beside them leave exposed [s]: Transformer Engine's
+    tensor-parallel overlap (Megatron's --tp-comm-overlap) splits each all-gather + GEMM (and GEMM +
+    reduce-scatter) into n chunks as a ring, the first chunk computing on the rank's own shard while the next
+    shard arrives, and runs the backward's collectives beside an independent GEMM (its "bulk" overlap). With
+    the collectives' time c spread over n - 1 transfers and the GEMMs' time g over n chunks:
+
+        t = g + max(0, c - g (n - 1) / n)      (all hidden while each transfer fits under a chunk; else the
+                                                transfers set the pace and the last chunk runs after them)
+
+    The chunks' SMs lent to communication kernels (a few of 132 on an H100) are not priced."""
+    if n <= 1:
+        return comm_s
+    return max(0.0, comm_s - compute_s * (n - 1) / n)
+
+
 def ring_attention_time(compute_s: float, step_bytes: float, cp: int, link: Link, tail_bytes: float = 0.0) -> float:
     """Ring attention over cp ranks (context parallelism) [s]: the rank's attention work compute_s runs
     as cp equal steps (causal load balancing gives every step the same share), and during each of the

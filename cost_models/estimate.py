@@ -41,6 +41,7 @@ from cost_models.comm import (
     gradient_reduce_time,
     link_for,
     megatron_dp_schedule,
+    overlapped_collective_exposure,
     reduce_scatter_time,
     ring_attention_time,
     send_recv_time,
@@ -93,13 +94,18 @@ ALLOCATOR_RESERVE = 0.03         # fraction of peak lost to caching-allocator fr
 
 @dataclass(frozen=True)
 class RuntimeVariant:
-    """What another runtime of the trainer's kind (FSDP2, blocks compiled one by one) does differently from
-    AutoParallelTrainer, whose choices are the defaults. Published runs of torch-native trainers state theirs
-    (benchmarks/validate_published.py); the trainer, planning itself, passes the attention kernel its torch picks
-    on the device (trainer.hardware.attention_kernel); the CLI plans with the defaults."""
+    """What another runtime does differently from AutoParallelTrainer, whose choices are the defaults: the
+    torch-native ones (FSDP2, blocks compiled one by one) in their checkpointing, loss and attention kernel,
+    Megatron's in its TP overlap. Published runs state theirs (benchmarks/validate_published.py); the trainer,
+    planning itself, passes the attention kernel its torch picks on the device (trainer.hardware.attention_kernel);
+    the CLI plans with the defaults."""
     op_sac: str = "trainer"      # per-op selective checkpointing's saved set, compute.OP_SAC_POLICIES
     compiles_loss: bool = True   # torch.compile of the loss with the blocks, where the trainer compiles it
     attention: str = "default"   # SDPA's causal kernel, compute.ATTENTION_KERNELS (torch's pick changed in 2.9)
+    # TP collectives (under sequence parallelism) overlapped with the GEMMs beside them, as Transformer Engine
+    # does under Megatron's --tp-comm-overlap (comm.overlapped_collective_exposure); the trainer's DTensor TP
+    # runs them in line
+    tp_comm_overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.op_sac not in OP_SAC_POLICIES:
@@ -199,7 +205,7 @@ class CostModel:
         a persistent fp32 gradient buffer); see `grads_resident`.
         segment_cache: the graph's segment analyses, shared with other cost models of the same graph (they
         read no profile); a new one when not given.
-        variant: where a "trainer" runtime differs from AutoParallelTrainer (RuntimeVariant)."""
+        variant: where the runtime differs from AutoParallelTrainer (RuntimeVariant)."""
         if runtime not in RUNTIMES:
             raise UserError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
         self.variant = variant
@@ -312,13 +318,17 @@ class CostModel:
         # the token counts read back before dispatch: the GPU idles while the host refills its queue
         ep_comm_fwd = a2a + (h.ep_sync_s if a2a > 0 and not compiled else 0.0)
         # the GPU runs a phase's TP and EP collectives in line with its ops (the trainer overlaps neither), so
-        # the host sets the pace only when it issues slower than the ops and the collectives together
-        fwd_t, fwd_flops, fwd_div, fwd_host_s = self._phase_times(seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8,
-                                                                  cp, tp_comm_fwd + a2a,
-                                                                  self._fused_share(seg, 0) if compiled else None)
-        bwd_t, bwd_flops, bwd_div, bwd_host_s = self._phase_times(seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8, cp,
-                                                        tp_comm_bwd + a2a,
-                                                        self._fused_share(seg, 1) if compiled else None)
+        # the host sets the pace only when it issues slower than the ops and the collectives together;
+        # Megatron's --tp-comm-overlap runs the SP collectives beside the phase's GEMMs (RuntimeVariant)
+        overlap = self.variant.tp_comm_overlap and sp and tp > 1
+        fwd_t, fwd_flops, fwd_div, fwd_host_s, fwd_exposed = self._phase_times(
+            seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8, cp, a2a + (0.0 if overlap else tp_comm_fwd),
+            self._fused_share(seg, 0) if compiled else None, (tp_comm_fwd, tp) if overlap else (0.0, 1))
+        bwd_t, bwd_flops, bwd_div, bwd_host_s, bwd_exposed = self._phase_times(
+            seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8, cp, a2a + (0.0 if overlap else tp_comm_bwd),
+            self._fused_share(seg, 1) if compiled else None, (tp_comm_bwd, tp) if overlap else (0.0, 1))
+        if overlap:
+            tp_comm_fwd, tp_comm_bwd = fwd_exposed, bwd_exposed
 
         cp_comm_fwd = cp_comm_bwd = 0.0
         if cp > 1 and seg.attn_kv_bytes:
@@ -478,14 +488,16 @@ class CostModel:
 
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,
                      host: HostWork | None = None, fp8: str = "none", cp: int = 1, comm_s: float = 0.0,
-                     fused_share: float | None = None):
-        """Per-op times [s], per-op FLOPs, the per-op divisor (tp for sharded work) and the phase's host time
-        [s] (its floor); eager ops pay the
+                     fused_share: float | None = None, overlapped: tuple[float, int] = (0.0, 1)):
+        """Per-op times [s], per-op FLOPs, the per-op divisor (tp for sharded work), the phase's host time
+        [s] (its floor) and the exposed part of its `overlapped` collectives [s]; eager ops pay the
         host floor with the trainer's host work `host`, compiled ones compute.compiled_times with the floor
         compute.compiled_host_floor; under an FP8 recipe the linear GEMMs take compute.fp8_gemm_times (their
         casts are memory passes of their own, which compiled_times does not shrink further) and their extra
         eager kernels join the host floor. `comm_s`: the phase's collectives, which the GPU runs in line with
-        its ops: the ops are stretched until ops + collectives meet the floor. `fused_share`: the compiled
+        its ops: the ops are stretched until ops + collectives meet the floor. `overlapped`: (seconds, ranks) of
+        collectives that run beside the phase's GEMMs (Megatron's --tp-comm-overlap), of which only the part
+        comm.overlapped_collective_exposure leaves joins the in-line ones. `fused_share`: the compiled
         block's fused bytes over its eager memory-bound bytes in this phase (`_fused_share`)."""
         expert = ops.expert
         # sharded ops run 1/tp; replicated ones 1/tp of the sequence under SP; experts run whole
@@ -521,6 +533,9 @@ class CostModel:
             n_fp8 = 0 if fused else int(sel.sum())
         dynamic_gemm = expert & ops.matmul & (ops.op_class != CLASS_CODE["gemm_grouped"])
         host = host or HostWork()
+        exposed = overlapped_collective_exposure(overlapped[0], float(t[ops.matmul].sum()), overlapped[1]) \
+            if overlapped[0] > 0 else 0.0
+        comm_s += exposed
         # Under torch.compile a block whose experts run as grouped GEMMs (static shapes) compiles whole: on an
         # H200 the 1.2B MoE's compiled step fused its elementwise work, experts' included, from 59 to 23 ms of
         # kernels while the grouped GEMMs stayed the same (benchmarks/results/raw/timeline_h200_d.jsonl).
@@ -528,11 +543,11 @@ class CostModel:
         if compiled and not dynamic_gemm.any():
             floor = compiled_host_floor(self.host.compiled_call_s, phase) + host.fsdp_s
             return (stretch_to(compiled_times(t, ops.matmul, moved, self.profile, fused_share), floor - comm_s),
-                    flops, div, floor)
+                    flops, div, floor, exposed)
         extra = n_fp8 * FP8_EAGER_KERNELS[fp8] if n_fp8 else 0.0
         floor = host_floor(len(t), self.profile, phase, expert, dynamic_gemm, host.per_op_s,
                            host.extra_s + host.fsdp_s, extra)
-        return stretch_to(t, floor - comm_s), flops, div, floor
+        return stretch_to(t, floor - comm_s), flops, div, floor, exposed
 
     # ---- whole plan ------------------------------------------------------------------------------------
     def check_plan(self, plan: Plan) -> None:

@@ -115,7 +115,7 @@ def test_a_host_paced_phase_absorbs_its_collectives():
     seg = cm.segments(cm.placements_for(plan), False)[cm.block_rep(0)]
     from cost_models.estimate import HostWork
     host = HostWork(per_op_s=cm.host.dtensor_op_s, extra_s=4 * cm.host.tp_collective_s)
-    *_, floor = cm._phase_times(seg.fwd, "fwd", 2, 1, False, 4.0, False, host)
+    floor = cm._phase_times(seg.fwd, "fwd", 2, 1, False, 4.0, False, host)[3]
     assert floor > 0
     raw = float(cm._phase_times(seg.fwd, "fwd", 2, 1, False, 4.0, False, host, comm_s=2 * floor)[0].sum())
     assert raw < floor  # host-paced without collectives, kernel-paced with the largest c below
@@ -124,7 +124,6 @@ def test_a_host_paced_phase_absorbs_its_collectives():
         assert float(t.sum()) + c == pytest.approx(max(floor, raw + c), rel=1e-12)
 
 
-H, A, S, L, V = 1024, 16, 512, 2, 1024
 H, A, S, L, V = 1024, 16, 512, 2, 1024
 
 
@@ -250,7 +249,7 @@ def test_op_recompute_keeps_matmul_outputs_and_redoes_the_rest(gpt_ctx):
     key = cm.segments_key(placements, False)
     block = cm.block_rep(0)
     seg = cm.segments(placements, False)[block]
-    fwd_t, _, _, _ = cm._phase_times(seg.fwd, "fwd", 1, 1, False, 1.0)
+    fwd_t, *_ = cm._phase_times(seg.fwd, "fwd", 1, 1, False, 1.0)
     cost = cm.segment_cost(key, block, 1, 1, False, 1, "op", "intra", "intra")
     assert cost.recompute_s == pytest.approx(float(fwd_t[~seg.fwd.keep_op].sum()))
     assert seg.fwd.keep_op.any() and (~seg.fwd.keep_op).any()
@@ -290,7 +289,7 @@ def test_torchtitan_op_sac_recomputes_every_second_mm():
     costs = {name: ctx.cost_model.segment_cost(ctx.cost_model.segments_key({}, False), block, 1, 1, False, 2, "op",
                                                "intra", "intra")
              for name, ctx in (("trainer", trainer), ("torchtitan", titan))}
-    fwd_t, _, _, _ = titan.cost_model._phase_times(seg.fwd, "fwd", 1, 1, False, 2.0)
+    fwd_t, *_ = titan.cost_model._phase_times(seg.fwd, "fwd", 1, 1, False, 2.0)
     assert costs["torchtitan"].recompute_s == pytest.approx(float(fwd_t[~seg.fwd.keep_op_torchtitan].sum()))
     assert costs["torchtitan"].recompute_s > costs["trainer"].recompute_s
     fewer = sum(float(seg.fwd.out_bytes[i]) * 2 for i in mm if not seg.fwd.keep_op_torchtitan[i])
@@ -340,6 +339,53 @@ def test_flash_attention_variant_prices_the_flash_kernel():
     assert est["flash"].peak_memory_gib == pytest.approx(est["trainer"].peak_memory_gib)
     with pytest.raises(UserError, match="attention"):
         RuntimeVariant(attention="flash3")
+
+
+def test_overlapped_collective_exposure_is_the_chunked_ring():
+    """Chunked ring overlap of n-rank collectives (time c) with GEMMs (time g): all hidden while the n - 1
+    transfers fit under the n chunks, c - g (n - 1) / n exposed once they set the pace."""
+    from cost_models.comm import overlapped_collective_exposure
+    assert overlapped_collective_exposure(3.0, 8.0, 4) == 0.0          # 3 <= 8 * 3/4
+    assert overlapped_collective_exposure(7.0, 8.0, 4) == pytest.approx(1.0)
+    assert overlapped_collective_exposure(7.0, 8.0, 1) == 7.0          # no group, nothing to overlap
+
+
+def test_megatron_tp_comm_overlap_hides_the_collectives_behind_the_gemms():
+    """Megatron's --tp-comm-overlap (RuntimeVariant.tp_comm_overlap) leaves of each phase's TP collectives only
+    what the phase's GEMMs cannot cover, with sequence parallelism; without SP, and on the trainer's runtime by
+    default, the collectives stay in line. GEMM times, activations and FLOPs are the same."""
+    from cost_models.comm import overlapped_collective_exposure
+    from cost_models.estimate import RuntimeVariant
+    base = context("llama3-8b", "h100-sxm", 8, 4096, runtime="megatron")
+    tpo = context("llama3-8b", "h100-sxm", 8, 4096, graph=base.graph, runtime="megatron",
+                  variant=RuntimeVariant(tp_comm_overlap=True))
+    cm = base.cost_model
+    block = cm.block_rep(0)
+
+    from autoparallel.placements import megatron_placements
+
+    def cost(ctx, sp: bool, micro_batch: int):
+        key = ctx.cost_model.segments_key(megatron_placements(base.graph, sp), sp)
+        return ctx.cost_model.segment_cost(key, block, 8, 1, sp, micro_batch, "none", "intra", "intra")
+
+    seg = cm.segments(megatron_placements(base.graph, True), True)[block]
+    for mb in (1, 16):
+        inline, hidden = cost(base, True, mb), cost(tpo, True, mb)
+        assert inline.tp_comm_s > 0
+        comm_fwd = comm_bwd = inline.tp_comm_s / 2  # under SP each forward collective is a backward one
+        # the ops' own times (collectives past the host floor: nothing stretched) and the floor
+        fwd_t, _, _, floor_fwd, _ = cm._phase_times(seg.fwd, "fwd", 8, 1, True, float(mb), comm_s=1e9)
+        bwd_t = cm._phase_times(seg.bwd, "bwd", 8, 1, True, float(mb), comm_s=1e9)[0]
+        want_fwd = overlapped_collective_exposure(comm_fwd, float(fwd_t[seg.fwd.matmul].sum()), 8)
+        want_bwd = overlapped_collective_exposure(comm_bwd, float(bwd_t[seg.bwd.matmul].sum()), 8)
+        assert hidden.tp_comm_s == pytest.approx(want_fwd + want_bwd)
+        assert hidden.tp_comm_s < inline.tp_comm_s
+        # the phase: its ops and the exposed collectives, or the host's pace where that is slower
+        assert hidden.fwd_s == pytest.approx(max(float(fwd_t.sum()) + want_fwd, floor_fwd))
+        assert hidden.act_bytes == inline.act_bytes and hidden.flops_fwd == inline.flops_fwd
+    # without sequence parallelism Transformer Engine does not overlap: the all-reduces stay in line
+    assert cost(base, False, 1).tp_comm_s > 0
+    assert cost(tpo, False, 1).tp_comm_s == pytest.approx(cost(base, False, 1).tp_comm_s)
 
 
 @pytest.fixture(scope="module")
