@@ -409,6 +409,29 @@ OLMO_7B_8L = {"name": "olmo-7b-8l", "hf": True, "model_type": "olmo", "vocab_siz
               "intermediate_size": 11008, "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 32,
               "clip_qkv": 8.0, "rope_theta": 10000.0, "max_position_embeddings": 4096, "tie_word_embeddings": False,
               "pad_token_id": 1, "bos_token_id": None, "eos_token_id": 50279}
+# and three more, predicted before the run (FAMILIES20, twenty-third session): GPT-NeoX Japanese 2.7B (abeja's:
+# 32 layers of 2560, an attention output bias added after the residual branch's projection, GELU MLP of 4h; eager
+# attention, as transformers runs it),
+# FlexOlmo 7x7B's widths (7 OLMo 2 experts of 11008, 5 a token: a block of mostly expert GEMMs; 4 of 32 layers) and
+# MiniMax-Text's architecture at transformers' default widths (a lightning-attention layer, linear attention run
+# block by block in PyTorch ops, and a softmax one; 8 experts of 14336, 2 a token; 2 layers)
+GPT_NEOX_JA_2_7B = {"name": "gpt-neox-ja-2.7b", "hf": True, "model_type": "gpt_neox_japanese", "vocab_size": 32000,
+                    "hidden_size": 2560, "num_hidden_layers": 32, "num_attention_heads": 32,
+                    "intermediate_multiple_size": 4, "hidden_act": "gelu", "max_position_embeddings": 2048,
+                    "attention_dropout": 0.0, "hidden_dropout": 0.0, "tie_word_embeddings": True,
+                    "bos_token_id": 31996, "eos_token_id": 31999,
+                    "attn_implementation": "eager"}  # transformers has no SDPA path for GPT-NeoX Japanese
+FLEX_OLMO_4L = {"name": "flexolmo-4l", "hf": True, "model_type": "flex_olmo", "vocab_size": 100352, "hidden_size": 4096,
+                "intermediate_size": 11008, "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 32,
+                "num_experts": 7, "num_experts_per_tok": 5, "norm_topk_prob": False, "rms_norm_eps": 1e-6,
+                "rope_theta": 500000.0, "max_position_embeddings": 4096, "tie_word_embeddings": False,
+                "output_router_logits": False, "pad_token_id": 100277, "bos_token_id": None, "eos_token_id": 100257}
+MINIMAX_2L = {"name": "minimax-2l", "hf": True, "model_type": "minimax", "vocab_size": 32000, "hidden_size": 4096,
+              "intermediate_size": 14336, "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 8,
+              "head_dim": 128, "num_local_experts": 8, "num_experts_per_tok": 2,
+              "layer_types": ["linear_attention", "full_attention"], "block_size": 256, "rms_norm_eps": 1e-5,
+              "rope_theta": 1000000.0, "max_position_embeddings": 131072, "tie_word_embeddings": False,
+              "output_router_logits": False, "bos_token_id": 1, "eos_token_id": 2}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -418,7 +441,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  ERNIE45_MOE_4L, HELIUM_2B, PHIMOE_2L, SEED_OSS_4L, PERSIMMON_4L, BITNET_12L,
                                  GLM45_AIR_2L, DIFFLLAMA_16L, NANOCHAT_D20, LLAMA4_SCOUT_2L,
                                  GPT_OSS_20B_4L, COHERE2_R7B_8L, MISTRAL_7B_8L, GEMMA3_4B_8L, GPT_NEO_1_3B, BIOGPT,
-                                 INTERNLM3_8B_8L, OLMO_7B_8L)}
+                                 INTERNLM3_8B_8L, OLMO_7B_8L, GPT_NEOX_JA_2_7B, FLEX_OLMO_4L, MINIMAX_2L)}
 
 
 @dataclass(frozen=True)
@@ -644,6 +667,10 @@ CONFIGS = [
     *_trio("1g-biogpt", "biogpt", 16, 8, (4, "full"), seq=1024),
     *_trio("1g-internlm3", "internlm3-8b-8l", 4, 2, (1, "op"), seq=4096),
     *_trio("1g-olmo7", "olmo-7b-8l", 4, 2, (1, "op"), seq=4096),
+    # twenty-third session, predicted before the run (FAMILIES20)
+    *_trio("1g-neoxja", "gpt-neox-ja-2.7b", 8, 2, (4, "full")),
+    *_trio("1g-flexolmo", "flexolmo-4l", 4, 2, (1, "op")),
+    *_trio("1g-minimax", "minimax-2l", 4, 2, (2, "full")),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),
