@@ -734,6 +734,22 @@ def init_weights(part: nn.Module) -> None:
     part.initialize_weights()
 
 
+def buffer_dtypes(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.dtype]:
+    """Each floating buffer's dtype (by its name in `model`) when transformers builds the model in `dtype`, as
+    from_pretrained(dtype=...) and from_config(dtype=...) do: under that default dtype. A buffer the model
+    computes at the default dtype is then low-precision (MiniMax's decay factors, which its linear attention
+    multiplies into bf16 activations), one it builds in fp32 explicitly stays fp32 (RoPE's inv_freq). Rebuilt
+    on the meta device from the model's config: no memory, and the user's model is not touched."""
+    previous = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(dtype)
+        with torch.device("meta"), quiet_optional_kernels():
+            rebuilt = type(model)(copy.deepcopy(model.config))
+    finally:
+        torch.set_default_dtype(previous)
+    return {n: b.dtype for n, b in rebuilt.named_buffers() if b.is_floating_point()}
+
+
 def hf_labels(labels: torch.Tensor) -> torch.Tensor:
     """HF's causal-LM label shift: position t is scored against labels[t + 1], the last position
     against nothing (IGNORE_INDEX), as transformers' ForCausalLMLoss does."""

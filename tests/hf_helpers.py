@@ -195,15 +195,16 @@ def _placements(model: nn.Module, sp: bool, replicate_all: bool) -> dict[str, st
 
 def make_plan(model: nn.Module, *, dp: int = 1, tp: int = 1, pp: int = 1, ep: int = 1, vpp: int = 1,
               micro_batch: int = 1, zero: int = 0, sp: bool = False, recompute: str = "none", replicate_all: bool = False,
-              overrides: dict[str, str] | None = None) -> Plan:
+              overrides: dict[str, str] | None = None, param_dtype: str = "fp32") -> Plan:
     """replicate_all: no module split over tp, norms still 'sequence' under SP (what the planner emits
-    at tiny widths under a pinned tp). overrides: placements replacing the derived ones."""
+    at tiny widths under a pinned tp). overrides: placements replacing the derived ones. param_dtype: what
+    FSDP2 computes in (bf16: low-precision copies of the fp32 parameters)."""
     n = len(find_layout(model).blocks)
     return Plan(model=type(model).__name__, hardware="cpu", gpus=dp * tp * pp * ep, gpus_per_node=8,
                 global_batch=ROWS, seq_len=SEQ, dp=dp, tp=tp, pp=pp, ep=ep, micro_batch=micro_batch, zero=zero,
                 sequence_parallel=sp, recompute=(recompute,) * n, vpp=vpp,
                 stage_layers=(n // (pp * vpp),) * (pp * vpp) if pp > 1 else (), grad_reduce_dtype="fp32",
-                param_dtype="fp32",
+                param_dtype=param_dtype,
                 placements={**_placements(model, sp, replicate_all), **(overrides or {})} if tp > 1 or ep > 1 else {},
                 model_fingerprint=model_fingerprint(model))
 

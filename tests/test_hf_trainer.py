@@ -55,6 +55,7 @@ MOE = ("mixtral", "qwen3moe")
 # projections, whose rows the trainer re-lays per tp rank, from pipeline stages (tied embedding split
 # over them) and from expert shards
 EXPORTED = {"phi3-dp2xtp2", "gpt2-tp4", "gemma-pp2xdp2", "mixtral-ep2xdp2"}
+LOW_PRECISION = ("minimax", "openai-gpt")
 
 WORLD4: list[Config] = [
     *(Config(f"{m}-{kind}", m, plan, export=f"{m}-{kind}" in EXPORTED) for kind, plan in MATRIX.items()
@@ -113,6 +114,10 @@ WORLD4: list[Config] = [
     # MiniMax's linear attention normalizes over all its heads: the layout keeps that module whole (its full-
     # attention layers split), padded tokens zeroed by the 2-D mask
     Config("minimax-dp2xtp2-sp-masked", "minimax", DP2TP2SP, masked=True),
+    # FSDP2 computing in bf16 (the layout every GPU plan runs): buffers that HF's bf16 load makes bf16 (MiniMax's
+    # decay factors, GPT-1's) must be bf16 too, or their products with bf16 activations fail in the next matmul
+    *(Config(f"{m}-dp4-bf16", m, {"dp": 4, "micro_batch": 2, "zero": 2, "param_dtype": "bf16"}, steps=1)
+      for m in LOW_PRECISION),
 ]
 
 
@@ -139,7 +144,8 @@ REFUSED = {"olmo2-head-split-refused": r"norm model\.layers\.0\.self_attn\.q_nor
            "mixtral-aux-pp2xdp2-refused": r"output_router_logits: the router load-balancing loss .* pp=2"}
 
 
-@pytest.mark.parametrize("cfg", [c for c in WORLD4 if not c.meta and c.name not in REFUSED], ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", [c for c in WORLD4 if not c.meta and c.name not in REFUSED
+                                 and c.plan.get("param_dtype", "fp32") == "fp32"], ids=lambda c: c.name)
 def test_hf_model_as_is_matches_single_process(cfg, world4):
     res = H.result(world4, cfg.name)
     assert "error" not in res, res.get("traceback", res.get("error"))
@@ -152,6 +158,45 @@ def test_hf_model_as_is_matches_single_process(cfg, world4):
     print(f"{cfg.name}: max loss rel diff {loss_rel:.2e}, max param abs diff {param_abs:.2e}")
     assert loss_rel <= 1e-5, (res["losses"], ref_losses)
     assert param_abs <= 1e-5
+
+
+@pytest.mark.parametrize("model", LOW_PRECISION)
+def test_bf16_fsdp_runs_the_model_as_its_bf16_load_does(model, world4):
+    """Under FSDP2's bf16 compute the first step's loss is the one HF's own bf16 model gives (the same weights,
+    built in bf16 as from_pretrained(dtype=bfloat16) builds it). Tolerance: both run the same ops on bf16
+    operands (relative rounding 2^-9 each), differing only in where a few casts and reductions fall; a logit
+    moves by a few ulps, at most ~1% of these tiny models' |logits| <= 3, and the loss (-logit_y + logsumexp)
+    by at most twice that: ~0.06 of a loss of ~4.9, so 2% relative. (Random tiny models sit near ln(128) = 4.85
+    either way: the loss check catches a broken computation, not a subtle one.) Before buffers took their
+    bf16-load dtype, both models raised (a float32 buffer times a bf16 activation, then a matmul with a bf16
+    operand): the run itself is the check."""
+    from transformers import AutoModelForCausalLM
+
+    res = H.result(world4, f"{model}-dp4-bf16")
+    assert "error" not in res, res.get("traceback", res.get("error"))
+    fp32 = HF.build(model)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        ref = AutoModelForCausalLM.from_config(HF.config(model))
+    finally:
+        torch.set_default_dtype(previous)
+    ref.load_state_dict(fp32.state_dict())
+    with torch.no_grad():
+        want = float(ref(**HF.batches(1)[0]).loss)
+    assert abs(res["losses"][0] - want) <= 0.02 * abs(want), (res["losses"][0], want)
+
+
+def test_buffer_dtypes_are_those_of_the_models_low_precision_load():
+    """MiniMax computes its decay factors at the default dtype (bf16 in a bf16 load) and its rotary inv_freq
+    in fp32 explicitly; a model with no floating buffers has nothing to cast."""
+    from autoparallel.hf import buffer_dtypes
+
+    dtypes = buffer_dtypes(HF.build("minimax"), torch.bfloat16)
+    assert dtypes["model.layers.1.self_attn.diagonal_decay"] == torch.bfloat16
+    assert dtypes["model.rotary_emb.inv_freq"] == torch.float32
+    assert buffer_dtypes(HF.build("gpt2"), torch.bfloat16) == {}
+    assert torch.get_default_dtype() == torch.float32  # restored
 
 
 @pytest.mark.parametrize("cfg", [c for c in WORLD4 if c.plan.get("tp", 1) > 1 and c.name not in REFUSED],

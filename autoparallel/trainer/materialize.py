@@ -99,6 +99,17 @@ def broadcast_source(source: dict[str, torch.Tensor], device: torch.device,
     return out
 
 
+def cast_buffers(part: nn.Module, dtypes: dict[str, torch.dtype]) -> None:
+    """Give each buffer of `part` named in `dtypes` (by clean FQN) that dtype."""
+    if not dtypes:
+        return
+    for prefix, mod in part.named_modules():
+        for name, buf in list(mod._buffers.items()):
+            want = dtypes.get(clean_fqn(f"{prefix}.{name}" if prefix else name))
+            if buf is not None and want is not None and buf.dtype != want:
+                mod._buffers[name] = buf.to(want)
+
+
 @torch.no_grad()
 def fill_from_full(target: torch.Tensor, full: torch.Tensor, name: str) -> None:
     """Copy this rank's part of the full value `full` into `target` (a DTensor shard or a tensor)."""

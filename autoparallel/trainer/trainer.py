@@ -27,6 +27,7 @@ from autoparallel.hf import (
     IGNORE_INDEX,
     HFParts,
     RouterAux,
+    buffer_dtypes,
     hf_parts,
     install_forward,
     is_hf_causal_lm,
@@ -45,6 +46,7 @@ from autoparallel.trainer.hardware import attention_kernel, local_budget, resolv
 from autoparallel.trainer.low_precision import apply_fp8
 from autoparallel.trainer.materialize import (
     broadcast_source,
+    cast_buffers,
     full_source,
     is_meta_model,
     materialize,
@@ -464,6 +466,13 @@ class AutoParallelTrainer:
         # (docs/trainer_sweep_notes.md, "Expert units").
         units = experts if plan.experts_apart else []
         mp = mixed_precision_policy(plan.param_dtype, plan.grad_reduce_dtype)
+        # FSDP2 computes with low-precision copies of the parameters and leaves buffers as they are; a Hugging
+        # Face model mixes its buffers into its activations as its low-precision load made them (MiniMax's
+        # fp32 decay factors times bf16 attention weights fail in the matmul after them): give each buffer that
+        # load's dtype. Local mode computes under autocast, which casts at each op instead.
+        low = to_dtype(plan.param_dtype, "param_dtype")
+        buffers = buffer_dtypes(self._model, low) if self._hf is not None and env.distributed and \
+            low != torch.float32 else {}
         self._fp8_modules = []
         # Vocab-sharded logits + parallel cross entropy when the default loss runs on a sharded head.
         # The sharding solver replicates everything when splitting cannot pay (tiny widths under a pinned
@@ -511,6 +520,7 @@ class AutoParallelTrainer:
             part_source = source if source is None or not self._relayout else {
                 k: self._relayout[k].to_trainer(t) if k in self._relayout else t for k, t in source.items()}
             materialize(part, env.device, part_source, self._init_fn, None if seed is None else seed + v)
+            cast_buffers(part, buffers)
             self._retie(part)  # to_empty allocates one tensor per name: tied names must share again
             part.train()
             if self._aux is not None:
