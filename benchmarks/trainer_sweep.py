@@ -432,6 +432,15 @@ MINIMAX_2L = {"name": "minimax-2l", "hf": True, "model_type": "minimax", "vocab_
               "layer_types": ["linear_attention", "full_attention"], "block_size": 256, "rms_norm_eps": 1e-5,
               "rope_theta": 1000000.0, "max_position_embeddings": 131072, "tie_word_embeddings": False,
               "output_router_logits": False, "bos_token_id": 1, "eos_token_id": 2}
+# and two more, predicted before the run (FAMILIES21): GraniteMoeShared at Granite 3.0 1B-A400M's widths with a
+# 1024-wide shared expert beside the 32 routed ones (8 a token), and Ministral 3 3B's (YaRN rotary with Llama 4's
+# position-dependent query scaling; 8 of 26 layers at 4096 tokens)
+GRANITEMOE_SHARED_1B = {**GRANITEMOE_1B, "name": "granitemoeshared-1b", "model_type": "granitemoeshared",
+                        "shared_intermediate_size": 1024}
+MINISTRAL3_3B_8L = {"name": "ministral3-3b-8l", "hf": True, "model_type": "ministral3", "vocab_size": 131072,
+                    "hidden_size": 3072, "intermediate_size": 9216, "num_hidden_layers": 8, "num_attention_heads": 32,
+                    "num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-5, "max_position_embeddings": 262144,
+                    "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -441,7 +450,8 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  ERNIE45_MOE_4L, HELIUM_2B, PHIMOE_2L, SEED_OSS_4L, PERSIMMON_4L, BITNET_12L,
                                  GLM45_AIR_2L, DIFFLLAMA_16L, NANOCHAT_D20, LLAMA4_SCOUT_2L,
                                  GPT_OSS_20B_4L, COHERE2_R7B_8L, MISTRAL_7B_8L, GEMMA3_4B_8L, GPT_NEO_1_3B, BIOGPT,
-                                 INTERNLM3_8B_8L, OLMO_7B_8L, GPT_NEOX_JA_2_7B, FLEX_OLMO_4L, MINIMAX_2L)}
+                                 INTERNLM3_8B_8L, OLMO_7B_8L, GPT_NEOX_JA_2_7B, FLEX_OLMO_4L, MINIMAX_2L,
+                                 GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L)}
 
 
 @dataclass(frozen=True)
@@ -671,6 +681,8 @@ CONFIGS = [
     *_trio("1g-neoxja", "gpt-neox-ja-2.7b", 8, 2, (4, "full")),
     *_trio("1g-flexolmo", "flexolmo-4l", 4, 2, (1, "op")),
     *_trio("1g-minimax", "minimax-2l", 4, 2, (2, "full")),
+    *_trio("1g-granitemoesh", "granitemoeshared-1b", 8, 4, (2, "op")),
+    *_trio("1g-ministral3", "ministral3-3b-8l", 4, 2, (1, "full"), seq=4096),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),
