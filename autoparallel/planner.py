@@ -269,9 +269,28 @@ class Planner:
         self._fp8_choice: dict[tuple, str] = {}
         self._p2p: dict[tuple, float] = {}
         self._pipeline: dict[tuple, float] = {}   # _pipeline_bound per (group, vpp): shared by members
+        self.recompute_modes = self._runnable_recompute_modes()
         self._check_pins()
 
     # ---- the space ----------------------------------------------------------------------------------------
+    def _runnable_recompute_modes(self) -> tuple[str, ...]:
+        """The recompute modes the trainer can run on this model: not per-op checkpointing (nor "selective" where
+        the trainer runs it as per-op checkpointing, OpGraph.selective_as_op) when a block changes in place the
+        output of an op that checkpointing caches (OpGraph.op_sac_mutated): torch's selective checkpointing
+        refuses the changed cache entry in the backward. A pinned such mode is one error here."""
+        mutated = self.graph.op_sac_mutated()
+        if not mutated:
+            return RECOMPUTE_MODES
+        dropped = {"op"} | ({"selective"} if self.graph.selective_as_op else set())
+        pinned = self.fix.get("recompute")
+        if pinned in dropped:
+            op, module = mutated[0]
+            raise UserError(f"pin recompute={pinned}: per-op checkpointing would cache the output of {op} in "
+                            f"{module}, which the block then changes in place; torch's selective checkpointing "
+                            f"refuses that in the backward; pin recompute "
+                            f"{' or '.join(r for r in RECOMPUTE_MODES if r not in dropped)}")
+        return tuple(r for r in RECOMPUTE_MODES if r not in dropped)
+
     def _check_pins(self) -> None:
         n, f = self.cluster.num_devices, self.fix
         prod = 1
@@ -876,7 +895,7 @@ class StageModel:
         if planner.fp8 != "none":  # every plan of this configuration carries the per-block FP8 choice
             fp8 = tuple(planner.fp8_choice(self._cost_prefix, self.key, graph.blocks[bc.index(c)]) for c in bc)
             self.plan0 = replace(self.plan0, fp8=fp8 if any(r != "none" for r in fp8) else ())
-        self.modes = [self.pl.fix["recompute"]] if "recompute" in self.pl.fix else list(RECOMPUTE_MODES)
+        self.modes = [self.pl.fix["recompute"]] if "recompute" in self.pl.fix else list(planner.recompute_modes)
         self.mem_unit = planner.budget / RESOLUTION   # bytes per integer unit
         self.p2p_per_virtual_stage = planner.p2p_time(self.plan0, self.span["pp"]) if cfg.pp > 1 else 0.0
 

@@ -793,6 +793,8 @@ class _Tracer:
                     self.storage_owner[key] = nid
                 elif mutable:
                     self.storage_writer[key] = nid
+                    if self.phase == "fwd":  # its creator's output changes after it was made
+                        self.nodes[self.storage_owner[key]]["mutated_in_place"] = True
 
 
 # ============================================================================ graph assembly

@@ -33,6 +33,8 @@ from typing import Any
 
 import networkx as nx
 
+from cost_models.compute import saved_under_op_sac
+
 __all__ = ["PARAM_KINDS", "ExpertGroup", "OpGraph", "ParamOp", "RegionCost"]
 
 PARAM_KINDS = ("linear", "embedding", "norm", "experts", "other")
@@ -133,6 +135,13 @@ class OpGraph:
     # (query heads, key/value heads) from a Hugging Face model's config, (0, 0) otherwise: without a spec the
     # graph shows only query heads (the fused attention outputs), and nothing in an eager attention
     config_heads: tuple[int, int] = (0, 0)
+
+    def op_sac_mutated(self) -> list[tuple[str, str]]:
+        """(op, module) of forward ops in blocks whose outputs per-op selective checkpointing caches and the block
+        then changes in place (transformers' grouped experts add their bias into the grouped GEMM's output):
+        torch's selective checkpointing refuses such a cache entry at the backward (its version changed)."""
+        return [(a["op"], a["module"]) for _, a in self.nodes("fwd") if a.get("mutated_in_place")
+                and a["block"] is not None and saved_under_op_sac(a["op"])]
 
     @property
     def has_tied_parameters(self) -> bool:

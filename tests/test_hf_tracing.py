@@ -232,6 +232,37 @@ def test_selective_recompute_is_priced_as_the_trainer_runs_it():
             assert est["selective"].peak_memory_gib == est["none"].peak_memory_gib
 
 
+def test_a_block_that_changes_a_cached_output_in_place_is_planned_without_per_op_checkpointing():
+    """transformers' grouped experts with biases (gpt-oss) add the bias into the grouped GEMM's output in place;
+    per-op selective checkpointing caches that output and torch refuses the changed entry in the backward
+    ("Tensor cached during selective activation checkpoint has been mutated", on CPU too). The trace marks
+    the GEMM; the planner then leaves out "op" and, on a Hugging Face block, "selective" (per-op checkpointing
+    there), and a pinned one is one error. A llama block, which changes nothing in place, keeps every mode."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from hf_coverage import tiny_config
+    from transformers import AutoModelForCausalLM
+
+    from autoparallel.errors import UserError
+    from autoparallel.plan import RECOMPUTE_MODES
+    from autoparallel.planner import Planner
+
+    with torch.device("meta"):
+        oss = AutoModelForCausalLM.from_config(tiny_config("gpt_oss"))
+    g = trace(oss, batch=1, seq_len=16)
+    assert {op for op, _ in g.op_sac_mutated()} == {"aten._grouped_mm.default"}
+    cluster = make_cluster("h100-sxm", gpus=1, gpus_per_node=8)
+    assert Planner(g, cluster, 8, 16).recompute_modes == ("none", "full")
+    for pinned in ("op", "selective"):
+        with pytest.raises(UserError, match=f"pin recompute={pinned}: per-op checkpointing would cache the output "
+                                            r"of aten._grouped_mm.default in model.layers.0.mlp.experts"):
+            Planner(g, cluster, 8, 16, fix={"recompute": pinned})
+    llama = trace(HF.build("llama"), batch=1, seq_len=16)
+    assert llama.op_sac_mutated() == [] and Planner(llama, cluster, 8, 16).recompute_modes == RECOMPUTE_MODES
+
+
 def _config_dir(tmp_path, name: str, **changes) -> str:
     """A directory holding config.json of HF.config(name) with `changes`, as a user's checkpoint folder has."""
     import json
