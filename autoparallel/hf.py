@@ -739,12 +739,16 @@ def buffer_dtypes(model: nn.Module, dtype: torch.dtype) -> dict[str, torch.dtype
     from_pretrained(dtype=...) and from_config(dtype=...) do: under that default dtype. A buffer the model
     computes at the default dtype is then low-precision (MiniMax's decay factors, which its linear attention
     multiplies into bf16 activations), one it builds in fp32 explicitly stays fp32 (RoPE's inv_freq). Rebuilt
-    on the meta device from the model's config: no memory, and the user's model is not touched."""
+    on the meta device from the model's config: no memory, and the user's model is not touched. A model that
+    does not rebuild so (a subclass whose constructor takes more than its config) keeps its buffers as they are:
+    empty."""
     previous = torch.get_default_dtype()
     try:
         torch.set_default_dtype(dtype)
         with torch.device("meta"), quiet_optional_kernels():
             rebuilt = type(model)(copy.deepcopy(model.config))
+    except Exception:  # whatever a user's constructor raises: the buffers then stay as the model has them
+        return {}
     finally:
         torch.set_default_dtype(previous)
     return {n: b.dtype for n, b in rebuilt.named_buffers() if b.is_floating_point()}

@@ -198,6 +198,14 @@ def test_buffer_dtypes_are_those_of_the_models_low_precision_load():
     assert buffer_dtypes(HF.build("gpt2"), torch.bfloat16) == {}
     assert torch.get_default_dtype() == torch.float32  # restored
 
+    class Wrapped(type(HF.build("llama"))):  # a user's subclass whose constructor takes more than the config
+        def __init__(self, config, extra):
+            super().__init__(config)
+
+    wrapped = Wrapped(HF.config("llama"), extra=1)
+    assert buffer_dtypes(wrapped, torch.bfloat16) == {}  # its buffers stay as they are
+    assert torch.get_default_dtype() == torch.float32
+
 
 @pytest.mark.parametrize("cfg", [c for c in WORLD4 if c.plan.get("tp", 1) > 1 and c.name not in REFUSED],
                          ids=lambda c: c.name)
