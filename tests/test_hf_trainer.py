@@ -187,6 +187,27 @@ def test_bf16_fsdp_runs_the_model_as_its_bf16_load_does(model, world4):
     assert abs(res["losses"][0] - want) <= 0.02 * abs(want), (res["losses"][0], want)
 
 
+def test_a_pinned_per_op_checkpointing_that_torch_refuses_is_one_clear_error():
+    """gpt-oss's grouped experts add their bias into the grouped GEMM's output in place; under a plan pinning per-op
+    checkpointing torch's SAC refuses the changed cache entry in the first backward. The trainer says so in one
+    error naming the plan's setting and the fix (the planner never picks it: test_hf_tracing)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from hf_coverage import tiny_config
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config("gpt_oss")).float()
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=1e-3),
+                                  plan=HF.make_plan(model, micro_batch=2, recompute="op"))
+    ids = torch.randint(1, 100, (HF.ROWS, HF.SEQ))
+    with pytest.raises(UserError, match=r"plan recompute op: per-op checkpointing cached an op output that the model "
+                                        r"then changes in place.*use recompute none or full"):
+        trainer.step({"input_ids": ids, "labels": ids})
+
+
 def test_buffer_dtypes_are_those_of_the_models_low_precision_load():
     """MiniMax computes its decay factors at the default dtype (bf16 in a bf16 load) and its rotary inv_freq
     in fp32 explicitly; a model with no floating buffers has nothing to cast."""

@@ -8,9 +8,10 @@ checkpointing -> torch.compile per block -> FSDP2 / replicate -> allocate and fi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,23 @@ def _logits(output: Any) -> torch.Tensor:
 
 def _splits_over_tp(plan: Plan) -> bool:
     return any(v in ("colwise", "rowwise", "vocab") for v in plan.placements.values())
+
+
+@contextlib.contextmanager
+def _explain_checkpoint_mutation(plan: Plan) -> Iterator[None]:
+    """torch's selective checkpointing refuses, in the backward, an output it cached that the block then changed in
+    place (transformers' grouped experts add their bias into the grouped GEMM's output): one error that says which
+    plan setting runs into it and what to pin instead. The planner never chooses per-op checkpointing for such a
+    model (Planner.recompute_modes); a plan that pins it reaches this."""
+    try:
+        yield
+    except RuntimeError as e:
+        if "selective activation checkpoint has been mutated" not in str(e):
+            raise
+        modes = sorted({r for r in plan.recompute if r in ("op", "selective")})
+        raise UserError(f"plan recompute {'/'.join(modes) or 'op'}: per-op checkpointing cached an op output that "
+                        f"the model then changes in place, which torch refuses in the backward ({e}); use "
+                        f"recompute none or full for this model (the planner does)") from None
 
 
 def _value(loss: torch.Tensor) -> torch.Tensor:
@@ -274,7 +292,7 @@ class AutoParallelTrainer:
         rows = b.rows // dp_ep
         start = (self._meshes.data_rank if self._meshes is not None else 0) * rows
         local = b.slice(start, start + rows).to(self.device)
-        with loss_parallel() if self._loss_parallel else nullcontext():
+        with loss_parallel() if self._loss_parallel else nullcontext(), _explain_checkpoint_mutation(plan):
             if plan.pp > 1:
                 local_loss = self._pipeline_step(local)
             else:
