@@ -515,7 +515,7 @@ def write_doc(runs: list[dict], evaluated: list[dict], skipped: list[dict], summ
         "`FRAMEWORK_RUNTIME` in the script (overlap of the gradient reduction, parameter and reduction "
         "dtypes, sequence parallelism with TP, whether FSDP reshards its blocks under a pipeline, and the "
         "framework's RuntimeVariant: its per-op checkpointing's saved set, whether it compiles the loss, which "
-        "SDPA kernel its torch ran). Throughput is compared in tokens/s per GPU; rows that publish only TFLOP/s "
+        "SDPA kernel its torch ran, whether its TP collectives run beside the GEMMs). Throughput is compared in tokens/s per GPU; rows that publish only TFLOP/s "
         "are converted with the source's FLOP convention (stated per row). Error = predicted / measured - 1 "
         "(positive: the model predicts faster than measured, or more memory than measured). Profiles and "
         f"cost model as of commit {frozen_at()} (last change to hardware_profiles/ or cost_models/).", "",
