@@ -411,10 +411,10 @@ OLMO_7B_8L = {"name": "olmo-7b-8l", "hf": True, "model_type": "olmo", "vocab_siz
               "pad_token_id": 1, "bos_token_id": None, "eos_token_id": 50279}
 # and three more, predicted before the run (FAMILIES20, twenty-third session): GPT-NeoX Japanese 2.7B (abeja's:
 # 32 layers of 2560, an attention output bias added after the residual branch's projection, GELU MLP of 4h; eager
-# attention, as transformers runs it),
-# FlexOlmo 7x7B's widths (7 OLMo 2 experts of 11008, 5 a token: a block of mostly expert GEMMs; 4 of 32 layers) and
-# MiniMax-Text's architecture at transformers' default widths (a lightning-attention layer, linear attention run
-# block by block in PyTorch ops, and a softmax one; 8 experts of 14336, 2 a token; 2 layers)
+# attention, as transformers runs it), FlexOlmo 7x7B's widths (7 OLMo 2 experts of 11008, 5 a token: a block of
+# mostly expert GEMMs; 4 of 32 layers) and MiniMax-Text's architecture at transformers' default widths (a
+# lightning-attention layer, linear attention run block by block in PyTorch ops, and a softmax one; 8 experts of
+# 14336, 2 a token; 2 layers)
 GPT_NEOX_JA_2_7B = {"name": "gpt-neox-ja-2.7b", "hf": True, "model_type": "gpt_neox_japanese", "vocab_size": 32000,
                     "hidden_size": 2560, "num_hidden_layers": 32, "num_attention_heads": 32,
                     "intermediate_multiple_size": 4, "hidden_act": "gelu", "max_position_embeddings": 2048,
