@@ -17,7 +17,7 @@ import itertools
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -30,7 +30,7 @@ from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from autoparallel.placements import megatron_placements
 from autoparallel.plan import RECOMPUTE_MODES, TP_SHARDED, Plan
 from autoparallel.sharding import cost_model as sharding_cost_model
-from cost_models.comm import Link
+from cost_models.comm import Link, dp_overlap_cost
 from cost_models.estimate import (
     ALLOCATOR_RESERVE,
     DTYPE_BYTES,
@@ -628,16 +628,18 @@ class Planner:
         # the smallest bound not visited is the pending one (bounds come in increasing order)
         bound = min(searched.estimate.step_time_s, pending[0]) if pending else searched.estimate.step_time_s
         status = "OPTIMAL" if proven and bound >= searched.estimate.step_time_s - 1e-12 else "FEASIBLE"
-        winner = self._with_schedule(searched, self._with_compile(searched))
+        winner = self._with_schedule(searched, self._with_compile(searched, best))
         winner.plan.check_runnable(self.cm.num_blocks)  # the contract: every plan emitted, the trainer runs
         self._say(f"  done: {solved}/{len(configs)} configurations solved in {wall:.2f} s")
         return PlanResult(winner.plan, winner.estimate,
                           SolverInfo(status, wall, searched.estimate.step_time_s, bound, len(configs), solved, cpu),
                           runners_up=runners)
 
-    def _with_compile(self, winner: Candidate) -> Candidate:
-        """The best compiled version of the winner when compile is not pinned and the cost model predicts
-        it at least COMPILE_MARGIN faster and still fitting. Measured on H200s (docs/trainer_sweep.md):
+    def _with_compile(self, winner: Candidate, searched: Sequence[Candidate] = ()) -> Candidate:
+        """The best compiled version of the winner, or of a `searched` candidate whose eager step is within
+        COMPILE_MARGIN of the winner's (a near tie the eager ranking does not decide: a 7B llama on two H200s,
+        pp2 and dp2 within 0.1% eager, dp2 2.2% faster compiled), when compile is not pinned and the cost model
+        predicts it at least COMPILE_MARGIN faster than the winner and still fitting. Measured on H200s (docs/trainer_sweep.md):
         compiled dense blocks ran 14-18% faster than eager (1.3B and 7B llama); a block with grouped expert
         GEMMs compiles whole, one with a per-expert loop runs eager (its graph breaks), as the cost model
         prices them (CostModel._phase_times). The margin keeps compile off where the predicted gain is within
@@ -651,9 +653,17 @@ class Planner:
         if "compile" in self.fix:
             return winner
         best = None
-        for cand in self._compiled_family(winner.plan):
-            if cand.estimate.fits and (best is None or cand.estimate.step_time_s < best.estimate.step_time_s):
-                best = cand
+        def mesh(plan: Plan) -> tuple:  # _compiled_family re-solves every ZeRO stage of a mesh
+            return (plan.dp, plan.tp, plan.pp, plan.ep, plan.vpp, plan.micro_batch, plan.sequence_parallel, plan.cp)
+
+        meshes = {mesh(winner.plan): winner.plan}
+        for c in searched:
+            if c.estimate.step_time_s <= winner.estimate.step_time_s * (1 + COMPILE_MARGIN):
+                meshes.setdefault(mesh(c.plan), c.plan)
+        for plan in meshes.values():
+            for cand in self._compiled_family(plan):
+                if cand.estimate.fits and (best is None or cand.estimate.step_time_s < best.estimate.step_time_s):
+                    best = cand
         if best is not None and best.estimate.step_time_s <= winner.estimate.step_time_s * (1 - COMPILE_MARGIN):
             return best
         return winner
@@ -1227,15 +1237,20 @@ class StageModel:
 
     def sync_bound(self) -> float:
         """Lower bound on E + Opt: a maximum over ranks is at least their mean, and both terms are
-        affine in the blocks a rank holds, whose mean is L/pp."""
+        affine in the blocks a rank holds, whose mean is L/pp; E is at least each affine piece of
+        comm.dp_overlap_cost, whose GPU idle time is at most every block's largest over the recompute modes."""
         if len(self.classes) != 1:
             return 0.0
         p, L = self.cfg.pp, self.cm.num_blocks
-        sync_k, opt_k, cover_k, _ = self._dp_coefficients(self.rep[self.classes[0]])
-        if not self.cm.overlap_grad_sync:
-            cover_k = 0.0
+        rep = self.rep[self.classes[0]]
+        sync_k, opt_k, cover_k, _ = self._dp_coefficients(rep)
+        overlap = self.cm.overlap_grad_sync
         consts = [self._device_constants(d) for d in range(p)]
-        e = sum(c[1] - (c[3] if self.cm.overlap_grad_sync else 0.0) for c in consts) / p + (sync_k - cover_k) * L / p
+        sync = sum(c[1] for c in consts) / p + sync_k * L / p
+        cover = (sum(c[3] for c in consts) / p + cover_k * L / p) if overlap else 0.0
+        idle = self.m * (sum(c[5] for c in consts) / p + max(self.cost(rep, r).idle_s for r in self.modes) * L / p)
+        kappa = self.cm.interference
+        e = max(sync - cover, kappa * sync - idle, sync - (1 - kappa) * cover - idle)
         # the optimizer term's update part and the per-step host work; the FSDP meetings (>= 0) left out
         o = sum(c[2] for c in consts) / p + opt_k * L / p + self.cm.host.step_s
         return max(e, 0.0) + o
@@ -1306,12 +1321,18 @@ class StageModel:
         T = [solver.NumVar(0, inf, f"T{d}") for d in range(p)]
         Tmax, E, Opt = solver.NumVar(0, inf, "Tmax"), solver.NumVar(0, inf, "E"), solver.NumVar(0, inf, "Opt")
         step = self.cm.host.step_s
+        kappa = self.cm.interference
         for d in range(p):
-            ends, sync0, opt0, cover0, tail0 = self._device_constants(d)
+            ends, sync0, opt0, cover0, tail0, idle0 = self._device_constants(d)
             solver.Add(T[d] == ends + sum(options[d][k][0] * x[d, k] for k in options[d]))
             solver.Add(Tmax >= T[d])
-            solver.Add(E >= sync0 - (cover0 if overlap else 0.0) + sum(
-                (sync_k - (cover_k if overlap else 0.0)) * k * x[d, k] for k in options[d]))
+            # E >= each affine piece of comm.dp_overlap_cost's exposure + interference (T sync, W cover, S idle)
+            sync = sync0 + sum(sync_k * k * x[d, k] for k in options[d])
+            cover = (cover0 + sum(cover_k * k * x[d, k] for k in options[d])) if overlap else 0.0
+            idle = self.m * (idle0 + sum(self.option_idle(options[d][k][1]) * x[d, k] for k in options[d]))
+            solver.Add(E >= sync - cover)
+            solver.Add(E >= kappa * sync - idle)
+            solver.Add(E >= sync - (1.0 - kappa) * cover - idle)
             # Opt >= the update, and >= it plus the FSDP meetings less the host's lead
             # (CostModel.tail_host_time: a max of two affine terms, exact under minimization)
             solver.Add(Opt >= opt0 + step + sum(opt_k * k * x[d, k] for k in options[d]))
@@ -1341,8 +1362,11 @@ class StageModel:
         sync_k, opt_k, cover_k, coll_k = self._dp_coefficients(self.rep[self.classes[0]])
         overlap = self.cm.overlap_grad_sync
         t_d = [self._device_constants(d)[0] + options[d][k][0] for d, k in enumerate(counts)]
-        e_d = [self._device_constants(d)[1] - (self._device_constants(d)[3] if overlap else 0.0)
-               + (sync_k - (cover_k if overlap else 0.0)) * k for d, k in enumerate(counts)]
+        e_d = [sum(dp_overlap_cost(
+            self._device_constants(d)[1] + sync_k * k,
+            (self._device_constants(d)[3] + cover_k * k) if overlap else 0.0,
+            self.m * (self._device_constants(d)[5] + self.option_idle(options[d][k][1])), self.cm.interference))
+            for d, k in enumerate(counts)]
         o_d = [self._device_constants(d)[2] + opt_k * k + self.cm.tail_host_time(
             self._device_constants(d)[4] + coll_k * k, self.m * self.option_lead(options[d][k][1]))
             for d, k in enumerate(counts)]
@@ -1394,7 +1418,14 @@ class StageModel:
         return (na * self.cost(rep, "none").lead_s + ns_ * self.cost(rep, partial).lead_s
                 + nf * self.cost(rep, "full").lead_s)
 
-    def _device_constants(self, d: int) -> tuple[float, float, float, float, float]:
+    def option_idle(self, mix: tuple[int, int, int, str]) -> float:
+        """SegmentCost.idle_s summed over a uniform rank option's blocks (none, partial, full counts)."""
+        na, ns_, nf, partial = mix
+        rep = self.rep[self.classes[0]]
+        return (na * self.cost(rep, "none").idle_s + ns_ * self.cost(rep, partial).idle_s
+                + nf * self.cost(rep, "full").idle_s)
+
+    def _device_constants(self, d: int) -> tuple[float, float, float, float, float, float]:
         if not hasattr(self, "_consts"):
             self._consts = [self._compute_device_constants(r) for r in range(self.cfg.pp)]
         return self._consts[d]
@@ -1409,17 +1440,17 @@ class StageModel:
                 time_ += self.cost(name, "none").total_s
         return time_
 
-    def _compute_device_constants(self, d: int) -> tuple[float, float, float, float, float]:
+    def _compute_device_constants(self, d: int) -> tuple[float, float, float, float, float, float]:
         """Rank d's partition-independent terms: (time of its ends + p2p, gradient-sync constant and
         its ends' sync, update time of its ends, backward cover of its ends, its ends' FSDP meetings less
-        m * their lead)."""
+        m * their lead, its ends' GPU idle per micro-batch)."""
         c, p = self.cfg, self.cfg.pp
         ds, dc, es, ec = self.dp_time_linear()
         time_ = self.ends_time(d, c.vpp)
         sync = dc if c.dense_dp > 1 else 0.0
         if c.expert_dp > 1 and self.params_of(self.rep[self.classes[0]])[1] > 0:
             sync += ec
-        opt = cover = tail = 0.0
+        opt = cover = tail = idle = 0.0
         for s, name in ((0, "pre"), (self.S - 1, "post")):
             if s % p != d:
                 continue
@@ -1429,7 +1460,8 @@ class StageModel:
             opt += self.opt_time(name)
             cover += self.cover(sc)
             tail += self.collective_time(name) - self.m * sc.lead_s
-        return time_, sync, opt, cover, tail
+            idle += sc.idle_s
+        return time_, sync, opt, cover, tail, idle
 
     # ---- general: mixed block classes, contiguous boundaries ----------------------------------------------
     def solve_general(self) -> Plan | None:
@@ -1559,8 +1591,11 @@ class StageModel:
 
     def add_data_parallel(self, model: cp_model.CpModel, cnt, n):
         """E >= dp_sync_d - overlap_d, E >= 0 (gradient sync hidden behind the last backward; ZeRO-3:
-        behind all compute); O >= optimizer_d = local params * 32 B / (mem BW * eff). Both in ns."""
+        behind all compute), and E >= the two pieces of the work's slowdown beside it (comm.dp_overlap_cost:
+        kappa sync_d - idle_d, sync_d - (1 - kappa) overlap_d - idle_d); O >= optimizer_d = local params *
+        32 B / (mem BW * eff). Both in ns."""
         c = self.cfg
+        kappa = self.cm.interference
         ds, dc, es, ec = self.dp_time_linear()
         big = int(RESOLUTION * 1e4)
         E = model.NewIntVar(0, big, "E")
@@ -1570,7 +1605,8 @@ class StageModel:
             sync = 0
             opt = int(round(self.ns * self.cm.host.step_s))  # per-step host work (CostModel.tail_host_time)
             tail = 0  # the FSDP meetings less the host's lead, on top of opt when positive
-            overlap = 0
+            overlap = idle = 0
+            sync_k = overlap_k = 0  # kappa * sync and (1 - kappa) * overlap, rounded term by term
             has_dense = c.dense_dp > 1
             has_exp = c.expert_dp > 1
             const = (dc if has_dense else 0.0)
@@ -1581,6 +1617,8 @@ class StageModel:
                 opt += int(round(self.ns * self.opt_time(name)))
                 tail += int(round(self.ns * (self.collective_time(name) - self.m * self.cost(name, "none").lead_s)))
                 overlap += int(round(self.ns * self.cover(self.cost(name, "none"))))
+                overlap_k += int(round(self.ns * (1 - kappa) * self.cover(self.cost(name, "none"))))
+                idle += int(round(self.ns * self.m * self.cost(name, "none").idle_s))
             has_exp_blocks = False
             for s in range(d, self.S, p):
                 for cls in self.classes:
@@ -1588,18 +1626,23 @@ class StageModel:
                     has_exp_blocks |= pe > 0
                     coef = ds * (pa - pe) + (es * pe if has_exp else 0.0)
                     sync += int(round(self.ns * coef)) * cnt[s, cls]
+                    sync_k += int(round(self.ns * kappa * coef)) * cnt[s, cls]
                     opt += int(round(self.ns * self.opt_time(self.rep[cls]))) * cnt[s, cls]
                     tail += int(round(self.ns * self.collective_time(self.rep[cls]))) * cnt[s, cls]
                     for r in self.modes:
                         sc = self.cost(self.rep[cls], r)
                         ov = self.cover(sc)
                         overlap += int(round(self.ns * ov)) * n[s, cls, r]
+                        overlap_k += int(round(self.ns * (1 - kappa) * ov)) * n[s, cls, r]
+                        idle += int(round(self.ns * self.m * sc.idle_s)) * n[s, cls, r]
                         tail -= int(round(self.ns * self.m * sc.lead_s)) * n[s, cls, r]
             if has_exp and has_exp_blocks:
                 const += ec
             if not self.cm.overlap_grad_sync:
-                overlap = 0
+                overlap = overlap_k = 0
             model.Add(E >= int(round(self.ns * const)) + sync - overlap)
+            model.Add(E >= int(round(self.ns * kappa * const)) + sync_k - idle)
+            model.Add(E >= int(round(self.ns * const)) + sync - overlap_k - idle)
             model.Add(Opt >= opt)
             model.Add(Opt >= opt + tail)
         return E, Opt

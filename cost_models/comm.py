@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hardware_profiles import HardwareProfile
+from hardware_profiles.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,46 @@ def overlapped_collective_exposure(comm_s: float, compute_s: float, n: int) -> f
     if n <= 1:
         return comm_s
     return max(0.0, comm_s - compute_s * (n - 1) / n)
+
+
+# kappa of dp_overlap_cost for a profile that has not measured its own (calibration.overlap_interference): the
+# H200's, fitted on the trainer's two-GPU steps (docs/overlap_interference.md). Every NVIDIA and AMD part runs
+# its collectives as kernels on the SMs / CUs the GEMMs use, so the effect is there; its size elsewhere is assumed
+OVERLAP_INTERFERENCE_DEFAULT = 1.0
+
+
+def overlap_interference(profile: HardwareProfile) -> float:
+    """kappa of dp_overlap_cost: the profile's calibration.overlap_interference, else the default; above 1 the
+    maximum of dp_overlap_cost no longer holds (an overlapped collective would cost more than one in line)."""
+    value = (profile.calibration or {}).get("overlap_interference")
+    if value is None:
+        return OVERLAP_INTERFERENCE_DEFAULT
+    if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise UserError(f"hardware profile {profile.name}: calibration.overlap_interference {value!r} is not a "
+                        f"number in [0, 1]; give the compute seconds lost per second of overlapped collective")
+    return float(value)
+
+
+def dp_overlap_cost(total_s: float, cover_s: float, idle_s: float, interference: float) -> tuple[float, float]:
+    """(exposed, interference) [s] of a stage's data-parallel collectives of `total_s` that run beside
+    `cover_s` of its work, in which the GPU waits `idle_s` for the host (SegmentCost.idle_s).
+
+    The part the work does not cover is exposed: E = max(0, T - W). The part it covers is not free: the
+    collective's kernels hold SMs (an all-gather's 24 CTAs of an H100's 132 push a one-wave GEMM into a second
+    wave) and memory bandwidth while the GEMMs beside them run, so the work slows by `interference` (kappa)
+    seconds per second of collective it hides, less the time the GPU idles anyway:
+
+        I = max(0, kappa min(T, W) - S)
+
+    and E + I = max(0, kappa T - S, T - W, T - (1 - kappa) W - S) for 0 <= kappa <= 1: a maximum of affine
+    terms, which the planner's models state as one row each. On two H200s the GEMM kernels of a 1.3B llama's
+    FSDP2 step took 5-9% longer than on one (benchmarks/results/raw/timeline_h200_{a,b}.jsonl; the fit:
+    docs/overlap_interference.md); arXiv 2507.03114 measured 18.9% mean compute slowdown under overlap on
+    A100, H100 and MI250 (40% at most)."""
+    exposed = max(0.0, total_s - cover_s)
+    both = max(0.0, interference * total_s - idle_s, total_s - cover_s,
+               total_s - (1.0 - interference) * cover_s - idle_s)
+    return exposed, both - exposed
 
 
 def ring_attention_time(compute_s: float, step_bytes: float, cp: int, link: Link, tail_bytes: float = 0.0) -> float:

@@ -10,6 +10,7 @@ The composition (every term per device, seconds or bytes):
                  weight-gradient GEMMs (cost_models.pipeline_schedule, the one definition of both)
   data parallel: t_dp   = exposed part of the gradient all-reduce / reduce-scatter after the last
                           backward (overlapped with it) + ZeRO-3 parameter all-gathers not hidden
+                          + the slowdown of the work the rest hides behind (comm.dp_overlap_cost)
   step:          t      = t_pipe + t_dp + t_optimizer
 
 Memory per device d (bytes):
@@ -38,9 +39,11 @@ from cost_models.comm import (
     all_gather_time,
     all_reduce_time,
     all_to_all_time,
+    dp_overlap_cost,
     gradient_reduce_time,
     link_for,
     megatron_dp_schedule,
+    overlap_interference,
     overlapped_collective_exposure,
     reduce_scatter_time,
     ring_attention_time,
@@ -144,6 +147,9 @@ class SegmentCost:
     # that far ahead by the end of the backward, time in which the ranks' FSDP meetings hide
     # (CostModel.tail_host_time)
     lead_s: float = 0.0
+    # included in total_s: the time the GPU waits for the host within the phases (the host floor's stretch),
+    # in which collectives running beside the ops slow nothing (comm.dp_overlap_cost)
+    idle_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -229,6 +235,7 @@ class CostModel:
         self.vocab_size = vocab_size(graph)
         self.scales_logits = scales_logits(graph)
         self.host = HostTerms.of(self.profile) if runtime == "trainer" else HostTerms()
+        self.interference = overlap_interference(self.profile)  # comm.dp_overlap_cost's kappa
         self.segment_cost = lru_cache(maxsize=None)(self._segment_cost)
 
     # ---- graph facts ---------------------------------------------------------------------------------
@@ -321,10 +328,10 @@ class CostModel:
         # the host sets the pace only when it issues slower than the ops and the collectives together;
         # Megatron's --tp-comm-overlap runs the SP collectives beside the phase's GEMMs (RuntimeVariant)
         overlap = self.variant.tp_comm_overlap and sp and tp > 1
-        fwd_t, fwd_flops, fwd_div, fwd_host_s, fwd_exposed = self._phase_times(
+        fwd_t, fwd_flops, fwd_div, fwd_host_s, fwd_exposed, fwd_idle = self._phase_times(
             seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8, cp, a2a + (0.0 if overlap else tp_comm_fwd),
             self._fused_share(seg, 0) if compiled else None, (tp_comm_fwd, tp) if overlap else (0.0, 1))
-        bwd_t, bwd_flops, bwd_div, bwd_host_s, bwd_exposed = self._phase_times(
+        bwd_t, bwd_flops, bwd_div, bwd_host_s, bwd_exposed, bwd_idle = self._phase_times(
             seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8, cp, a2a + (0.0 if overlap else tp_comm_bwd),
             self._fused_share(seg, 1) if compiled else None, (tp_comm_bwd, tp) if overlap else (0.0, 1))
         if overlap:
@@ -408,6 +415,7 @@ class CostModel:
         fwd_sum = float(fwd_t.sum())
         replay = 1.0 if recompute == "full" else (float(recompute_s) / fwd_sum if fwd_sum > 0 else 0.0)
         host_s = (fwd_host_s - fsdp) * (1.0 + replay) + fsdp + bwd_host_s  # FSDP's hooks are not replayed
+        idle = fwd_idle * (1.0 + replay) + bwd_idle
         # how far the host runs ahead of the GPU over the segment; an expert layer's token-count read-back
         # drains the GPU queue in every forward, so only its backward (no read-back) builds a lead
         synced = ep > 1 and seg.ep_alltoall_bytes > 0 and not compiled and h.ep_sync_s > 0
@@ -420,7 +428,7 @@ class CostModel:
             act_bytes=act, working_bytes=working,
             flops_fwd=float(fwd_flops.sum()), flops_bwd=float(bwd_flops.sum()), flops_recompute=rec_flops,
             cp_comm_s=cp_comm_fwd + cp_comm_bwd + (cp_comm_fwd if recompute == "full" else 0.0), wgrad_s=wgrad_s,
-            lead_s=lead)
+            lead_s=lead, idle_s=idle)
 
     def _compiled_saved(self, name: str, compiled: bool, tp: int, sp: bool, cp: int) -> float | None:
         """Bytes per sample that a block compiled by the trainer keeps for its backward, or None where the
@@ -490,7 +498,8 @@ class CostModel:
                      host: HostWork | None = None, fp8: str = "none", cp: int = 1, comm_s: float = 0.0,
                      fused_share: float | None = None, overlapped: tuple[float, int] = (0.0, 1)):
         """Per-op times [s], per-op FLOPs, the per-op divisor (tp for sharded work), the phase's host time
-        [s] (its floor) and the exposed part of its `overlapped` collectives [s]; eager ops pay the
+        [s] (its floor), the exposed part of its `overlapped` collectives [s] and the time the GPU waits for the
+        host in it [s] (what the floor adds to the ops and collectives); eager ops pay the
         host floor with the trainer's host work `host`, compiled ones compute.compiled_times with the floor
         compute.compiled_host_floor; under an FP8 recipe the linear GEMMs take compute.fp8_gemm_times (their
         casts are memory passes of their own, which compiled_times does not shrink further) and their extra
@@ -542,12 +551,14 @@ class CostModel:
         # A per-expert loop's data-dependent GEMMs break the graph, and such a block is priced as eager.
         if compiled and not dynamic_gemm.any():
             floor = compiled_host_floor(self.host.compiled_call_s, phase) + host.fsdp_s
-            return (stretch_to(compiled_times(t, ops.matmul, moved, self.profile, fused_share), floor - comm_s),
-                    flops, div, floor, exposed)
-        extra = n_fp8 * FP8_EAGER_KERNELS[fp8] if n_fp8 else 0.0
-        floor = host_floor(len(t), self.profile, phase, expert, dynamic_gemm, host.per_op_s,
-                           host.extra_s + host.fsdp_s, extra)
-        return stretch_to(t, floor - comm_s), flops, div, floor, exposed
+            t = compiled_times(t, ops.matmul, moved, self.profile, fused_share)
+        else:
+            extra = n_fp8 * FP8_EAGER_KERNELS[fp8] if n_fp8 else 0.0
+            floor = host_floor(len(t), self.profile, phase, expert, dynamic_gemm, host.per_op_s,
+                               host.extra_s + host.fsdp_s, extra)
+        # the GPU waits for the host this long within the phase (the ops' stretch)
+        idle = max(0.0, floor - comm_s - float(t.sum()))
+        return stretch_to(t, floor - comm_s), flops, div, floor, exposed, idle
 
     # ---- whole plan ------------------------------------------------------------------------------------
     def check_plan(self, plan: Plan) -> None:
@@ -586,8 +597,8 @@ class CostModel:
         T = [s["time"] for s in stages]
         t_pipe = pipeline_time(getattr(plan, "pipeline_schedule", ""), [s["rank_times"] for s in stages], m, v)
         bubble = t_pipe - m * sum(T) / p
-        dp_exposed, dp_total, opt = self._data_parallel_time(plan, stages)
-        step = t_pipe + dp_exposed + opt
+        dp_exposed, dp_interference, dp_total, opt = self._data_parallel_time(plan, stages)
+        step = t_pipe + dp_exposed + dp_interference + opt
 
         tokens = plan.global_batch * plan.seq_len
         mb_per_rank = m * plan.micro_batch
@@ -604,7 +615,8 @@ class CostModel:
             "compute_s": agg("compute"), "tp_comm_s": agg("tp_comm"), "ep_comm_s": agg("ep_comm"),
             "cp_comm_s": agg("cp_comm"),
             "recompute_s": agg("recompute"), "pp_p2p_s": agg("p2p"), "pipeline_bubble_s": bubble,
-            "dp_comm_exposed_s": dp_exposed, "dp_comm_total_s": dp_total, "optimizer_s": opt,
+            "dp_comm_exposed_s": dp_exposed, "dp_interference_s": dp_interference, "dp_comm_total_s": dp_total,
+            "optimizer_s": opt,
         }
         return Estimate(
             plan=plan, step_time_s=step, tokens_per_s=tokens / step,
@@ -699,7 +711,7 @@ class CostModel:
         for d in range(p):
             acc = dict(time=0.0, compute=0.0, tp_comm=0.0, ep_comm=0.0, cp_comm=0.0, recompute=0.0, p2p=0.0,
                        flops_model=0.0, flops_hw=0.0, bwd=0.0, fwd_bwd=0.0, units=0, fwd=0.0, wgrad=0.0,
-                       w_action=0.0, lead=0.0)
+                       w_action=0.0, lead=0.0, idle=0.0)
             act = working = 0.0
             dense = tp_params = expert = 0.0
             for vs, seg_list in enumerate(stage_segments):
@@ -710,6 +722,7 @@ class CostModel:
                                           span["tp"], span["ep"], plan.compile, plan.cp, span["cp"], f8)
                     acc["time"] += c.total_s
                     acc["lead"] += c.lead_s
+                    acc["idle"] += c.idle_s
                     acc["bwd"] += c.bwd_s
                     acc["fwd_bwd"] += c.fwd_s + c.bwd_s
                     acc["fwd"] += c.fwd_s
@@ -937,14 +950,16 @@ class CostModel:
         return update_time(1.0 / (d if zero >= 1 else 1), 1.0 / (d if zero >= 2 else 1), micro_batches, pb, gb,
                            self.profile)
 
-    def _data_parallel_time(self, plan: Plan, stages: list[dict]) -> tuple[float, float, float]:
-        """(exposed DP comm, total DP comm, optimizer step) per step, slowest stage [s].
+    def _data_parallel_time(self, plan: Plan, stages: list[dict]) -> tuple[float, float, float, float]:
+        """(exposed DP comm, its interference with the work it hides behind, total DP comm, optimizer step)
+        per step [s]: the first two of the stage where their sum is largest, the others the largest.
 
         Dense parameters sync over dp*cp*ep ranks, expert parameters over dp*cp ranks (`dp_sync_time`). The
         sync hides behind backward work (exposed = max(0, t_sync - t_cover)): the last micro-batch's
         backward for ZeRO-0/1, every micro-batch's backward for ZeRO-2, all forward and backward work
-        for ZeRO-3; recompute is not counted as cover, so more recompute never buys less exposure.
-        The optimizer step and the per-micro-batch gradient accumulation: compute.update_time.
+        for ZeRO-3; recompute is not counted as cover, so more recompute never buys less exposure. What it
+        hides behind runs slower beside it (comm.dp_overlap_cost, less the GPU's idle time in the stage's
+        m micro-batches). The optimizer step and the per-micro-batch gradient accumulation: compute.update_time.
         """
         d_dense, d_exp = plan.dense_dp, plan.expert_dp
         gd = plan.grad_reduce_dtype
@@ -952,19 +967,20 @@ class CostModel:
         qbw = self.quant_bandwidth()
         m = plan.num_micro_batches
         dense_link, exp_link = self.data_parallel_links(plan)
-        worst_exposed = worst_total = worst_opt = 0.0
+        worst = (0.0, 0.0)
+        worst_total = worst_opt = 0.0
         for s in stages:
             dense, exp = s["params"] - s["expert_params"], s["expert_params"]
             sched = self.dp_schedule(plan.zero, m, plan.pp)
             total = dp_sync_time(dense, d_dense, dense_link, plan.zero, sched, gd, pb, qbw) + \
                 dp_sync_time(exp, d_exp, exp_link, plan.zero, sched, gd, pb, qbw)
             window = self.dp_cover(plan, s["fwd"], s["bwd"]) if self.overlap_grad_sync else 0.0
-            exposed = max(0.0, total - window)
+            cost = dp_overlap_cost(total, window, m * s["idle"], self.interference)
             opt = s["params"] * self.optimizer_seconds_per_param(plan) + \
                 self.tail_host_time(self.fsdp_collective_time(plan, s["units"]), m * s["lead"])
-            worst_exposed, worst_total = max(worst_exposed, exposed), max(worst_total, total)
-            worst_opt = max(worst_opt, opt)
-        return worst_exposed, worst_total, worst_opt
+            worst = max(worst, cost, key=sum)
+            worst_total, worst_opt = max(worst_total, total), max(worst_opt, opt)
+        return worst[0], worst[1], worst_total, worst_opt
 
     def data_parallel_links(self, plan: Plan) -> tuple[Link, Link]:
         """The links of the dense parameters' sync group (dp x cp x ep ranks) and the expert parameters'

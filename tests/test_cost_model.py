@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from autoparallel.api import context, estimate_plan
 from autoparallel.errors import UserError
@@ -350,6 +352,55 @@ def test_overlapped_collective_exposure_is_the_chunked_ring():
     assert overlapped_collective_exposure(7.0, 8.0, 1) == 7.0          # no group, nothing to overlap
 
 
+@given(total=st.floats(0, 10), cover=st.floats(0, 10), idle=st.floats(0, 10), kappa=st.floats(0, 1))
+def test_dp_overlap_cost_is_exposure_plus_the_slowdown_of_the_hidden_part(total, cover, idle, kappa):
+    """comm.dp_overlap_cost: exposed = max(0, T - W); the hidden part min(T, W) slows the work beside it by
+    kappa per second, less the GPU's idle time S; their sum is the maximum of its four affine pieces (what the
+    planner's rows state), for every 0 <= kappa <= 1."""
+    from cost_models.comm import dp_overlap_cost
+    exposed, slowdown = dp_overlap_cost(total, cover, idle, kappa)
+    assert exposed == pytest.approx(max(0.0, total - cover), abs=1e-12)
+    assert slowdown == pytest.approx(max(0.0, kappa * min(total, cover) - idle), abs=1e-9)
+
+
+def test_dp_overlap_cost_limits():
+    from cost_models.comm import dp_overlap_cost
+    assert dp_overlap_cost(2.0, 5.0, 0.0, 0.0) == (0.0, 0.0)          # kappa 0: the perfect overlap of before
+    assert dp_overlap_cost(2.0, 0.0, 0.0, 1.0) == (2.0, 0.0)          # nothing to hide behind: all exposed
+    assert sum(dp_overlap_cost(2.0, 5.0, 0.0, 1.0)) == 2.0            # kappa 1: hidden costs its own time
+    assert dp_overlap_cost(2.0, 5.0, 3.0, 1.0) == (0.0, 0.0)          # a host-paced GPU idles through it
+
+
+def test_overlap_interference_is_read_from_the_profile_and_bounded():
+    from cost_models.comm import OVERLAP_INTERFERENCE_DEFAULT, overlap_interference
+    h200, a100 = load_profile("h200"), load_profile("a100-sxm-80gb")
+    assert overlap_interference(h200) == h200.calibration["overlap_interference"]
+    assert load_profile("h100-sxm").calibration["overlap_interference"] == h200.calibration["overlap_interference"]
+    assert "overlap_interference" not in a100.calibration
+    assert overlap_interference(a100) == OVERLAP_INTERFERENCE_DEFAULT
+    for bad in (1.5, -0.1, "high"):
+        with pytest.raises(UserError, match="overlap_interference"):
+            overlap_interference(replace(h200, calibration={**h200.calibration, "overlap_interference": bad}))
+
+
+def test_estimate_charges_the_hidden_data_parallel_collectives_interference():
+    """A dp8 ZeRO-3 step of an 8B llama on H100s: its FSDP traffic hides behind the blocks' work (nothing
+    exposed), which then runs slower by kappa per second of it (the GPU never waits for the host at these
+    widths); with kappa 0 the step is that much shorter and nothing else moves."""
+    plan = Plan(model="llama3-8b", hardware="h100-sxm", gpus=8, gpus_per_node=8, global_batch=16, seq_len=4096,
+                dp=8, tp=1, pp=1, ep=1, vpp=1, micro_batch=2, zero=3, recompute=("full",) * 32)
+    ctx = context("llama3-8b", "h100-sxm", 8, 4096)
+    prof = ctx.cluster.profile
+    free = context("llama3-8b", replace(prof, calibration={**prof.calibration, "overlap_interference": 0.0}), 8, 4096,
+                   graph=ctx.graph)
+    est, est0 = ctx.cost_model.estimate(plan), free.cost_model.estimate(plan)
+    b, b0 = est.breakdown, est0.breakdown
+    assert b["dp_comm_total_s"] > 0 and b["dp_comm_exposed_s"] == 0.0 and b0["dp_interference_s"] == 0.0
+    kappa = prof.calibration["overlap_interference"]
+    assert b["dp_interference_s"] == pytest.approx(kappa * b["dp_comm_total_s"])
+    assert est.step_time_s == pytest.approx(est0.step_time_s + b["dp_interference_s"])
+
+
 def test_megatron_tp_comm_overlap_hides_the_collectives_behind_the_gemms():
     """Megatron's --tp-comm-overlap (RuntimeVariant.tp_comm_overlap) leaves of each phase's TP collectives only
     what the phase's GEMMs cannot cover, with sequence parallelism; without SP, and on the trainer's runtime by
@@ -374,7 +425,7 @@ def test_megatron_tp_comm_overlap_hides_the_collectives_behind_the_gemms():
         assert inline.tp_comm_s > 0
         comm_fwd = comm_bwd = inline.tp_comm_s / 2  # under SP each forward collective is a backward one
         # the ops' own times (collectives past the host floor: nothing stretched) and the floor
-        fwd_t, _, _, floor_fwd, _ = cm._phase_times(seg.fwd, "fwd", 8, 1, True, float(mb), comm_s=1e9)
+        fwd_t, _, _, floor_fwd, _, _ = cm._phase_times(seg.fwd, "fwd", 8, 1, True, float(mb), comm_s=1e9)
         bwd_t = cm._phase_times(seg.bwd, "bwd", 8, 1, True, float(mb), comm_s=1e9)[0]
         want_fwd = overlapped_collective_exposure(comm_fwd, float(fwd_t[seg.fwd.matmul].sum()), 8)
         want_bwd = overlapped_collective_exposure(comm_bwd, float(bwd_t[seg.bwd.matmul].sum()), 8)

@@ -174,18 +174,24 @@ def test_search_bounds_are_below_the_bounds_they_stand_in_for(layers, gpus, batc
             assert sm.quick_relaxed_bound() <= sm.relaxed_bound()
 
 
-def test_compile_post_pass_re_solves_the_winners_mesh_under_compiled_costs():
-    """Compiled blocks and the compiled loss keep less memory than eager, so the eager search's ZeRO stage
-    and recompute need not be the best compiled ones: the post-pass re-solves the winner's mesh with
-    compiled costs (Planner._compiled_family). A 7B llama at 8 x 4096 on two H200s: the eager search needs
-    ZeRO-3 with per-op recompute on some blocks; compiled, ZeRO-2 without recompute fits and is faster."""
+def _llama7b_on_two_h200s():
     spec = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
             "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
             "max_position_embeddings": 4096}
     ctx = context(spec, "h200", 2, 4096, gpus_per_node=2)
     budget = 0.95 * 143771 * 2**20  # an H200's reported capacity times the profile's usable fraction
-    eager = Planner(ctx.graph, ctx.cluster, 8, 4096, budget, {"compile": 0}, cost_model=ctx.cost_model).solve(top_k=0)
-    result = Planner(ctx.graph, ctx.cluster, 8, 4096, budget, cost_model=ctx.cost_model).solve(top_k=0)
+    return ctx, budget
+
+
+def test_compile_post_pass_re_solves_the_winners_mesh_under_compiled_costs():
+    """Compiled blocks and the compiled loss keep less memory than eager, so the eager search's ZeRO stage
+    and recompute need not be the best compiled ones: the post-pass re-solves the winner's mesh with
+    compiled costs (Planner._compiled_family). A 7B llama at 8 x 4096 on two H200s with dp=2 pinned: the eager
+    search needs recompute on some blocks; compiled, ZeRO-2 without recompute fits and is faster."""
+    ctx, budget = _llama7b_on_two_h200s()
+    eager = Planner(ctx.graph, ctx.cluster, 8, 4096, budget, {"compile": 0, "dp": 2},
+                    cost_model=ctx.cost_model).solve(top_k=0)
+    result = Planner(ctx.graph, ctx.cluster, 8, 4096, budget, {"dp": 2}, cost_model=ctx.cost_model).solve(top_k=0)
     assert eager.plan.recompute != ("none",) * 32  # eager needs recompute (or ZeRO-3) to fit
     assert result.plan.compile and result.estimate.fits
     as_compiled = ctx.cost_model.estimate(replace(eager.plan, compile=True), budget)
@@ -194,3 +200,22 @@ def test_compile_post_pass_re_solves_the_winners_mesh_under_compiled_costs():
     # the re-solve kept the winner's mesh
     same = ("dp", "tp", "pp", "ep", "cp", "vpp", "micro_batch", "sequence_parallel")
     assert all(getattr(result.plan, k) == getattr(eager.plan, k) for k in same)
+
+
+def test_compile_post_pass_weighs_the_meshes_tied_with_the_eager_winner():
+    """Where another mesh's eager step is within COMPILE_MARGIN of the eager winner's, the ranking under
+    compile may differ: the free search's compiled pick is at least as fast as that mesh compiled (and as the
+    eager winner's mesh compiled)."""
+    ctx, budget = _llama7b_on_two_h200s()
+
+    def solve(fix: dict):
+        return Planner(ctx.graph, ctx.cluster, 8, 4096, budget, fix, cost_model=ctx.cost_model).solve(top_k=0)
+
+    eager, result = solve({"compile": 0}), solve({})
+    assert result.plan.compile
+    for pin in ({"dp": 2}, {"pp": 2}, {"tp": 2}):
+        pinned_eager = solve({"compile": 0} | pin)
+        if pinned_eager.plan is None:
+            continue
+        if pinned_eager.estimate.step_time_s <= eager.estimate.step_time_s * (1 + COMPILE_MARGIN):
+            assert result.estimate.step_time_s <= solve({"compile": 1} | pin).estimate.step_time_s + 1e-12

@@ -4,11 +4,13 @@ plan, and the per-rank memory the planner's constraints add up equals the estima
 
 Tolerances: the uniform-block model (CBC) works in float seconds, so only float summation order
 separates it from `estimate`: 1e-9 relative. The mixed-class model (CP-SAT) works in integers of
-1/RESOLUTION of the step's scale; each of its rounded terms is off by half a unit. Per block: its time,
-its gradient sync and backward cover, its update, and in the optimizer term's second constraint its FSDP
-meetings and its lead (CostModel.tail_host_time), 6 per block, plus ~8 for the ends and per-step terms,
-so |objective - estimate| <= (6L + 8) * 0.5 / ns, which the test computes from the model's own scale
-(4L + 8 before the optimizer term carried the meetings less the lead)."""
+1/RESOLUTION of the step's scale; each of its rounded terms is off by half a unit. Per block: its time;
+in the binding row of the data-parallel term at most three (its gradient sync, its backward cover scaled
+by 1 - kappa and its GPU idle time: comm.dp_overlap_cost's last piece); its update, and in the optimizer
+term's second constraint its FSDP meetings and its lead (CostModel.tail_host_time): 7 per block, plus ~8
+for the ends and per-step terms, so |objective - estimate| <= (7L + 8) * 0.5 / ns, which the test
+computes from the model's own scale (6L + 8 before the overlap interference, 4L + 8 before the optimizer
+term carried the meetings less the lead)."""
 
 from __future__ import annotations
 
@@ -102,6 +104,6 @@ def test_planner_objective_and_memory_equal_estimate(kind, layers, heads, inter,
         assert sm.objective == pytest.approx(est.step_time_s, rel=1e-9)
     else:
         assert kind == "mixed"
-        assert abs(sm.objective - est.step_time_s) <= (6 * layers + 8) * 0.5 / sm.ns
+        assert abs(sm.objective - est.step_time_s) <= (7 * layers + 8) * 0.5 / sm.ns
     for d in range(pp):
         assert _planner_memory(sm, d, plan) == pytest.approx(est.memory_per_stage_gib[d] * 2**30, rel=1e-9)
