@@ -441,6 +441,30 @@ MINISTRAL3_3B_8L = {"name": "ministral3-3b-8l", "hf": True, "model_type": "minis
                     "hidden_size": 3072, "intermediate_size": 9216, "num_hidden_layers": 8, "num_attention_heads": 32,
                     "num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-5, "max_position_embeddings": 262144,
                     "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2}
+# and three more, predicted before the run (FAMILIES22, twenty-fourth session): VaultGemma at 1B widths (Gemma 2's
+# layout: logit soft-capping in attention and head, a 256k vocabulary, 512-token sliding layers alternating with
+# global ones at 1024 tokens, eager attention as transformers runs it; 26 layers of 1152) and Doge at
+# transformers' default widths (32 layers of 1024: its dynamic mask attention adds a mask learned from the values to
+# every head's scores, an SDPA kernel with a float mask)
+VAULTGEMMA_1B = {"name": "vaultgemma-1b", "hf": True, "model_type": "vaultgemma", "vocab_size": 256000,
+                 "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26, "num_attention_heads": 4,
+                 "num_key_value_heads": 4, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+                 "query_pre_attn_scalar": 256, "sliding_window": 512, "attn_logit_softcapping": 50.0,
+                 "final_logit_softcapping": 30.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 1024,
+                 "tie_word_embeddings": True, "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0,
+                 "attn_implementation": "eager"}  # transformers has no SDPA path for VaultGemma
+DOGE_320M = {"name": "doge-320m", "hf": True, "model_type": "doge", "vocab_size": 32768, "hidden_size": 1024,
+             "intermediate_size": 2048, "num_hidden_layers": 32, "num_attention_heads": 8, "num_key_value_heads": 8,
+             "hidden_act": "silu", "keep_window_size": 2048, "is_moe": False, "rms_norm_eps": 1e-6,
+             "max_position_embeddings": 2048, "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 1,
+             "pad_token_id": 2}
+# and GLM-4 9B's widths (model_type glm: q/k/v biases, two KV heads, rotary on half of each head; 8 of 40 layers
+# at 4096 tokens)
+GLM_9B_8L = {"name": "glm-9b-8l", "hf": True, "model_type": "glm", "vocab_size": 151552, "hidden_size": 4096,
+             "intermediate_size": 13696, "num_hidden_layers": 8, "num_attention_heads": 32, "num_key_value_heads": 2,
+             "head_dim": 128, "attention_bias": True, "partial_rotary_factor": 0.5, "rms_norm_eps": 1.5625e-07,
+             "max_position_embeddings": 131072, "tie_word_embeddings": False, "pad_token_id": 151329,
+             "bos_token_id": None, "eos_token_id": 151329}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -451,7 +475,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  GLM45_AIR_2L, DIFFLLAMA_16L, NANOCHAT_D20, LLAMA4_SCOUT_2L,
                                  GPT_OSS_20B_4L, COHERE2_R7B_8L, MISTRAL_7B_8L, GEMMA3_4B_8L, GPT_NEO_1_3B, BIOGPT,
                                  INTERNLM3_8B_8L, OLMO_7B_8L, GPT_NEOX_JA_2_7B, FLEX_OLMO_4L, MINIMAX_2L,
-                                 GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L)}
+                                 GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L, VAULTGEMMA_1B, DOGE_320M, GLM_9B_8L)}
 
 
 @dataclass(frozen=True)
@@ -683,6 +707,10 @@ CONFIGS = [
     *_trio("1g-minimax", "minimax-2l", 4, 2, (2, "full")),
     *_trio("1g-granitemoesh", "granitemoeshared-1b", 8, 4, (2, "op")),
     *_trio("1g-ministral3", "ministral3-3b-8l", 4, 2, (1, "full"), seq=4096),
+    # twenty-fourth session, predicted before the run (FAMILIES22)
+    *_trio("1g-vaultgemma", "vaultgemma-1b", 8, 4, (2, "op"), seq=1024),
+    *_trio("1g-doge", "doge-320m", 16, 8, (4, "full")),
+    *_trio("1g-glm9b", "glm-9b-8l", 4, 2, (1, "op"), seq=4096),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),

@@ -65,6 +65,8 @@
 #                                                           # 7x7B's widths and MiniMax's lightning attention (FAMILIES20)
 #   bash benchmarks/device/trainer_sweep.sh families20b     # MiniMax's three rows again, its buffers now bf16 (FAMILIES20B)
 #   bash benchmarks/device/trainer_sweep.sh families21      # those, GraniteMoeShared 1B and Ministral 3 3B's widths
+#   bash benchmarks/device/trainer_sweep.sh families22      # VaultGemma 1B's (eager attention, soft-capping), Doge
+#                                                           # (dynamic mask attention), GLM-4 9B's widths (FAMILIES22)
 #   bash benchmarks/device/trainer_sweep.sh host-mix        # one GPU: host factor, then the host time per block of the
 #                                                           # sweep's families at 32 tokens a row (host_mix.py;
 #                                                           # host-mix-compiled: six of them compiled)
@@ -134,6 +136,9 @@ FAMILIES20B=1g-minimax-eager,1g-minimax-compiled,1g-minimax-mb2x2-full
 FAMILIES21=1g-granitemoesh-eager,1g-granitemoesh-compiled,1g-granitemoesh-mb2x4-op,1g-ministral3-eager
 FAMILIES21=$FAMILIES21,1g-ministral3-compiled,1g-ministral3-mb1x4-full
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES21
+FAMILIES22=1g-vaultgemma-eager,1g-vaultgemma-compiled,1g-vaultgemma-mb2x4-op,1g-doge-eager,1g-doge-compiled
+FAMILIES22=$FAMILIES22,1g-doge-mb4x4-full,1g-glm9b-eager,1g-glm9b-compiled,1g-glm9b-mb1x4-op
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES22
 SKIP_SINGLE=$SKIP_SINGLE,1g-gpt-s64-mb4x2,1g-llama-s64-mb4x2,1g-smollm3-s64-mb2x4-full,1g-smollm3-s64-mb2x4
 SKIP_SINGLE=$SKIP_SINGLE,1g-smollm3-s64-mb2x4-op
 # held_out NAME ROWS SECONDS [MEASURE FLAGS]: this VM's host factor, the rows into $OUT/NAME.jsonl, the factor again
@@ -234,6 +239,7 @@ case "${1:-}" in
   families20) held_out families20 "$FAMILIES20" 500 --profile-all ;;
   families20b) held_out families20b "$FAMILIES20B" 300 --profile-all ;;
   families21) held_out families21 "$FAMILIES20B,$FAMILIES21" 440 --profile-all ;;
+  families22) held_out families22 "$FAMILIES22" 460 --profile-all ;;
   families10-fsdp)  # FAMILIES10, then step timelines of three plans at 2048 and at 64 tokens a row
     bash "$0" families10
     timeout 290 python benchmarks/profile_timeline.py --out "$OUT/timeline.jsonl" \
@@ -254,6 +260,6 @@ case "${1:-}" in
       | grep "blocks fwd\|Error\|error" | cut -c1-200 ;;
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|host-mix|host-mix-compiled|host-mix-sac|compiled-hf" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|host-mix|host-mix-compiled|host-mix-sac|compiled-hf" >&2
      exit 2 ;;
 esac
