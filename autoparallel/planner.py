@@ -1329,7 +1329,7 @@ class StageModel:
             # E >= each affine piece of comm.dp_overlap_cost's exposure + interference (T sync, W cover, S idle)
             sync = sync0 + sum(sync_k * k * x[d, k] for k in options[d])
             cover = (cover0 + sum(cover_k * k * x[d, k] for k in options[d])) if overlap else 0.0
-            idle = self.m * (idle0 + sum(self.option_idle(options[d][k][1]) * x[d, k] for k in options[d]))
+            idle = self.m * (idle0 + sum(self.option_total(options[d][k][1], "idle_s") * x[d, k] for k in options[d]))
             solver.Add(E >= sync - cover)
             solver.Add(E >= kappa * sync - idle)
             solver.Add(E >= sync - (1.0 - kappa) * cover - idle)
@@ -1337,7 +1337,7 @@ class StageModel:
             # (CostModel.tail_host_time: a max of two affine terms, exact under minimization)
             solver.Add(Opt >= opt0 + step + sum(opt_k * k * x[d, k] for k in options[d]))
             solver.Add(Opt >= opt0 + step + tail0 + sum(
-                (opt_k * k + coll_k * k - self.m * self.option_lead(options[d][k][1])) * x[d, k] for k in options[d]))
+                (opt_k * k + coll_k * k - self.m * self.option_total(options[d][k][1], "lead_s")) * x[d, k] for k in options[d]))
         # Valid cuts that close most of the LP gap: the exact min-max stage time (bisection) and the
         # convex-minorant bound on the summed stage time; the greedy assignment at that min-max warm-starts.
         tau, hint = self.min_max_time()
@@ -1365,10 +1365,10 @@ class StageModel:
         e_d = [sum(dp_overlap_cost(
             self._device_constants(d)[1] + sync_k * k,
             (self._device_constants(d)[3] + cover_k * k) if overlap else 0.0,
-            self.m * (self._device_constants(d)[5] + self.option_idle(options[d][k][1])), self.cm.interference))
+            self.m * (self._device_constants(d)[5] + self.option_total(options[d][k][1], "idle_s")), self.cm.interference))
             for d, k in enumerate(counts)]
         o_d = [self._device_constants(d)[2] + opt_k * k + self.cm.tail_host_time(
-            self._device_constants(d)[4] + coll_k * k, self.m * self.option_lead(options[d][k][1]))
+            self._device_constants(d)[4] + coll_k * k, self.m * self.option_total(options[d][k][1], "lead_s"))
             for d, k in enumerate(counts)]
         return m * max(t_d) + (sum(t_d) - max(t_d)) / v + max(0.0, *e_d) + max(0.0, *o_d)
 
@@ -1411,19 +1411,13 @@ class StageModel:
         seg = self.segs[name]
         return self.cm.fsdp_collective_time(self.plan0, self.cm.fsdp_units(seg, self.plan0))
 
-    def option_lead(self, mix: tuple[int, int, int, str]) -> float:
-        """SegmentCost.lead_s summed over a uniform rank option's blocks (none, partial, full counts)."""
+    def option_total(self, mix: tuple[int, int, int, str], field: str) -> float:
+        """A SegmentCost field (lead_s, idle_s) summed over a uniform rank option's blocks (none, partial, full
+        counts)."""
         na, ns_, nf, partial = mix
         rep = self.rep[self.classes[0]]
-        return (na * self.cost(rep, "none").lead_s + ns_ * self.cost(rep, partial).lead_s
-                + nf * self.cost(rep, "full").lead_s)
-
-    def option_idle(self, mix: tuple[int, int, int, str]) -> float:
-        """SegmentCost.idle_s summed over a uniform rank option's blocks (none, partial, full counts)."""
-        na, ns_, nf, partial = mix
-        rep = self.rep[self.classes[0]]
-        return (na * self.cost(rep, "none").idle_s + ns_ * self.cost(rep, partial).idle_s
-                + nf * self.cost(rep, "full").idle_s)
+        return (na * getattr(self.cost(rep, "none"), field) + ns_ * getattr(self.cost(rep, partial), field)
+                + nf * getattr(self.cost(rep, "full"), field))
 
     def _device_constants(self, d: int) -> tuple[float, float, float, float, float, float]:
         if not hasattr(self, "_consts"):

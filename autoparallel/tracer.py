@@ -390,7 +390,7 @@ class _FusedKernels(TorchFunctionMode):
     F.scaled_dot_product_attention: the meta device picks the math path (materialized scores, fp32
     softmax, s x s saved tensors); a CUDA GPU runs flash attention for fp16/bf16 without an explicit
     mask (GQA native via enable_gqa) and memory-efficient attention otherwise. Shapes outside those
-    kernels fall back unchanged.
+    kernels, and a mask whose last dimension is not contiguous, fall back unchanged (the math path).
     F.rms_norm: CUDA runs aten._fused_rms_norm (saves the input and fp32 rstd); on meta it decomposes
     into fp32 copies that autograd would save. Costed as autoparallel::fused_rms_norm (below).
     F.dropout (training, 0 < p < 1): CUDA runs aten.native_dropout (a 1-byte bool mask is saved); off
@@ -509,6 +509,10 @@ def _fused_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attn_mask: torch.Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
                 scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor | None:
     if query.dim() != 4 or key.dim() != 4 or value.dim() != 4 or query.shape[-1] > 256:
+        return None
+    if attn_mask is not None and attn_mask.dim() and attn_mask.shape[-1] != 1 and attn_mask.stride(-1) != 1:
+        # every fused kernel wants the mask's last dim at stride 1 (torch's check_last_dim_stride_equals_1_dense):
+        # Doge's learned mask, a transposed view, ran SDPA's math path on an H200, in fp32 (the meta device's too)
         return None
     hq, hk = query.shape[1], key.shape[1]
     if hq != hk and not (enable_gqa and hq % hk == 0):

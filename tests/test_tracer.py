@@ -505,3 +505,42 @@ def test_attention_with_narrower_values_traces_op_level_as_memory_efficient_atte
     attn = [a for _, a in g.g.nodes(data=True) if "scaled_dot_product" in a["op"] and a["phase"] == "fwd"]
     assert [(a["op"], a["out_shapes"][0]) for a in attn] == [
         ("aten._scaled_dot_product_efficient_attention.default", (2, 4, 8, 8))]
+
+
+class _LearnedMaskAttention(torch.nn.Module):
+    """Attention under an additive mask learned from the values and broadcast over the queries, as Doge's dynamic
+    mask attention builds it: exp(A softplus(dt(v))) transposed to (batch, heads, keys), a view whose last dim
+    is not contiguous unless `contiguous`."""
+
+    def __init__(self, h: int = 32, heads: int = 4, contiguous: bool = False) -> None:
+        super().__init__()
+        self.heads, self.contiguous = heads, contiguous
+        self.qkv = torch.nn.Linear(h, 3 * h, bias=False)
+        self.dt = torch.nn.Linear(h, heads, bias=False)
+        self.o = torch.nn.Linear(h, h, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
+        dt = torch.exp(F.softplus(self.dt(v.transpose(1, 2).reshape(b, s, h)))).transpose(-1, -2)
+        mask = dt[:, :, None, :].expand(-1, -1, s, -1)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.contiguous() if self.contiguous else mask)
+        return self.o(y.transpose(1, 2).reshape(b, s, -1))
+
+
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_a_mask_with_a_strided_last_dim_traces_sdpas_math_path_in_fp32(contiguous):
+    """The fused kernels want the mask's last dim at stride 1: on an H200 (torch 2.11) SDPA ran a bf16 learned mask
+    of strides (16384, 1, 0, 8) on its math path, fp32 GEMMs, and the same mask made contiguous memory-efficient
+    (benchmarks/sdpa_backend.py). The trace runs what the GPU runs: the math path's fp32 batched products, which
+    the cost model prices as fp32 GEMMs (compute.CLASSES gemm_fp32), or the fused kernel."""
+    g = trace(_LearnedMaskAttention(contiguous=contiguous).to(torch.bfloat16),
+              example_inputs=torch.randn(2, 8, 32, dtype=torch.bfloat16),
+              loss_fn=lambda y, *_: y.float().pow(2).mean(), compiled_saved=False)
+    fwd = [a for _, a in g.g.nodes(data=True) if a["phase"] == "fwd"]
+    fused = [a["op"] for a in fwd if "scaled_dot_product" in a["op"]]
+    fp32_products = [a for a in fwd if a["op"] == "aten.bmm.default" and a["out_dtypes"] == ["float32"]]
+    if contiguous:
+        assert fused == ["aten._scaled_dot_product_efficient_attention.default"] and not fp32_products
+    else:
+        assert not fused and len(fp32_products) == 2  # q k^T and p v, upcast
