@@ -214,7 +214,8 @@ def overlap_interference(profile: HardwareProfile) -> float:
         return OVERLAP_INTERFERENCE_DEFAULT
     if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
         raise UserError(f"hardware profile {profile.name}: calibration.overlap_interference {value!r} is not a "
-                        f"number in [0, 1]; give the compute seconds lost per second of overlapped collective")
+                        f"number in [0, 1]; set it to the compute seconds lost per second of overlapped collective, "
+                        f"or leave it out for the default {OVERLAP_INTERFERENCE_DEFAULT}")
     return float(value)
 
 
