@@ -653,13 +653,11 @@ class Planner:
         if "compile" in self.fix:
             return winner
         best = None
-        def mesh(plan: Plan) -> tuple:  # _compiled_family re-solves every ZeRO stage of a mesh
-            return (plan.dp, plan.tp, plan.pp, plan.ep, plan.vpp, plan.micro_batch, plan.sequence_parallel, plan.cp)
-
-        meshes = {mesh(winner.plan): winner.plan}
+        # one entry a mesh: _compiled_family re-solves each of its ZeRO stages
+        meshes = {MeshConfig_of(replace(winner.plan, zero=0)): winner.plan}
         for c in searched:
             if c.estimate.step_time_s <= winner.estimate.step_time_s * (1 + COMPILE_MARGIN):
-                meshes.setdefault(mesh(c.plan), c.plan)
+                meshes.setdefault(MeshConfig_of(replace(c.plan, zero=0)), c.plan)
         for plan in meshes.values():
             for cand in self._compiled_family(plan):
                 if cand.estimate.fits and (best is None or cand.estimate.step_time_s < best.estimate.step_time_s):
@@ -1600,7 +1598,7 @@ class StageModel:
             opt = int(round(self.ns * self.cm.host.step_s))  # per-step host work (CostModel.tail_host_time)
             tail = 0  # the FSDP meetings less the host's lead, on top of opt when positive
             overlap = idle = 0
-            sync_k = overlap_k = 0  # kappa * sync and (1 - kappa) * overlap, rounded term by term
+            kappa_sync = rest_overlap = 0  # kappa * sync and (1 - kappa) * overlap, rounded term by term
             has_dense = c.dense_dp > 1
             has_exp = c.expert_dp > 1
             const = (dc if has_dense else 0.0)
@@ -1611,7 +1609,7 @@ class StageModel:
                 opt += int(round(self.ns * self.opt_time(name)))
                 tail += int(round(self.ns * (self.collective_time(name) - self.m * self.cost(name, "none").lead_s)))
                 overlap += int(round(self.ns * self.cover(self.cost(name, "none"))))
-                overlap_k += int(round(self.ns * (1 - kappa) * self.cover(self.cost(name, "none"))))
+                rest_overlap += int(round(self.ns * (1 - kappa) * self.cover(self.cost(name, "none"))))
                 idle += int(round(self.ns * self.m * self.cost(name, "none").idle_s))
             has_exp_blocks = False
             for s in range(d, self.S, p):
@@ -1620,23 +1618,23 @@ class StageModel:
                     has_exp_blocks |= pe > 0
                     coef = ds * (pa - pe) + (es * pe if has_exp else 0.0)
                     sync += int(round(self.ns * coef)) * cnt[s, cls]
-                    sync_k += int(round(self.ns * kappa * coef)) * cnt[s, cls]
+                    kappa_sync += int(round(self.ns * kappa * coef)) * cnt[s, cls]
                     opt += int(round(self.ns * self.opt_time(self.rep[cls]))) * cnt[s, cls]
                     tail += int(round(self.ns * self.collective_time(self.rep[cls]))) * cnt[s, cls]
                     for r in self.modes:
                         sc = self.cost(self.rep[cls], r)
                         ov = self.cover(sc)
                         overlap += int(round(self.ns * ov)) * n[s, cls, r]
-                        overlap_k += int(round(self.ns * (1 - kappa) * ov)) * n[s, cls, r]
+                        rest_overlap += int(round(self.ns * (1 - kappa) * ov)) * n[s, cls, r]
                         idle += int(round(self.ns * self.m * sc.idle_s)) * n[s, cls, r]
                         tail -= int(round(self.ns * self.m * sc.lead_s)) * n[s, cls, r]
             if has_exp and has_exp_blocks:
                 const += ec
             if not self.cm.overlap_grad_sync:
-                overlap = overlap_k = 0
+                overlap = rest_overlap = 0
             model.Add(E >= int(round(self.ns * const)) + sync - overlap)
-            model.Add(E >= int(round(self.ns * kappa * const)) + sync_k - idle)
-            model.Add(E >= int(round(self.ns * const)) + sync - overlap_k - idle)
+            model.Add(E >= int(round(self.ns * kappa * const)) + kappa_sync - idle)
+            model.Add(E >= int(round(self.ns * const)) + sync - rest_overlap - idle)
             model.Add(Opt >= opt)
             model.Add(Opt >= opt + tail)
         return E, Opt

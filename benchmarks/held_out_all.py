@@ -38,11 +38,16 @@ VMS = {"s19": ["single"], "s20": ["single"], "s21": ["single", "wide"], "s22": [
 POOLED = {f"s{n}" for n in (19, 20, 21, 22, 23, 26, 28, 29, 30, 31, 33, 34, 35)}  # reported together
 
 
+def vm_profile(base, vm: str):
+    """`base` rescaled to the VM `vm` by its own speed probes (trainer_speed_<vm>.jsonl)."""
+    return rescaled(base, fit_host_speed(ht.speed_records(vm), base).factor)
+
+
 def errors(base, vm: str) -> list[tuple[str, float, float]]:
     """(configuration, predicted / measured - 1 of the step time, of the peak memory) of `vm`'s held-out rows
     under `base` rescaled to the VM."""
     fit = set(base.calibration.get(ts.SWEEP_FIT_KEY, ts.SWEEP_FIT_DEFAULT))
-    profile = rescaled(base, fit_host_speed(ht.speed_records(vm), base).factor)
+    profile = vm_profile(base, vm)
     configs = {c.name: c for c in ts.CONFIGS}
     measured = ts._measured([str(RAW / f"trainer_sweep_{k}_{vm}.jsonl") for k in VMS[vm]])
     out = []

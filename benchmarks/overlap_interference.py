@@ -20,10 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import held_out_all  # noqa: E402
 import host_transfer as ht  # noqa: E402
 import trainer_sweep as ts  # noqa: E402
-
-from autoparallel.calibrate_trainer import fit_host_speed, rescaled  # noqa: E402
 
 GRID = [round(0.1 * i, 1) for i in range(11)]
 DOC = ROOT / "docs" / "overlap_interference.md"
@@ -32,7 +31,7 @@ DOC = ROOT / "docs" / "overlap_interference.md"
 def rows(base, vm: str, kappa: float) -> list[tuple[str, float, float, float]]:
     """(configuration, predicted / measured - 1, hidden data-parallel collective [s], GPU idle [s]) of `vm`'s
     two-GPU rows under `base` rescaled to the VM with interference `kappa`."""
-    profile = rescaled(base, fit_host_speed(ht.speed_records(vm), base).factor)
+    profile = held_out_all.vm_profile(base, vm)
     profile = dataclasses.replace(profile, calibration={**profile.calibration, "overlap_interference": kappa})
     configs = {c.name: c for c in ts.CONFIGS}
     out = []
