@@ -30,7 +30,7 @@ from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from autoparallel.placements import megatron_placements
 from autoparallel.plan import RECOMPUTE_MODES, TP_SHARDED, Plan
 from autoparallel.sharding import cost_model as sharding_cost_model
-from cost_models.comm import Link, dp_overlap_cost
+from cost_models.comm import Link, dp_overlap_cost, dp_overlap_pieces
 from cost_models.estimate import (
     ALLOCATOR_RESERVE,
     DTYPE_BYTES,
@@ -1247,8 +1247,7 @@ class StageModel:
         sync = sum(c[1] for c in consts) / p + sync_k * L / p
         cover = (sum(c[3] for c in consts) / p + cover_k * L / p) if overlap else 0.0
         idle = self.m * (sum(c[5] for c in consts) / p + max(self.cost(rep, r).idle_s for r in self.modes) * L / p)
-        kappa = self.cm.interference
-        e = max(sync - cover, kappa * sync - idle, sync - (1 - kappa) * cover - idle)
+        e = max(dp_overlap_pieces(sync, cover, idle, self.cm.interference))
         # the optimizer term's update part and the per-step host work; the FSDP meetings (>= 0) left out
         o = sum(c[2] for c in consts) / p + opt_k * L / p + self.cm.host.step_s
         return max(e, 0.0) + o
@@ -1319,7 +1318,6 @@ class StageModel:
         T = [solver.NumVar(0, inf, f"T{d}") for d in range(p)]
         Tmax, E, Opt = solver.NumVar(0, inf, "Tmax"), solver.NumVar(0, inf, "E"), solver.NumVar(0, inf, "Opt")
         step = self.cm.host.step_s
-        kappa = self.cm.interference
         for d in range(p):
             ends, sync0, opt0, cover0, tail0, idle0 = self._device_constants(d)
             solver.Add(T[d] == ends + sum(options[d][k][0] * x[d, k] for k in options[d]))
@@ -1328,9 +1326,8 @@ class StageModel:
             sync = sync0 + sum(sync_k * k * x[d, k] for k in options[d])
             cover = (cover0 + sum(cover_k * k * x[d, k] for k in options[d])) if overlap else 0.0
             idle = self.m * (idle0 + sum(self.option_total(options[d][k][1], "idle_s") * x[d, k] for k in options[d]))
-            solver.Add(E >= sync - cover)
-            solver.Add(E >= kappa * sync - idle)
-            solver.Add(E >= sync - (1.0 - kappa) * cover - idle)
+            for piece in dp_overlap_pieces(sync, cover, idle, self.cm.interference):
+                solver.Add(E >= piece)
             # Opt >= the update, and >= it plus the FSDP meetings less the host's lead
             # (CostModel.tail_host_time: a max of two affine terms, exact under minimization)
             solver.Add(Opt >= opt0 + step + sum(opt_k * k * x[d, k] for k in options[d]))
@@ -1632,6 +1629,7 @@ class StageModel:
                 const += ec
             if not self.cm.overlap_grad_sync:
                 overlap = rest_overlap = 0
+            # comm.dp_overlap_pieces, each term rounded to the model's integer units
             model.Add(E >= int(round(self.ns * const)) + sync - overlap)
             model.Add(E >= int(round(self.ns * kappa * const)) + kappa_sync - idle)
             model.Add(E >= int(round(self.ns * const)) + sync - rest_overlap - idle)

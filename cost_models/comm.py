@@ -236,9 +236,13 @@ def dp_overlap_cost(total_s: float, cover_s: float, idle_s: float, interference:
     docs/overlap_interference.md); arXiv 2507.03114 measured 18.9% mean compute slowdown under overlap on
     A100, H100 and MI250 (40% at most)."""
     exposed = max(0.0, total_s - cover_s)
-    both = max(0.0, interference * total_s - idle_s, total_s - cover_s,
-               total_s - (1.0 - interference) * cover_s - idle_s)
-    return exposed, both - exposed
+    return exposed, max(0.0, *dp_overlap_pieces(total_s, cover_s, idle_s, interference)) - exposed
+
+
+def dp_overlap_pieces(total, cover, idle, interference: float) -> tuple:
+    """The affine pieces of dp_overlap_cost's exposed + interference beside 0 (T - W, kappa T - S,
+    T - (1 - kappa) W - S), of numbers or of a solver's linear expressions: the planner's rows are these."""
+    return (total - cover, interference * total - idle, total - (1.0 - interference) * cover - idle)
 
 
 def ring_attention_time(compute_s: float, step_bytes: float, cp: int, link: Link, tail_bytes: float = 0.0) -> float:

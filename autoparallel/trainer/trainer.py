@@ -8,11 +8,10 @@ checkpointing -> torch.compile per block -> FSDP2 / replicate -> allocate and fi
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +112,7 @@ def _splits_over_tp(plan: Plan) -> bool:
     return any(v in ("colwise", "rowwise", "vocab") for v in plan.placements.values())
 
 
-@contextlib.contextmanager
+@contextmanager
 def _explain_checkpoint_mutation(plan: Plan) -> Iterator[None]:
     """torch's selective checkpointing refuses, in the backward, an output it cached that the block then changed in
     place (transformers' grouped experts add their bias into the grouped GEMM's output): one error that says which
