@@ -30,6 +30,7 @@ import contextlib
 import copy
 import inspect
 import logging
+import re
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -258,6 +259,14 @@ def hf_parts(model: nn.Module) -> HFParts:
     layer_types = [_find_layer_type(b) for b in blocks]
     if by_type:
         _check_rotary_tables(model, rotary, rotary_mod, full(layers_name), layer_types)
+    # hyper-connections (DeepSeek V4's, HY-V4's): the forward widens the embeddings into config.hc_mult residual
+    # streams before the blocks, and the blocks take and return that stack; causal_lm_forward runs one stream
+    # (the trainer failed on the shapes)
+    if re.search(r"=\s*inputs_embeds\.(unsqueeze|expand|repeat|view|reshape)\(", source):
+        raise UserError(f"{type(model).__name__}: {base_path}'s forward reshapes the token embeddings before its "
+                        f"blocks (hyper-connections: several residual streams per token), which autoparallel's "
+                        f"Hugging Face forward does not run; this architecture is not supported there; pass a "
+                        f"package.module:callable")
     none_args = _required_block_args(model, blocks[0], rotary is not None) if len(blocks) else ()
     table = kinds[positions] if positions is not None else None
     accepted = inspect.signature(blocks[0].forward).parameters if len(blocks) else {}
@@ -275,7 +284,8 @@ def hf_parts(model: nn.Module) -> HFParts:
                    positions_by_mask=keyword and "cumsum(" in source, positions_by_keyword=keyword,
                    block_args=tuple(a for a in BLOCK_ARGS if takes_all or a in accepted),
                    # Doge's forward builds the causal mask even where SDPA's is_causal would do: its attention adds
-                   explicit_mask="allow_is_causal_skip=False" in source,
+                   # to it; DeepSeek V3.2's indexer reads it (a keyword, or a key of the mask's kwargs dict)
+                   explicit_mask=re.search(r"allow_is_causal_skip['\"]?\s*[=:]\s*False", source) is not None,
                    padding_mask_types=_padding_mask_types(layer_types))
 
 

@@ -55,7 +55,7 @@ SHRINK = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "num_hidden_layers": 2
           "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32, "num_experts": 4,
           "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "word_embed_proj_dim": 64,
           "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
-          "first_k_dense_replace": 1, "layerdrop": 0.0, "rotary_dim": 8, "attention_hidden_size": 64}
+          "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "layerdrop": 0.0, "rotary_dim": 8, "attention_hidden_size": 64}
 
 
 WINDOW_KEYS = ("sliding_window", "attention_chunk_size", "window_size")
@@ -95,6 +95,12 @@ def shrink(cfg: Any) -> None:
     if isinstance(getattr(cfg, "qk_rope_head_dim", None), int):  # latent attention: rotary over qk_rope_head_dim
         with contextlib.suppress(AttributeError, TypeError, ValueError):
             cfg.head_dim = cfg.qk_rope_head_dim
+        if isinstance(getattr(cfg, "qk_head_dim", None), int):  # derived in the config's __init__, not on setattr
+            cfg.qk_head_dim = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+        if isinstance(getattr(cfg, "num_key_value_heads", None), int):  # its keys and values have every head
+            cfg.num_key_value_heads = cfg.num_attention_heads
+    if getattr(cfg, "n_routed_experts", None) and getattr(cfg, "num_experts_per_tok", 0) is None:  # DeepSeek V2's
+        cfg.num_experts_per_tok = SHRINK["num_experts_per_tok"]                                   # default
     for key, value in list(vars(cfg).items()):
         if isinstance(value, float) and ("dropout" in key or "pdrop" in key):
             setattr(cfg, key, 0.0)

@@ -465,6 +465,40 @@ GLM_9B_8L = {"name": "glm-9b-8l", "hf": True, "model_type": "glm", "vocab_size":
              "head_dim": 128, "attention_bias": True, "partial_rotary_factor": 0.5, "rms_norm_eps": 1.5625e-07,
              "max_position_embeddings": 131072, "tie_word_embeddings": False, "pad_token_id": 151329,
              "bos_token_id": None, "eos_token_id": 151329}
+# and four more, predicted before the run (FAMILIES23, twenty-fifth session): Moonlight 16B-A3B's widths (DeepSeek
+# V3's layout: latent attention without a query LoRA, sigmoid routing over 64 experts, two shared; 4 of 27 layers),
+# GLM-4.7-Flash's (glm4_moe_lite: latent attention with a query LoRA, 256-wide values; 4 of 47 layers), MiniCPM3
+# 4B's (dense latent attention, scaled embeddings and residuals; 8 of 62 layers) and DeepSeek V3.2's first three
+# (dense) layers at its own widths: its sparse attention's indexer (no_grad) keeps 2048 of 4096 keys a query
+MOONLIGHT_4L = {"name": "moonlight-16b-4l", "hf": True, "model_type": "deepseek_v3", "vocab_size": 163840,
+                "hidden_size": 2048, "intermediate_size": 11264, "moe_intermediate_size": 1408, "num_hidden_layers": 4,
+                "num_attention_heads": 16, "num_key_value_heads": 16, "n_shared_experts": 2, "n_routed_experts": 64,
+                "num_experts_per_tok": 6, "first_k_dense_replace": 1, "kv_lora_rank": 512, "q_lora_rank": None,
+                "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "n_group": 1, "topk_group": 1,
+                "routed_scaling_factor": 2.446, "norm_topk_prob": True, "max_position_embeddings": 8192,
+                "rope_theta": 50000.0, "tie_word_embeddings": False, "bos_token_id": 163584, "eos_token_id": 163585}
+GLM47_FLASH_4L = {"name": "glm4.7-flash-4l", "hf": True, "model_type": "glm4_moe_lite", "vocab_size": 154880,
+                  "hidden_size": 2048, "intermediate_size": 10240, "moe_intermediate_size": 1536,
+                  "num_hidden_layers": 4, "num_attention_heads": 20, "num_key_value_heads": 20, "n_shared_experts": 1,
+                  "n_routed_experts": 64, "num_experts_per_tok": 4, "first_k_dense_replace": 1, "kv_lora_rank": 512,
+                  "q_lora_rank": 768, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256,
+                  "n_group": 1, "topk_group": 1, "routed_scaling_factor": 1.8, "norm_topk_prob": True,
+                  "max_position_embeddings": 202752, "tie_word_embeddings": False, "bos_token_id": 0,
+                  "eos_token_id": 1}
+MINICPM3_4B_8L = {"name": "minicpm3-4b-8l", "hf": True, "model_type": "minicpm3", "vocab_size": 73448,
+                  "hidden_size": 2560, "intermediate_size": 6400, "num_hidden_layers": 8, "num_attention_heads": 40,
+                  "num_key_value_heads": 40, "kv_lora_rank": 256, "q_lora_rank": 768, "qk_nope_head_dim": 64,
+                  "qk_rope_head_dim": 32, "v_head_dim": 64, "scale_emb": 12, "scale_depth": 1.4,
+                  "dim_model_base": 256, "max_position_embeddings": 32768, "tie_word_embeddings": True,
+                  "bos_token_id": 1, "eos_token_id": 2}
+DEEPSEEK_V32_3L = {"name": "deepseek-v3.2-3l", "hf": True, "model_type": "deepseek_v32", "vocab_size": 129280,
+                   "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+                   "num_hidden_layers": 3, "num_attention_heads": 128, "num_key_value_heads": 128,
+                   "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+                   "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                   "v_head_dim": 128, "n_group": 8, "topk_group": 4, "index_topk": 2048, "index_head_dim": 128,
+                   "index_n_heads": 64, "max_position_embeddings": 163840, "tie_word_embeddings": False,
+                   "bos_token_id": 0, "eos_token_id": 1}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -473,6 +507,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  GRANITEMOE_1B, GLM4_9B_8L, GEMMA2_2B, EXAONE4_1_2B,
                                  ERNIE45_MOE_4L, HELIUM_2B, PHIMOE_2L, SEED_OSS_4L, PERSIMMON_4L, BITNET_12L,
                                  GLM45_AIR_2L, DIFFLLAMA_16L, NANOCHAT_D20, LLAMA4_SCOUT_2L,
+                                 MOONLIGHT_4L, GLM47_FLASH_4L, MINICPM3_4B_8L, DEEPSEEK_V32_3L,
                                  GPT_OSS_20B_4L, COHERE2_R7B_8L, MISTRAL_7B_8L, GEMMA3_4B_8L, GPT_NEO_1_3B, BIOGPT,
                                  INTERNLM3_8B_8L, OLMO_7B_8L, GPT_NEOX_JA_2_7B, FLEX_OLMO_4L, MINIMAX_2L,
                                  GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L, VAULTGEMMA_1B, DOGE_320M, GLM_9B_8L)}
@@ -711,6 +746,11 @@ CONFIGS = [
     *_trio("1g-vaultgemma", "vaultgemma-1b", 8, 4, (2, "op"), seq=1024),
     *_trio("1g-doge", "doge-320m", 16, 8, (4, "full")),
     *_trio("1g-glm9b", "glm-9b-8l", 4, 2, (1, "op"), seq=4096),
+    # twenty-fifth session, predicted before the run (FAMILIES23)
+    *_trio("1g-moonlight", "moonlight-16b-4l", 8, 4, (2, "full")),
+    *_trio("1g-glm47flash", "glm4.7-flash-4l", 8, 4, (2, "op")),
+    *_trio("1g-minicpm3", "minicpm3-4b-8l", 8, 4, (2, "full")),
+    *_trio("1g-dsv32", "deepseek-v3.2-3l", 4, 2, (1, "op"), seq=4096),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),

@@ -129,6 +129,19 @@ def config(name: str):
                                   num_key_value_heads=2, head_dim=8, qk_rope_head_dim=8, q_lora_rank=32,
                                   moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
                                   max_position_embeddings=64)
+    # latent attention (MLA) with grouped routing; DeepSeek V3.2's sparse attention, whose indexer reads the
+    # materialized causal mask (asked for through a dict of mask kwargs); HY-V4's hyper-connections (refused)
+    mla = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+               intermediate_size=128, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
+               n_group=1, topk_group=1, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=8,
+               v_head_dim=16, first_k_dense_replace=1, max_position_embeddings=64)
+    if name == "deepseek_v3":
+        return T.DeepseekV3Config(**mla)
+    if name == "deepseek_v32":  # 4 of the 16 keys kept: the indexer's choice decides the logits
+        return T.DeepseekV32Config(**mla, index_topk=4, index_head_dim=16, index_n_heads=2)
+    if name == "hy_v4":
+        return T.HYV4Config(**{k: v for k, v in mla.items() if k != "first_k_dense_replace"}, head_dim=8,
+                            pad_token_id=0, index_topk=4, index_head_dim=16, index_n_heads=2)
     raise KeyError(name)
 
 
