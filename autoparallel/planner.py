@@ -262,6 +262,7 @@ class Planner:
         self._placement_cache: dict[tuple[int, bool], dict[str, str]] = {}
         self._fallback_tp: set[int] = set()   # tp degrees placed by Megatron's layout (see _placements)
         self._stage_models: dict[MeshConfig, StageModel] = {}
+        self._compiled_planner: Planner | None = None  # _compile_pinned's
         # Shared by every StageModel: segment analyses per (tp, SP) and segment costs under a small key
         # (the cost model's own cache keys on the whole placement tuple, slow to hash per lookup).
         self._segments: dict[tuple[int, bool], tuple[dict, tuple]] = {}
@@ -653,31 +654,27 @@ class Planner:
         if "compile" in self.fix:
             return winner
         best = None
-        # one entry a mesh: _compiled_family re-solves each of its ZeRO stages
+        # one entry a mesh, fastest eager first (`searched` is sorted): _compiled_family re-solves each of its
+        # ZeRO stages whose compiled bound can still beat the best compiled plan so far
         meshes = {MeshConfig_of(replace(winner.plan, zero=0)): winner.plan}
         for c in searched:
             if c.estimate.step_time_s <= winner.estimate.step_time_s * (1 + COMPILE_MARGIN):
                 meshes.setdefault(MeshConfig_of(replace(c.plan, zero=0)), c.plan)
         for plan in meshes.values():
-            for cand in self._compiled_family(plan):
+            for cand in self._compiled_family(plan, best.estimate.step_time_s if best else math.inf):
                 if cand.estimate.fits and (best is None or cand.estimate.step_time_s < best.estimate.step_time_s):
                     best = cand
         if best is not None and best.estimate.step_time_s <= winner.estimate.step_time_s * (1 - COMPILE_MARGIN):
             return best
         return winner
 
-    def _compiled_family(self, plan: Plan) -> Iterator[Candidate]:
+    def _compiled_family(self, plan: Plan, incumbent: float = math.inf) -> Iterator[Candidate]:
         """`plan` compiled as it is, then its mesh re-solved under compiled costs at each allowed ZeRO stage
-        (a planner with compile pinned on, sharing this one's cost model, placements and segment analyses)."""
+        (a planner with compile pinned on, sharing this one's cost model, placements and segment analyses),
+        skipping a stage whose compiled lower bound is not below `incumbent` (it cannot win, as in the search)."""
         compiled_plan = replace(plan, compile=True)
         yield Candidate(compiled_plan, self.cm.estimate(compiled_plan, self.budget))
-        # the search prices 1F1B either way; a pinned zero-bubble schedule (eager only) is _with_schedule's
-        fix = {k: v for k, v in self.fix.items() if k != "schedule"} | {"compile": 1}
-        compiled = Planner(self.graph, self.cluster, self.global_batch, self.seq_len, self.budget, fix,
-                           self.model_name, placements=self.placements, cost_model=self.cm,
-                           precision=self.precision)
-        compiled._placement_cache, compiled._segments = self._placement_cache, self._segments
-        compiled._fallback_tp = self._fallback_tp
+        compiled = self._compile_pinned()
         d = plan.dp * plan.cp * plan.ep
         for zero in range(4):
             if self.fix.get("zero", zero) != zero or (zero > 0 and d == 1):
@@ -687,11 +684,25 @@ class Planner:
             cfg = MeshConfig(plan.tp, plan.pp, plan.dp, plan.ep, plan.vpp, plan.micro_batch, zero,
                              plan.sequence_parallel, plan.grad_reduce_dtype, plan.cp)
             sm = compiled._stage_model(cfg)
-            if not sm.memory_may_fit():
+            if not sm.memory_may_fit() or compiled.lower_bound(cfg) >= incumbent:
                 continue
             solved = sm.solve()
             if solved is not None:
                 yield Candidate(solved, self.cm.estimate(solved, self.budget))
+
+    def _compile_pinned(self) -> Planner:
+        """This planner with compile pinned on (built once: its stage models and their bounds are shared by every
+        mesh _compiled_family re-solves), sharing this one's cost model, placements and segment analyses."""
+        if self._compiled_planner is None:
+            # the search prices 1F1B either way; a pinned zero-bubble schedule (eager only) is _with_schedule's
+            fix = {k: v for k, v in self.fix.items() if k != "schedule"} | {"compile": 1}
+            compiled = Planner(self.graph, self.cluster, self.global_batch, self.seq_len, self.budget, fix,
+                               self.model_name, placements=self.placements, cost_model=self.cm,
+                               precision=self.precision)
+            compiled._placement_cache, compiled._segments = self._placement_cache, self._segments
+            compiled._fallback_tp = self._fallback_tp
+            self._compiled_planner = compiled
+        return self._compiled_planner
 
     def _with_schedule(self, searched: Candidate, current: Candidate) -> Candidate:
         """The pipelined winner on torch's zero-bubble schedule (eager, plan.check_runnable's rules) where
