@@ -79,6 +79,9 @@ class HFParts:
     explicit_mask: bool = False        # the attention reads a materialized causal mask (Doge's), never None
     padding_mask_types: tuple[str, ...] = ()  # layer types whose blocks take the [B, S] padding mask itself, not
                                               # a causal one (MiniMax's "linear_attention", a recurrent mixer)
+    # the blocks take a dict into which a layer of each type stores its keys and values (Gemma 4's
+    # `shared_kv_states`, written whether or not a later layer reuses them): a fresh one every forward
+    kv_store: bool = False
 
 
 # torchao's (one warning per optional CUDA extension its build cannot load: "Failed to load ..._C_mxfp8...so"),
@@ -267,6 +270,21 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"blocks (hyper-connections: several residual streams per token), which autoparallel's "
                         f"Hugging Face forward does not run; this architecture is not supported there; pass a "
                         f"package.module:callable")
+    # per-layer input embeddings (Gemma 3n's and Gemma 4's small models): a second embedding table whose slices
+    # the base forward hands each block as `per_layer_input`; causal_lm_forward hands none (the trainer failed)
+    if getattr(config, "hidden_size_per_layer_input", None):
+        raise UserError(f"{type(model).__name__}: config.hidden_size_per_layer_input="
+                        f"{config.hidden_size_per_layer_input} feeds each block a slice of a second, per-layer "
+                        f"embedding, which autoparallel's Hugging Face forward does not compute; this architecture "
+                        f"is not supported there (set it to 0 for a model without per-layer inputs); pass a "
+                        f"package.module:callable")
+    kv_store = len(blocks) > 0 and "shared_kv_states" in inspect.signature(blocks[0].forward).parameters
+    if kv_store and getattr(config, "num_kv_shared_layers", 0):
+        # a later layer reads an earlier one's keys and values: across pipeline stages they would not reach it
+        raise UserError(f"{type(model).__name__}: config.num_kv_shared_layers={config.num_kv_shared_layers} makes "
+                        f"its last layers reuse earlier layers' keys and values, which autoparallel's Hugging Face "
+                        f"forward does not pass between blocks; this architecture is not supported there (set it "
+                        f"to 0 for a model whose layers each compute their own); pass a package.module:callable")
     none_args = _required_block_args(model, blocks[0], rotary is not None) if len(blocks) else ()
     table = kinds[positions] if positions is not None else None
     accepted = inspect.signature(blocks[0].forward).parameters if len(blocks) else {}
@@ -286,7 +304,7 @@ def hf_parts(model: nn.Module) -> HFParts:
                    # Doge's forward builds the causal mask even where SDPA's is_causal would do: its attention adds
                    # to it; DeepSeek V3.2's indexer reads it (a keyword, or a key of the mask's kwargs dict)
                    explicit_mask=re.search(r"allow_is_causal_skip['\"]?\s*[=:]\s*False", source) is not None,
-                   padding_mask_types=_padding_mask_types(layer_types))
+                   padding_mask_types=_padding_mask_types(layer_types), kv_store=kv_store)
 
 
 def _head_path(model: nn.Module, base_path: str) -> str:
@@ -673,6 +691,8 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
         kwargs["position_embeddings"] = rotary(h, positions[None])
     kwargs.update(dict.fromkeys(parts.none_args))
     kwargs = {k: v for k, v in kwargs.items() if k in parts.block_args or k in parts.none_args}
+    if parts.kv_store:
+        kwargs["shared_kv_states"] = {}
     layers = _get(model, parts.layers)
     for layer in layers if layers is not None else ():
         kind = _layer_type(layer) if parts.rotary_by_layer_type or parts.padding_mask_types or by_kind else None

@@ -55,7 +55,8 @@ SHRINK = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "num_hidden_layers": 2
           "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32, "num_experts": 4,
           "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "word_embed_proj_dim": 64,
           "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
-          "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "layerdrop": 0.0, "rotary_dim": 8, "attention_hidden_size": 64}
+          "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "layerdrop": 0.0, "rotary_dim": 8, "attention_hidden_size": 64,
+          "vocab_size_per_layer_input": 256, "hidden_size_per_layer_input": 16}
 
 
 WINDOW_KEYS = ("sliding_window", "attention_chunk_size", "window_size")
@@ -83,14 +84,23 @@ def windowed(model_type: str) -> bool:
     return any(getattr(cfg, k, None) for k in WINDOW_KEYS)
 
 
+def _read(cfg: Any, key: str) -> Any:
+    """cfg.key, or its stored value where the config refuses the global read (a per-layer attribute of a
+    heterogeneous config: Gemma 4's head_dim)."""
+    try:
+        return getattr(cfg, key, None)
+    except Exception:  # transformers' AmbiguousGlobalPerLayerAttributeError
+        return vars(cfg).get(key)
+
+
 def shrink(cfg: Any) -> None:
     """SHRINK where the config has the attribute, dropout off, per-layer lists cut to the layers; the same in
     its sub-configs (a multimodal model's text_config, DBRX's attn_config / ffn_config)."""
     from transformers import PretrainedConfig
 
     for key, value in SHRINK.items():
-        if getattr(cfg, key, None) is not None:
-            with contextlib.suppress(AttributeError, TypeError, ValueError):  # a read-only property
+        if _read(cfg, key) is not None:
+            with contextlib.suppress(Exception):  # a read-only property; a per-layer one (Gemma 4's)
                 setattr(cfg, key, value)
     if isinstance(getattr(cfg, "qk_rope_head_dim", None), int):  # latent attention: rotary over qk_rope_head_dim
         with contextlib.suppress(AttributeError, TypeError, ValueError):
@@ -99,6 +109,9 @@ def shrink(cfg: Any) -> None:
             cfg.qk_head_dim = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
         if isinstance(getattr(cfg, "num_key_value_heads", None), int):  # its keys and values have every head
             cfg.num_key_value_heads = cfg.num_attention_heads
+    for key in ("head_dim", "num_key_value_heads"):  # None in some defaults, which their attention reads as is
+        if key in vars(cfg) and _read(cfg, key) is None:
+            setattr(cfg, key, SHRINK[key])
     if getattr(cfg, "n_routed_experts", None) and getattr(cfg, "num_experts_per_tok", 0) is None:  # DeepSeek V2's
         cfg.num_experts_per_tok = SHRINK["num_experts_per_tok"]                                   # default
     for key, value in list(vars(cfg).items()):

@@ -129,6 +129,18 @@ def config(name: str):
                                   num_key_value_heads=2, head_dim=8, qk_rope_head_dim=8, q_lora_rank=32,
                                   moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
                                   max_position_embeddings=64)
+    # Gemma 4: the last layer of each type stores its keys and values in a dict the base model passes every
+    # block (no layer reuses them here); per-layer inputs and reused keys and values are refused
+    if name == "gemma4":
+        return T.Gemma4TextConfig(**_KW, head_dim=4, hidden_size_per_layer_input=0, sliding_window=64,
+                                  layer_types=["sliding_attention", "full_attention"])
+    if name == "gemma4-per-layer-input":
+        return T.Gemma4TextConfig(**_KW, head_dim=4, hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB,
+                                  sliding_window=64, layer_types=["sliding_attention", "full_attention"])
+    if name == "gemma4-kv-shared":
+        return T.Gemma4TextConfig(**{**_KW, "num_hidden_layers": 4}, head_dim=4, hidden_size_per_layer_input=0,
+                                  num_kv_shared_layers=2, sliding_window=64,
+                                  layer_types=["sliding_attention", "full_attention"] * 2)
     # latent attention (MLA) with grouped routing; DeepSeek V3.2's sparse attention, whose indexer reads the
     # materialized causal mask (asked for through a dict of mask kwargs); HY-V4's hyper-connections (refused)
     mla = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,

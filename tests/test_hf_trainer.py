@@ -111,6 +111,7 @@ WORLD4: list[Config] = [
     Config("gptj-pp2xdp2", "gptj", PP2DP2),
     # NanoChat's one parameter-free norm before and after the blocks: on both end stages, applied once on each
     Config("nanochat-pp2xdp2", "nanochat", PP2DP2),
+    Config("gemma4-pp2xdp2", "gemma4", PP2DP2),  # each stage's blocks store keys and values in a dict of their own
     # MiniMax's linear attention normalizes over all its heads: the layout keeps that module whole (its full-
     # attention layers split), padded tokens zeroed by the 2-D mask
     Config("minimax-dp2xtp2-sp-masked", "minimax", DP2TP2SP, masked=True),
@@ -379,7 +380,7 @@ def test_train_hf_example_trains_and_exports(tmp_path):
 
 @pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe", "olmo2", "olmo", "cohere", "granite", "gemma2",
                                   "falcon", "gpt_neox", "gptj", "gemma3", "opt", "nanochat", "doge", "olmo3",
-                                  "openai-gpt", "biogpt", "minimax", "deepseek_v3", "deepseek_v32"))
+                                  "openai-gpt", "biogpt", "minimax", "deepseek_v3", "deepseek_v32", "gemma4"))
 def test_training_forward_equals_the_models_own(name):
     """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
     model's own forward bit for bit, without a padding mask and with right and left padding (OPT counts
@@ -411,6 +412,9 @@ def test_training_forward_equals_the_models_own(name):
     ("bart", r"runs \['layernorm_embedding'\] \(LayerNorm\) before its blocks"),
     ("deepseek_v4", r"model.layers.0 is a layer of type 'heavily_compressed_attention', for which model.rotary_emb "
                     r"\(DeepseekV4RotaryEmbedding\) holds no rotary table \(it holds \['compress', 'main'\]\)"),
+    # the trainer failed in the blocks: no per-layer input; no dict of shared keys and values to read
+    ("gemma4-per-layer-input", r"config.hidden_size_per_layer_input=8 feeds each block a slice of a second"),
+    ("gemma4-kv-shared", r"config.num_kv_shared_layers=2 makes its last layers reuse earlier layers' keys"),
     # the trainer failed on the shapes: one residual stream where the blocks take hc_mult
     ("hy_v4", r"HYV4ForCausalLM: model's forward reshapes the token embeddings before its blocks \(hyper-connections"),
     # its CLI trace at 1024 tokens (a Python loop over the sequence in each block) had run past 5 minutes
