@@ -499,6 +499,15 @@ DEEPSEEK_V32_3L = {"name": "deepseek-v3.2-3l", "hf": True, "model_type": "deepse
                    "v_head_dim": 128, "n_group": 8, "topk_group": 4, "index_topk": 2048, "index_head_dim": 128,
                    "index_n_heads": 64, "max_position_embeddings": 163840, "tie_word_embeddings": False,
                    "bos_token_id": 0, "eos_token_id": 1}
+# and one more after the Hugging Face path learned Gemma 4's per-forward key/value store (FAMILIES24): Gemma 4's
+# text layout at transformers' default widths without per-layer inputs (2304 wide, head dim 256, 512-token sliding
+# layers and every sixth global, a 262k vocabulary; 12 of 30 layers at 2048 tokens, beyond the window)
+GEMMA4_12L = {"name": "gemma4-12l", "hf": True, "model_type": "gemma4_text", "vocab_size": 262144,
+              "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 12, "num_attention_heads": 8,
+              "num_key_value_heads": 4, "head_dim": 256, "sliding_window": 512, "hidden_size_per_layer_input": 0,
+              "num_kv_shared_layers": 0, "max_position_embeddings": 131072, "tie_word_embeddings": True,
+              "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 2,
+              "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -507,7 +516,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  GRANITEMOE_1B, GLM4_9B_8L, GEMMA2_2B, EXAONE4_1_2B,
                                  ERNIE45_MOE_4L, HELIUM_2B, PHIMOE_2L, SEED_OSS_4L, PERSIMMON_4L, BITNET_12L,
                                  GLM45_AIR_2L, DIFFLLAMA_16L, NANOCHAT_D20, LLAMA4_SCOUT_2L,
-                                 MOONLIGHT_4L, GLM47_FLASH_4L, MINICPM3_4B_8L, DEEPSEEK_V32_3L,
+                                 MOONLIGHT_4L, GLM47_FLASH_4L, MINICPM3_4B_8L, DEEPSEEK_V32_3L, GEMMA4_12L,
                                  GPT_OSS_20B_4L, COHERE2_R7B_8L, MISTRAL_7B_8L, GEMMA3_4B_8L, GPT_NEO_1_3B, BIOGPT,
                                  INTERNLM3_8B_8L, OLMO_7B_8L, GPT_NEOX_JA_2_7B, FLEX_OLMO_4L, MINIMAX_2L,
                                  GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L, VAULTGEMMA_1B, DOGE_320M, GLM_9B_8L)}
@@ -751,6 +760,7 @@ CONFIGS = [
     *_trio("1g-glm47flash", "glm4.7-flash-4l", 8, 4, (2, "op")),
     *_trio("1g-minicpm3", "minicpm3-4b-8l", 8, 4, (2, "full")),
     *_trio("1g-dsv32", "deepseek-v3.2-3l", 4, 2, (1, "op"), seq=4096),
+    *_trio("1g-gemma4", "gemma4-12l", 8, 4, (2, "op")),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),
