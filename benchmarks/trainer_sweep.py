@@ -508,6 +508,11 @@ GEMMA4_12L = {"name": "gemma4-12l", "hf": True, "model_type": "gemma4_text", "vo
               "num_kv_shared_layers": 0, "max_position_embeddings": 131072, "tie_word_embeddings": True,
               "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 2,
               "bos_token_id": 2, "eos_token_id": 1, "pad_token_id": 0}
+# and its MoE block (FAMILIES24B): a dense MLP beside 64 routed experts (top 8, 704 wide) in every layer, with keys
+# equal to values in the global layers; widths chosen here, not a published model's (6 layers)
+GEMMA4_MOE_6L = {**GEMMA4_12L, "name": "gemma4-moe-6l", "num_hidden_layers": 6, "enable_moe_block": True,
+                 "num_experts": 64, "top_k_experts": 8, "moe_intermediate_size": 704, "attention_k_eq_v": True,
+                 "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -516,7 +521,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  GRANITEMOE_1B, GLM4_9B_8L, GEMMA2_2B, EXAONE4_1_2B,
                                  ERNIE45_MOE_4L, HELIUM_2B, PHIMOE_2L, SEED_OSS_4L, PERSIMMON_4L, BITNET_12L,
                                  GLM45_AIR_2L, DIFFLLAMA_16L, NANOCHAT_D20, LLAMA4_SCOUT_2L,
-                                 MOONLIGHT_4L, GLM47_FLASH_4L, MINICPM3_4B_8L, DEEPSEEK_V32_3L, GEMMA4_12L,
+                                 MOONLIGHT_4L, GLM47_FLASH_4L, MINICPM3_4B_8L, DEEPSEEK_V32_3L, GEMMA4_12L, GEMMA4_MOE_6L,
                                  GPT_OSS_20B_4L, COHERE2_R7B_8L, MISTRAL_7B_8L, GEMMA3_4B_8L, GPT_NEO_1_3B, BIOGPT,
                                  INTERNLM3_8B_8L, OLMO_7B_8L, GPT_NEOX_JA_2_7B, FLEX_OLMO_4L, MINIMAX_2L,
                                  GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L, VAULTGEMMA_1B, DOGE_320M, GLM_9B_8L)}
@@ -761,6 +766,7 @@ CONFIGS = [
     *_trio("1g-minicpm3", "minicpm3-4b-8l", 8, 4, (2, "full")),
     *_trio("1g-dsv32", "deepseek-v3.2-3l", 4, 2, (1, "op"), seq=4096),
     *_trio("1g-gemma4", "gemma4-12l", 8, 4, (2, "op")),
+    *_trio("1g-gemma4moe", "gemma4-moe-6l", 8, 4, (2, "full")),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),
