@@ -278,7 +278,8 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"embedding, which autoparallel's Hugging Face forward does not compute; this architecture "
                         f"is not supported there (set it to 0 for a model without per-layer inputs); pass a "
                         f"package.module:callable")
-    kv_store = len(blocks) > 0 and "shared_kv_states" in inspect.signature(blocks[0].forward).parameters
+    accepted = inspect.signature(blocks[0].forward).parameters if len(blocks) else {}
+    kv_store = "shared_kv_states" in accepted
     if kv_store and getattr(config, "num_kv_shared_layers", 0):
         # a later layer reads an earlier one's keys and values: across pipeline stages they would not reach it
         raise UserError(f"{type(model).__name__}: config.num_kv_shared_layers={config.num_kv_shared_layers} makes "
@@ -287,7 +288,6 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"to 0 for a model whose layers each compute their own); pass a package.module:callable")
     none_args = _required_block_args(model, blocks[0], rotary is not None) if len(blocks) else ()
     table = kinds[positions] if positions is not None else None
-    accepted = inspect.signature(blocks[0].forward).parameters if len(blocks) else {}
     takes_all = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     keyword = table is not None and "attention_mask" in inspect.signature(table.forward).parameters
     return HFParts(embed=embed, positions=full(positions) if positions is not None else None, dropout=dropout,
