@@ -29,7 +29,11 @@ if TYPE_CHECKING:  # torch loads only when a model is actually traced (a warm ca
     import torch
     from torch import nn
 
-TRACE_BATCH = 1  # costs scale linearly in the micro-batch; one sample is traced
+# Costs scale linearly in the micro-batch: the trace's ops are priced per sample. Two samples, not one: at one
+# sample torch takes views that become copies from two up (a matmul whose batch dims broadcast one operand:
+# DeepSeek V3.2's indexer copied 8.6 GB a sequence a layer on an H200 that a batch-1 trace never saw), and code
+# specializes on size 1 as torch.export avoids by tracing with 2. Micro-batches of one pay those copies too.
+TRACE_BATCH = 2
 DEFAULT_SEQ_LEN = 2048
 
 
@@ -83,12 +87,13 @@ def _model_identity(model: Any) -> str | None:
     return None
 
 
-def trace_model(model: str | nn.Module | Any, batch: int = TRACE_BATCH, seq_len: int = 2048,
+def trace_model(model: str | nn.Module | Any, batch: int | None = None, seq_len: int = 2048,
                 dtype: torch.dtype | None = None, cache: TraceCache | bool = True,
                 progress: Progress = QUIET, padded: bool = False) -> OpGraph:
     """OpGraph of one training step, in bf16 unless `dtype`. Looked up in and stored to the on-disk
     trace cache (autoparallel.trace_cache; `cache=True`: the default directory, False: bypassed).
-    `padded`: batches with an attention mask (tracer.trace)."""
+    `padded`: batches with an attention mask (tracer.trace). `batch`: TRACE_BATCH unless given."""
+    batch = TRACE_BATCH if batch is None else batch
     check_int(batch, "--batch", 1, MAX_TRACE_BATCH)
     check_int(seq_len, "--seq-len", 1, MAX_SEQ_LEN)
     from autoparallel.specs import check_seq_len, spec_of

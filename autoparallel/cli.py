@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("trace", help="trace a model on the meta device: parameters, FLOPs, activations")
     _add_model_args(t)
-    t.add_argument("--batch", type=int, default=1)
+    t.add_argument("--batch", type=int, default=None,
+                   help="samples traced (default 2, what plan and estimate trace and cache)")
     t.add_argument("--json", action="store_true")
     _add_run_flags(t)
 

@@ -230,15 +230,6 @@ def hf_parts(model: nn.Module) -> HFParts:
     except (OSError, TypeError):
         source = ""
     window, mixed = _windows(model.config, source)
-    # a convolution in a block is a state-space or short-convolution mixer (Mamba, Jamba, Falcon-H1, Qwen3-Next's
-    # linear attention, LFM2): it reads `attention_mask` as a padding mask, where causal_lm_forward passes the
-    # attention layers' causal one (the trainer failed on the shapes; the meta trace broadcast them silently)
-    conv = next((f"{full(children[layers_idx][0])}.{n}" for n, m in blocks.named_modules()
-                 if isinstance(m, nn.modules.conv._ConvNd)), None)
-    if conv is not None:
-        raise UserError(f"{type(model).__name__}: {conv} is a convolution inside a block (a state-space or "
-                        f"convolution mixer), which autoparallel's Hugging Face forward does not run; only "
-                        f"attention blocks are supported there; pass a package.module:callable")
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     if not getattr(config, "num_attention_heads", None):  # RWKV's time mixing (no convolution): a Python loop
         # over the sequence, whose meta trace at 1024 tokens ran past 5 minutes (`autoparallel plan`)
@@ -260,6 +251,18 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"Hugging Face forward does not reproduce; this architecture is not supported there")
     head = _head_path(model, base_path)
     layer_types = [_find_layer_type(b) for b in blocks]
+    # a convolution in a block is a state-space or short-convolution mixer (Mamba, Jamba, Falcon-H1, Qwen3-Next's
+    # linear attention, LFM2): it reads `attention_mask` as the [B, S] padding mask. Where the block's layer type
+    # is one transformers hands that mask (masking_utils: "linear_attention", "conv"), causal_lm_forward does so
+    # too; elsewhere it would pass the attention layers' causal mask (the trainer failed on the shapes, the meta
+    # trace broadcast them silently)
+    padding_types = _padding_mask_types(layer_types)
+    conv = next((f"{full(layers_name)}.{i}.{n}" for i, b in enumerate(blocks) if layer_types[i] not in padding_types
+                 for n, m in b.named_modules() if isinstance(m, nn.modules.conv._ConvNd)), None)
+    if conv is not None:
+        raise UserError(f"{type(model).__name__}: {conv} is a convolution inside a block (a state-space or "
+                        f"convolution mixer) whose layer type transformers gives no padding mask of its own, which "
+                        f"autoparallel's Hugging Face forward does not run; pass a package.module:callable")
     if by_type:
         _check_rotary_tables(model, rotary, rotary_mod, full(layers_name), layer_types)
     # hyper-connections (DeepSeek V4's, HY-V4's): the forward widens the embeddings into config.hc_mult residual
@@ -304,7 +307,7 @@ def hf_parts(model: nn.Module) -> HFParts:
                    # Doge's forward builds the causal mask even where SDPA's is_causal would do: its attention adds
                    # to it; DeepSeek V3.2's indexer reads it (a keyword, or a key of the mask's kwargs dict)
                    explicit_mask=re.search(r"allow_is_causal_skip['\"]?\s*[=:]\s*False", source) is not None,
-                   padding_mask_types=_padding_mask_types(layer_types), kv_store=kv_store)
+                   padding_mask_types=padding_types, kv_store=kv_store)
 
 
 def _head_path(model: nn.Module, base_path: str) -> str:

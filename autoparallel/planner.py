@@ -260,6 +260,7 @@ class Planner:
         self.progress = progress
         self.placements = placements
         self._placement_cache: dict[tuple[int, bool], dict[str, str]] = {}
+        self._sp_feasible: dict[int, bool] = {}  # tp -> whether SP has placements there (_sp_runs)
         self._fallback_tp: set[int] = set()   # tp degrees placed by Megatron's layout (see _placements)
         self._stage_models: dict[MeshConfig, StageModel] = {}
         self._compiled_planner: Planner | None = None  # _compile_pinned's
@@ -370,6 +371,8 @@ class Planner:
                                         continue  # SP splits each cp rank's tokens over tp (check_runnable)
                                     if sp and not self.cm.sequence_splits:
                                         continue  # blocks that flatten their tokens (OPT's MLP)
+                                    if sp and not self._sp_runs(tp):
+                                        continue
                                     even = self.cm.vocab_splits_evenly(tp)
                                     if sp and (not even or tp in self._fallback_tp):
                                         # the trainer runs replicated vocab ends only without SP, and the
@@ -406,11 +409,28 @@ class Planner:
             return False
         return (zero == 1 and m == 1) or (self.cm.runtime == "trainer" and pp > 1 and m > 1 and zero >= 2)
 
+    def _sp_runs(self, tp: int) -> bool:
+        """Whether the sharding solver finds placements for sequence parallelism at this tp: a block whose ops
+        cannot all take the sequence-sharded residual stream (Qwen3.5's gated full attention, s = 1024) has none,
+        and tp then runs without SP. A pinned SP that cannot run is one error naming the block."""
+        if tp not in self._sp_feasible:
+            try:
+                self._placements(MeshConfig(tp, 1, 1, 1, 1, 1, 0, True, "fp32"))
+                self._sp_feasible[tp] = True
+            except UserError:
+                if self.fix.get("sequence_parallel"):
+                    raise
+                self._sp_feasible[tp] = False
+        return self._sp_feasible[tp]
+
     def _sp_dominates(self) -> bool:
         """Sequence parallelism moves the same bytes as plain TP when each segment has as many
         colwise inputs as rowwise outputs (reduce-scatter + all-gather = all-reduce) and runs norms on
         1/tp of the sequence: then TP without SP never wins."""
         if not hasattr(self, "_sp_dom"):
+            if not self._sp_runs(2):
+                self._sp_dom = False
+                return False
             pl = self._placements(MeshConfig(2, 1, 1, 1, 1, 1, 0, True, "fp32"))
             segs = self.cm.segments(pl, True)
             self._sp_dom = all(sorted(s.tp_col_input_bytes) == sorted(s.tp_collective_bytes) for s in segs.values())
@@ -700,7 +720,7 @@ class Planner:
                                self.model_name, placements=self.placements, cost_model=self.cm,
                                precision=self.precision)
             compiled._placement_cache, compiled._segments = self._placement_cache, self._segments
-            compiled._fallback_tp = self._fallback_tp
+            compiled._fallback_tp, compiled._sp_feasible = self._fallback_tp, self._sp_feasible
             self._compiled_planner = compiled
         return self._compiled_planner
 

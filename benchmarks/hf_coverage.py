@@ -112,6 +112,10 @@ def shrink(cfg: Any) -> None:
     for key in ("head_dim", "num_key_value_heads"):  # None in some defaults, which their attention reads as is
         if key in vars(cfg) and _read(cfg, key) is None:
             setattr(cfg, key, SHRINK[key])
+    if isinstance(getattr(cfg, "mamba_n_heads", None), int) and isinstance(getattr(cfg, "mamba_d_head", None), int):
+        # a Mamba-2 mixer's heads tile its inner width (mamba_expand x hidden; Bamba's, Granite 4's)
+        cfg.mamba_n_heads = SHRINK["num_attention_heads"]
+        cfg.mamba_d_head = getattr(cfg, "mamba_expand", 2) * cfg.hidden_size // cfg.mamba_n_heads
     if getattr(cfg, "n_routed_experts", None) and getattr(cfg, "num_experts_per_tok", 0) is None:  # DeepSeek V2's
         cfg.num_experts_per_tok = SHRINK["num_experts_per_tok"]                                   # default
     for key, value in list(vars(cfg).items()):
@@ -123,7 +127,10 @@ def shrink(cfg: Any) -> None:
     for key in ("layer_types", "mlp_only_layers"):
         value = getattr(cfg, key, None)
         if isinstance(value, list) and len(value) > layers:
-            setattr(cfg, key, value[:layers])
+            # every kind of layer the model has, as far as the layers go (a hybrid's first layers are often all
+            # linear attention, its full-attention layers further in), the rest in the config's order
+            kinds = list(dict.fromkeys(value))[:layers] if key == "layer_types" else []
+            setattr(cfg, key, kinds + value[:layers - len(kinds)])
     for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
         if isinstance(getattr(cfg, key, None), int) and getattr(cfg, key) >= SHRINK["vocab_size"]:
             setattr(cfg, key, 0)
@@ -160,7 +167,7 @@ def check(model_type: str, window: int | None = None) -> dict[str, Any]:
     masks = (None, right, right.flip(1))
     try:
         with torch.no_grad():
-            refs = [model(input_ids=ids, attention_mask=mask).logits for mask in masks]
+            refs = [model(input_ids=ids, attention_mask=mask, use_cache=False).logits for mask in masks]
     except Exception as e:  # the model's own forward fails on the tiny config: this script's shrinking
         return {**out, "result": "error", "stage": "own forward", "detail": f"{type(e).__name__}: {_line(e)}"}
     try:

@@ -513,6 +513,15 @@ GEMMA4_12L = {"name": "gemma4-12l", "hf": True, "model_type": "gemma4_text", "vo
 GEMMA4_MOE_6L = {**GEMMA4_12L, "name": "gemma4-moe-6l", "num_hidden_layers": 6, "enable_moe_block": True,
                  "num_experts": 64, "top_k_experts": 8, "moe_intermediate_size": 704, "attention_k_eq_v": True,
                  "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}
+# and one more after the Hugging Face path learned hybrids (FAMILIES25, twenty-sixth session): LFM2's layout at its
+# 1.2B widths (2048 wide, 16 layers: gated short-convolution mixers, with grouped-query attention in 6 of them at
+# 2, 5, 8, 10, 12, 14; SwiGLU 8192 after LFM2's width adjustment, a 65k vocabulary, tied)
+LFM2_1_2B = {"name": "lfm2-1.2b", "hf": True, "model_type": "lfm2", "vocab_size": 65536, "hidden_size": 2048,
+             "intermediate_size": 12288, "block_ff_dim": 12288, "block_auto_adjust_ff_dim": True,
+             "block_multiple_of": 256, "block_ffn_dim_multiplier": 1.0, "num_hidden_layers": 16,
+             "num_attention_heads": 32, "num_key_value_heads": 8, "conv_L_cache": 3,
+             "layer_types": ["full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)],
+             "max_position_embeddings": 128000, "tie_word_embeddings": True}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -524,7 +533,8 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  MOONLIGHT_4L, GLM47_FLASH_4L, MINICPM3_4B_8L, DEEPSEEK_V32_3L, GEMMA4_12L, GEMMA4_MOE_6L,
                                  GPT_OSS_20B_4L, COHERE2_R7B_8L, MISTRAL_7B_8L, GEMMA3_4B_8L, GPT_NEO_1_3B, BIOGPT,
                                  INTERNLM3_8B_8L, OLMO_7B_8L, GPT_NEOX_JA_2_7B, FLEX_OLMO_4L, MINIMAX_2L,
-                                 GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L, VAULTGEMMA_1B, DOGE_320M, GLM_9B_8L)}
+                                 GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L, VAULTGEMMA_1B, DOGE_320M, GLM_9B_8L,
+                                 LFM2_1_2B)}
 
 
 @dataclass(frozen=True)
@@ -767,6 +777,7 @@ CONFIGS = [
     *_trio("1g-dsv32", "deepseek-v3.2-3l", 4, 2, (1, "op"), seq=4096),
     *_trio("1g-gemma4", "gemma4-12l", 8, 4, (2, "op")),
     *_trio("1g-gemma4moe", "gemma4-moe-6l", 8, 4, (2, "full")),
+    *_trio("1g-lfm2", "lfm2-1.2b", 8, 4, (2, "op")),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),

@@ -69,6 +69,7 @@ from cost_models.compute import (
 from cost_models.facts import (
     attention_geometry,
     attention_heads,
+    convolution_mixers,
     flattens_tokens,
     num_experts,
     scales_logits,
@@ -664,10 +665,11 @@ class CostModel:
         """The trainer shards evenly: a vocabulary the solver would split unevenly (GPT-2's 50257 rows
         at tp > 1) stays replicated, and so does a fused projection whose pieces (q, k, v) do not each split
         into whole heads over tp, with the Linears beside it in its module (the attention's output
-        projection: a head split of one would hand the other mismatched heads). So every plan the planner
-        emits is one the trainer runs."""
+        projection: a head split of one would hand the other mismatched heads), and so does a module holding a
+        convolution, its norms included (facts.convolution_mixers). So every plan the planner emits is one the
+        trainer runs."""
         out = dict(placements)
-        whole: set[str] = set()
+        whole = convolution_mixers(self.graph)
         for path, pl in placements.items():
             op = self.graph.parametric_ops.get(path)
             rows = op.in_features if op is not None and op.kind == "embedding" else (op.out_features if op else None)
@@ -676,9 +678,11 @@ class CostModel:
             if pl == "colwise" and op is not None and op.fused_pieces and \
                     any(p % (op.fused_unit * tp) for p in op.fused_pieces):
                 whole.add(path.rpartition(".")[0])
+        mixers = convolution_mixers(self.graph)
         for path in placements:
             op = self.graph.parametric_ops.get(path)
-            if path.rpartition(".")[0] in whole and op is not None and op.kind == "linear":
+            parent = path.rpartition(".")[0]
+            if op is not None and parent in whole and (op.kind == "linear" or op.kind == "norm" and parent in mixers):
                 out[path] = "replicate"
         return out
 

@@ -27,6 +27,18 @@ def attention_heads(graph: OpGraph) -> tuple[int, int]:
     return heads, heads
 
 
+CONVOLUTIONS = ("Conv1d", "Conv2d", "Conv3d")  # torch's classes (transformers' Conv1D is a Linear)
+
+
+def convolution_mixers(graph: OpGraph) -> set[str]:
+    """Paths of the modules that hold a convolution among their own children: a state-space or short-convolution
+    mixer (Mamba's, LFM2's, Qwen3.5's linear attention), whose depthwise conv runs over the channels its input
+    projection makes. Tensor parallelism keeps such a module whole: a column split of the projection would hand
+    the convolution 1/tp of the channels its weight expects (the trainer failed on the shapes)."""
+    return {path.rpartition(".")[0] for path, op in graph.parametric_ops.items()
+            if op.kind == "other" and op.module_class in CONVOLUTIONS}
+
+
 def flattens_tokens(graph: OpGraph) -> bool:
     """Whether a block's norm or Linear hands on its tokens flattened, [batch * seq, features] rather than
     [batch, seq, features] (OPT's blocks reshape around their MLP): sequence parallelism shards dim 1, which

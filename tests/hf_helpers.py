@@ -154,6 +154,19 @@ def config(name: str):
     if name == "hy_v4":
         return T.HYV4Config(**{k: v for k, v in mla.items() if k != "first_k_dense_replace"}, head_dim=8,
                             pad_token_id=0, index_topk=4, index_head_dim=16, index_n_heads=2)
+    # hybrids whose mixers read the [B, S] padding mask (transformers' "linear_attention" / "conv" layer types):
+    # Qwen3.5's gated delta rule and LFM2's short convolution beside full attention, Jamba's Mamba with MoE
+    if name == "qwen3_5":
+        return T.Qwen3_5TextConfig(**_KW, head_dim=8, linear_num_key_heads=4, linear_num_value_heads=8,
+                                   linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4,
+                                   layer_types=["linear_attention", "full_attention"])
+    if name == "lfm2":
+        return T.Lfm2Config(**{**_KW, "num_hidden_layers": 2}, block_ff_dim=64, block_auto_adjust_ff_dim=False,
+                            layer_types=["conv", "full_attention"])
+    if name == "jamba":
+        return T.JambaConfig(**_KW, num_experts=4, num_experts_per_tok=2, expert_layer_period=2, expert_layer_offset=1,
+                             attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_dt_rank=4,
+                             mamba_expand=2)
     raise KeyError(name)
 
 

@@ -398,15 +398,40 @@ def test_pinned_recompute_on_mixed_block_classes_is_feasible(hidden: int = 32, l
 def test_state_space_mixers_are_one_clear_error():
     """Mamba's mixer reads `attention_mask` as a padding mask where autoparallel's forward passes attention's
     causal one: the trainer failed on the shapes and the meta trace broadcast them into a wrong graph (which the
-    planner then planned, tensor-parallel mixers included). Refused, naming the convolution."""
+    planner then planned, tensor-parallel mixers included). A model of them alone is refused as a recurrence; a
+    convolution in a block whose layer type transformers hands no padding mask is refused naming it (hybrids
+    whose types do get one, Qwen3.5's and LFM2's, run: test_hf_trainer)."""
     import transformers as T
 
     from autoparallel.errors import UserError
     cfg = T.MambaConfig(vocab_size=128, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2, conv_kernel=4)
     with torch.device("meta"):
         model = T.AutoModelForCausalLM.from_config(cfg)
-    with pytest.raises(UserError, match=r"backbone\.layers\.0\.mixer\.conv1d is a convolution inside a block"):
+    with pytest.raises(UserError, match=r"MambaForCausalLM: its config declares no attention heads"):
         trace(model, batch=1, seq_len=16)
+    lfm2 = HF.build("lfm2", meta=True)
+    lfm2.model.layers[0].conv.layer_type = "full_attention"  # the convolution's layer loses its padding mask
+    with pytest.raises(UserError, match=r"model\.layers\.0\.conv\.conv is a convolution inside a block"):
+        trace(lfm2, batch=1, seq_len=16)
+
+
+def test_sequence_parallelism_the_sharding_solver_cannot_place_is_skipped():
+    """Qwen3.5's gated full attention has no sequence-parallel placement in the sharding solver at tp 2: the
+    planner plans tp 2 without SP (it failed with "no placement satisfies the constraints" before), and a
+    pinned SP is one error naming the block."""
+    from autoparallel.api import plan_result
+    from autoparallel.errors import UserError
+
+    model = HF.build("qwen3_5", meta=True)
+    graph = trace(model, batch=2, seq_len=64)
+    solver = ShardingSolver(graph, make_cluster("h100-sxm", 2))
+    assert solver.solve_segment("model.layers.1", 2, True).status == "INFEASIBLE"
+    result, _ = plan_result(model, hardware="h100-sxm", gpus=2, global_batch=8, seq_len=64, graph=graph,
+                            fix="tp=2", cache=False)
+    assert result.plan.tp == 2 and not result.plan.sequence_parallel
+    with pytest.raises(UserError, match=r"no placement satisfies the constraints of model\.layers\.1 at tp=2"):
+        plan_result(model, hardware="h100-sxm", gpus=2, global_batch=8, seq_len=64, graph=graph,
+                    fix="tp=2,sequence_parallel=1", cache=False)
 
 
 @pytest.mark.parametrize("name, post_ln, flattens", [("opt", False, True), ("opt", True, True), ("llama", False, False),

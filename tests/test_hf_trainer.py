@@ -21,6 +21,8 @@ gate_up_proj and GPT-2's fused, transposed c_attn column-parallel piece by piece
                        blocks, positions from the mask, head counts made local); refused under SP
   gptj                 pp2 x dp2 (a rotary table registered after the blocks, kept on every stage)
   nanochat             pp2 x dp2 (one norm run before and after the blocks, by the first and last stage)
+  qwen3_5, lfm2        hybrids whose linear-attention / convolution mixers read the padding mask, under
+                       dp2 x tp2 + SP and pp2 x dp2 with padding (convolution mixers kept whole over tp)
 plus full / selective activation checkpointing (with ZeRO-3 expert units), meta-device models, resume
 across plans (fused weights re-laid for another tp included) and save_pretrained exports.
 """
@@ -115,6 +117,11 @@ WORLD4: list[Config] = [
     # MiniMax's linear attention normalizes over all its heads: the layout keeps that module whole (its full-
     # attention layers split), padded tokens zeroed by the 2-D mask
     Config("minimax-dp2xtp2-sp-masked", "minimax", DP2TP2SP, masked=True),
+    # hybrids: Qwen3.5's gated delta rule and LFM2's short convolution read the 2-D padding mask; a module holding
+    # a convolution stays whole under tp (its projections split, the convolution got half its channels)
+    Config("qwen3_5-dp2xtp2-sp-masked", "qwen3_5", DP2TP2SP, masked=True),
+    Config("qwen3_5-pp2xdp2-masked", "qwen3_5", PP2DP2, masked=True),
+    Config("lfm2-dp2xtp2-sp-masked", "lfm2", DP2TP2SP, masked=True),
     # FSDP2 computing in bf16 (the layout every GPU plan runs): buffers that HF's bf16 load makes bf16 (MiniMax's
     # decay factors, GPT-1's) must be bf16 too, or their products with bf16 activations fail in the next matmul
     *(Config(f"{m}-dp4-bf16", m, {"dp": 4, "micro_batch": 2, "zero": 2, "param_dtype": "bf16"}, steps=1)
@@ -380,7 +387,8 @@ def test_train_hf_example_trains_and_exports(tmp_path):
 
 @pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe", "olmo2", "olmo", "cohere", "granite", "gemma2",
                                   "falcon", "gpt_neox", "gptj", "gemma3", "opt", "nanochat", "doge", "olmo3",
-                                  "openai-gpt", "biogpt", "minimax", "deepseek_v3", "deepseek_v32", "gemma4"))
+                                  "openai-gpt", "biogpt", "minimax", "deepseek_v3", "deepseek_v32", "gemma4",
+                                  "qwen3_5", "lfm2", "jamba"))
 def test_training_forward_equals_the_models_own(name):
     """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
     model's own forward bit for bit, without a padding mask and with right and left padding (OPT counts

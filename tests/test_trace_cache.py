@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autoparallel.api import trace_model
+from autoparallel.api import TRACE_BATCH, trace_model
 from autoparallel.specs import load_model_spec
 from autoparallel.trace_cache import TraceCache, TraceKey, default_cache_dir, spec_identity
 
@@ -58,7 +58,7 @@ def test_no_cache_bypasses(tmp_path, monkeypatch):
 
 def test_corrupt_entry_is_a_miss_and_is_rewritten(tmp_path):
     cache = TraceCache(tmp_path)
-    key = TraceKey.of(spec_identity(load_model_spec("tiny-llama")), 1, 16, "bfloat16")
+    key = TraceKey.of(spec_identity(load_model_spec("tiny-llama")), TRACE_BATCH, 16, "bfloat16")
     cache.path(key).write_bytes(b"not a pickle")
     assert cache.load(key) is None
     g = trace_model("tiny-llama", seq_len=16, cache=cache)

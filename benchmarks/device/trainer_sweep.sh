@@ -71,6 +71,7 @@
 #   bash benchmarks/device/trainer_sweep.sh families23b     # MiniCPM3 4B's, DeepSeek V3.2's first layers (sparse attention)
 #   bash benchmarks/device/trainer_sweep.sh families24      # Gemma 4's text layout (12 layers, beyond its window)
 #   bash benchmarks/device/trainer_sweep.sh families24b     # Gemma 4's MoE block (6 layers, widths chosen here)
+#   bash benchmarks/device/trainer_sweep.sh families25      # LFM2 1.2B (short-convolution hybrid, all 16 layers)
 #   bash benchmarks/device/trainer_sweep.sh host-mix        # one GPU: host factor, then the host time per block of the
 #                                                           # sweep's families at 32 tokens a row (host_mix.py;
 #                                                           # host-mix-compiled: six of them compiled)
@@ -152,6 +153,8 @@ FAMILIES24=1g-gemma4-eager,1g-gemma4-compiled,1g-gemma4-mb2x4-op
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES24
 FAMILIES24B=1g-gemma4moe-eager,1g-gemma4moe-compiled,1g-gemma4moe-mb2x4-full
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES24B
+FAMILIES25=1g-lfm2-eager,1g-lfm2-compiled,1g-lfm2-mb2x4-op
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES25
 SKIP_SINGLE=$SKIP_SINGLE,1g-gpt-s64-mb4x2,1g-llama-s64-mb4x2,1g-smollm3-s64-mb2x4-full,1g-smollm3-s64-mb2x4
 SKIP_SINGLE=$SKIP_SINGLE,1g-smollm3-s64-mb2x4-op
 # held_out NAME ROWS SECONDS [MEASURE FLAGS]: this VM's host factor, the rows into $OUT/NAME.jsonl, the factor again
@@ -257,6 +260,7 @@ case "${1:-}" in
   families23b) held_out families23b "$FAMILIES23B" 440 --profile-all ;;
   families24) held_out families24 "$FAMILIES24" 300 --profile-all ;;
   families24b) held_out families24b "$FAMILIES24B" 300 --profile-all ;;
+  families25) held_out families25 "$FAMILIES25" 300 --profile-all ;;
   families10-fsdp)  # FAMILIES10, then step timelines of three plans at 2048 and at 64 tokens a row
     bash "$0" families10
     timeout 290 python benchmarks/profile_timeline.py --out "$OUT/timeline.jsonl" \
@@ -277,6 +281,6 @@ case "${1:-}" in
       | grep "blocks fwd\|Error\|error" | cut -c1-200 ;;
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|host-mix|host-mix-compiled|host-mix-sac|compiled-hf" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|host-mix|host-mix-compiled|host-mix-sac|compiled-hf" >&2
      exit 2 ;;
 esac
