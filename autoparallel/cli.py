@@ -196,7 +196,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from autoparallel.api import plan_result
     from autoparallel.report import format_plan_result, plan_json
     if args.output is not None:  # checked before planning: a bad path must not cost the whole computation
-        check_output_path(args.output, "--output")
+        check_output_path(args.output, "--output", inputs=(args.model,))
     result, ctx = plan_result(
         args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
         global_batch=args.global_batch, seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu,
@@ -274,7 +274,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             raise UserError("calibrate: --raw, --fit and --rescale belong to --trainer; add --trainer")
         from autoparallel.calibrate_trainer import run_trainer_calibration
         if args.fit or args.rescale:
-            check_output_path(args.output, "--output")
+            check_output_path(args.output, "--output", inputs=(*(args.fit or ()), args.raw, args.base))
         if args.raw and not args.fit:
             check_output_path(args.raw, "--raw")
         return run_trainer_calibration(args.base, args.output, args.raw, args.fit, rescale=args.rescale)

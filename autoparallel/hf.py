@@ -213,6 +213,12 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"autoparallel's Hugging Face forward does not reproduce; this architecture is not supported "
                         f"there; pass a package.module:callable")
     positions = next((n for n in before if isinstance(kinds[n], nn.Embedding) and full(n) != embed), None)
+    if positions is not None and "input_ids_shape" in inspect.signature(kinds[positions].forward).parameters:
+        # Marian's, Pegasus's sinusoidal tables take the input's shape, not position ids: called as a learned
+        # table their rows came out wrong (benchmarks/hf_coverage.py: DIFFERENT)
+        raise UserError(f"{type(model).__name__}: {full(positions)} ({type(kinds[positions]).__name__}) builds "
+                        f"positions from the input's shape, which autoparallel's Hugging Face forward does not "
+                        f"call; this architecture is not supported there; pass a package.module:callable")
     dropout = next((full(n) for n in before if isinstance(kinds[n], nn.Dropout)), None)
     layerdrop = getattr(model.config, "layerdrop", 0) or 0
     if layerdrop > 0:  # OPT's, BART-style: the model's own forward skips blocks at random in training

@@ -63,10 +63,11 @@ def check_number(value: Any, what: str, lo: float, hi: float, fix: str = "") -> 
     return float(value)
 
 
-def check_output_path(path: str, what: str, suffixes: tuple[str, ...] = ()) -> Path:
-    """A file path that can be written: its folder exists and is writable, it is not a folder, and
-    (when `suffixes` is given) its suffix is one of them. Checked before planning, so a bad path does
-    not cost the whole computation."""
+def check_output_path(path: str, what: str, suffixes: tuple[str, ...] = (), inputs: tuple[str | None, ...] = ()) -> Path:
+    """A file path that can be written: its folder exists and is writable, it is not a folder, it is none of
+    the command's `inputs` (a model's config.json, a folder's, measured probes: writing there lost them), and
+    (when `suffixes` is given) its suffix is one of them. Checked before planning, so a bad path does not
+    cost the whole computation."""
     if not path or not path.strip():
         raise UserError(f"{what}: empty path; pass a file name such as {'out' + (suffixes or ('.yaml',))[0]}")
     check_reference(path, what)
@@ -81,6 +82,13 @@ def check_output_path(path: str, what: str, suffixes: tuple[str, ...] = ()) -> P
         raise UserError(f"{what} {path}: folder {parent} does not exist; create it first or pick another path")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise UserError(f"{what} {path}: not writable; pick a path you can write")
+    if p.exists():
+        for given in filter(None, inputs):
+            q = Path(given).expanduser()
+            for source in (q, q / "config.json") if q.is_dir() else (q,):
+                if source.exists() and os.path.samefile(source, p):
+                    raise UserError(f"{what} {path}: is the input {given}, which writing would overwrite; "
+                                    f"pick another path")
     return p
 
 

@@ -150,3 +150,20 @@ def test_estimate_compile_prices_the_compiled_runtime(capsys):
     rc, out, _ = run(capsys, "plan", "tiny-llama", "--hardware", "h200", "--gpus", "1", "--global-batch", "4",
                      "--seq-len", "64", "--fix", "compile=1", "--json")
     assert rc == 0 and json.loads(out)["plan"]["compile"] is True
+
+
+def test_an_output_path_that_is_an_input_is_refused_before_planning(capsys, tmp_path):
+    """`plan CONFIG --output CONFIG` replaced the model's config with the plan, and `calibrate --trainer --fit
+    P --output P` the measured probes with a profile: one error line, the input untouched."""
+    config = tmp_path / "config.json"
+    text = json.dumps({"model_type": "llama", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
+                       "num_hidden_layers": 4, "num_attention_heads": 4})
+    config.write_text(text)
+    for model in (str(config), str(tmp_path)):  # the file, or the folder holding it
+        rc, _, err = run(capsys, "plan", model, "--hardware", "h100-sxm", "--gpus", "8", "--global-batch", "16",
+                         "--seq-len", "256", "--output", str(config))
+        assert rc == 2 and "is the input" in err and config.read_text() == text
+    probes = tmp_path / "probes.jsonl"
+    probes.write_text('{"probe": "x"}\n')
+    rc, _, err = run(capsys, "calibrate", "--trainer", "--fit", str(probes), "--output", str(probes), "--base", "h200")
+    assert rc == 2 and "is the input" in err and probes.read_text() == '{"probe": "x"}\n'
