@@ -669,7 +669,8 @@ class CostModel:
         convolution, its norms included (facts.convolution_mixers). So every plan the planner emits is one the
         trainer runs."""
         out = dict(placements)
-        whole = convolution_mixers(self.graph)
+        mixers = convolution_mixers(self.graph)
+        whole = set(mixers)
         for path, pl in placements.items():
             op = self.graph.parametric_ops.get(path)
             rows = op.in_features if op is not None and op.kind == "embedding" else (op.out_features if op else None)
@@ -678,7 +679,6 @@ class CostModel:
             if pl == "colwise" and op is not None and op.fused_pieces and \
                     any(p % (op.fused_unit * tp) for p in op.fused_pieces):
                 whole.add(path.rpartition(".")[0])
-        mixers = convolution_mixers(self.graph)
         for path in placements:
             op = self.graph.parametric_ops.get(path)
             parent = path.rpartition(".")[0]
