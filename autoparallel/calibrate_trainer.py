@@ -230,7 +230,8 @@ class HostFit:
     terms: dict[str, float]        # calibration entries: the HOST_TERMS [us] and the scaled per-op rates
     scale: float                   # the per-op rate factor against the base profile
     residuals: dict[str, float]    # probe -> (model - measured) / measured at the fitted terms
-    # HOST_TERMS key -> one standard error [us] (None: no probe of the set moves the term, left at 0; nan:
+    # HOST_TERMS key -> one standard error [us] (None: no probe of the set moves the term, kept at the base's value
+    # times the fitted scale, as HELD_TERMS are; nan:
     # the probes leave too few degrees of freedom to say), from the probes' own scatter (`_standard_errors`)
     spread: dict[str, float | None] = dataclasses.field(default_factory=dict)
 
@@ -355,6 +356,13 @@ def fit_host_terms(records: Sequence[ProbeRecord], base: Any, iterations: int = 
         x = x_new
     y = predict(x)
     errors = _standard_errors(jacobian(x, y) / t[:, None], (y - t) / t, x)
+    # a term no probe of the set moves (one-GPU probes and the tensor-parallel collective) keeps the base's value
+    # at this host's speed: the fit has no say on it, and 0 would price that work as free (it wrote 0 for h200's
+    # measured 1058 us)
+    base_cal = base.calibration or {}
+    for k, (key, e) in enumerate(zip(HOST_TERMS, errors[1:], strict=True), start=1):
+        if e is None and isinstance(base_cal.get(key), (int, float)):
+            x[k] = float(base_cal[key]) * x[0]
     return HostFit(calibration_for(base, x), float(x[0]),
                    {r.probe.name: float((yi - r.measured_s) / r.measured_s) for r, yi in zip(records, y, strict=True)},
                    {key: (None if e is None else round(e, 3)) for key, e in zip(HOST_TERMS, errors[1:], strict=True)})
@@ -364,7 +372,7 @@ def describe_terms(fit: HostFit) -> str:
     """The fitted host terms with their standard errors, for the fit's report line."""
     def one(key: str) -> str:
         e = fit.spread.get(key, float("nan"))
-        return f"{key} {fit.terms[key]}" + (" (no probe measures it)" if e is None else f" (+-{e:.3g})")
+        return f"{key} {fit.terms[key]}" + (" (no probe measures it: the base's)" if e is None else f" (+-{e:.3g})")
     return ", ".join(one(k) for k in HOST_TERMS)
 
 

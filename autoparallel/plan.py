@@ -157,7 +157,8 @@ class Plan:
         for dim in reversed(MESH_DIMS):
             size = self.mesh_shape[dim]
             inner *= size
-            aligned = inner <= self.gpus_per_node and self.gpus_per_node % inner == 0
+            # (on a single node, partly filled, every group is inside it: 6 GPUs of an 8-GPU node)
+            aligned = inner <= self.gpus_per_node and (self.gpus_per_node % inner == 0 or self.gpus <= self.gpus_per_node)
             span[dim] = "intra" if size == 1 or aligned else "inter"
         return {d: span[d] for d in MESH_DIMS}
 
@@ -289,7 +290,7 @@ class Plan:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
                 raise UserError(f"plan: {name}={v!r} must be an integer in 1..{hi:,}")
-        for name in ("sequence_parallel", "async_tp"):
+        for name in ("sequence_parallel", "async_tp", "compile"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"plan: {name}={getattr(self, name)!r} must be true or false")
         if self.pipeline_schedule not in PIPELINE_SCHEDULES:

@@ -148,7 +148,7 @@ class TraceCache:
         gc.disable()  # unpickling creates ~10^5 small objects: cyclic GC passes would double the time
         try:
             with open(self.path(key), "rb") as f:
-                graph = pickle.load(f)
+                stored = pickle.load(f)
         except FileNotFoundError:
             return None
         except Exception:  # truncated, from another version, unreadable: a miss, rewritten on store
@@ -156,7 +156,10 @@ class TraceCache:
         finally:
             if was_enabled:
                 gc.enable()
-        return graph if isinstance(graph, OpGraph) else None
+        # the entry names its key: a file copied or renamed over another key's is a miss, not another model's graph
+        if not (isinstance(stored, tuple) and len(stored) == 2 and stored[0] == key.digest()):
+            return None
+        return stored[1] if isinstance(stored[1], OpGraph) else None
 
     def store(self, key: TraceKey, graph: OpGraph) -> bool:
         """Write atomically (temporary file + os.replace); False when the directory is not writable."""
@@ -165,7 +168,7 @@ class TraceCache:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".trace-", suffix=".tmp")
             with os.fdopen(fd, "wb") as f:
-                pickle.dump(graph, f, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump((key.digest(), graph), f, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self.path(key))
             return True
         except OSError:

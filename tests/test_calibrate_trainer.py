@@ -68,7 +68,7 @@ def test_fit_reports_each_terms_standard_error(h200, records):
     of a fit with one probe 5% off (residuals ~1e-2: ~1000x, of which 100x is claimed); with one probe 5%
     off every term the probes move gets a positive error; with the one-GPU probes alone, the terms only
     two-GPU probes move (TP, pipeline, expert read-backs, FSDP meetings between ranks) are reported as
-    unmeasured (None) instead of as a confident 0."""
+    unmeasured (None) instead of as a confident 0, and keep the base's values."""
     truth = np.array([1.3] + [60.0 + 20 * i for i in range(len(HOST_TERMS))])
     single = [r for r in records if r.probe.gpus == 1]
     exact = _predictor(single, h200)(truth)
@@ -77,6 +77,9 @@ def test_fit_reports_each_terms_standard_error(h200, records):
     two_gpu_only = {"host_us_per_op_dtensor", "host_us_per_tp_collective", "host_us_per_fsdp_collective",
                     "host_us_per_pipeline_action", "host_us_per_ep_sync"}
     assert {k for k, e in fit.spread.items() if e is None} == two_gpu_only
+    # ... and keep the base's values at the fitted host speed (the profile written had them 0: free work)
+    for key in two_gpu_only & set(h200.calibration):
+        assert fit.terms[key] == pytest.approx(h200.calibration[key] * fit.scale, rel=1e-3), key
     measured = {k: e for k, e in fit.spread.items() if e is not None}
     assert max(abs(r) for r in fit.residuals.values()) <= 5e-5
     off = exact.copy()

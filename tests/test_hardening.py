@@ -160,6 +160,8 @@ def test_plot_path_needs_a_known_suffix(tmp_path, path):
     ({"stage_layers": ["a"]}, "stage_layers"),
     ({"stage_layers": [-4, 8]}, "stage_layers"),
     ({"sequence_parallel": "maybe"}, "sequence_parallel"),
+    ({"compile": "false"}, "compile"),  # priced a compiled plan
+    ({"compile": [1]}, "compile"),      # a traceback (unhashable list) in the cost model
     ({"param_dtype": "fp7"}, "param_dtype"),
     ({"placements": {"layers.99.nope": "colwise"}}, "layers.99.nope"),
     ({"gpus": True}, "gpus"),

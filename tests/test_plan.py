@@ -19,6 +19,9 @@ def _plan(**kw) -> Plan:
     (dict(dp=8, tp=8, pp=1), {"pp": "intra", "dp": "inter", "cp": "intra", "ep": "intra", "tp": "intra"}),
     (dict(gpus=48, dp=1, tp=6, pp=8), {"pp": "inter", "dp": "intra", "cp": "intra", "ep": "intra", "tp": "inter"}),  # 6 straddles nodes
     (dict(dp=2, ep=4, tp=1, pp=8), {"pp": "inter", "dp": "intra", "cp": "intra", "ep": "intra", "tp": "intra"}),
+    # one node, partly filled: every group is inside it (dp 6 was priced across nodes)
+    (dict(gpus=6, dp=6), {"pp": "intra", "dp": "intra", "cp": "intra", "ep": "intra", "tp": "intra"}),
+    (dict(gpus=6, dp=2, tp=3), {"pp": "intra", "dp": "intra", "cp": "intra", "ep": "intra", "tp": "intra"}),
 ])
 def test_mesh_span(kw, expected):
     assert _plan(**kw).mesh_span() == expected

@@ -65,6 +65,18 @@ def test_corrupt_entry_is_a_miss_and_is_rewritten(tmp_path):
     assert cache.load(key).summary() == g.summary()
 
 
+def test_an_entry_copied_over_another_keys_is_a_miss(tmp_path):
+    """tiny-llama's entry copied over tiny-gpt's file made `trace tiny-gpt` print tiny-llama's graph."""
+    cache = TraceCache(tmp_path)
+    llama, gpt = (TraceKey.of(spec_identity(load_model_spec(m)), TRACE_BATCH, 16, "bfloat16")
+                  for m in ("tiny-llama", "tiny-gpt"))
+    trace_model("tiny-llama", seq_len=16, cache=cache)
+    cache.path(gpt).write_bytes(cache.path(llama).read_bytes())
+    assert cache.load(gpt) is None and cache.load(llama) is not None
+    assert trace_model("tiny-gpt", seq_len=16, cache=cache).model_name != trace_model(
+        "tiny-llama", seq_len=16, cache=cache).model_name
+
+
 def test_concurrent_writers_leave_one_whole_entry(tmp_path):
     cache = TraceCache(tmp_path)
     g = trace_model("tiny-llama", seq_len=16, cache=False)
