@@ -197,6 +197,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from autoparallel.report import format_plan_result, plan_json
     if args.output is not None:  # checked before planning: a bad path must not cost the whole computation
         check_output_path(args.output, "--output", inputs=(args.model,))
+    if args.explain is not None and not args.explain.strip():
+        raise UserError("--explain: empty op name; pass a module path such as layers.0.attn.q_proj")
     result, ctx = plan_result(
         args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
         global_batch=args.global_batch, seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu,
@@ -204,10 +206,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
         precision=args.precision or "bf16", padded=args.padded)
     if result.plan is None:
         raise UserError(f"INFEASIBLE: {result.explanation}")
+    explained = None
+    if args.explain:  # before anything is written or printed: an unknown op is one error, not half an output
+        from autoparallel.report import explain_op
+        explained = explain_op(ctx, result.plan, args.explain)
     if args.output is not None:
         result.plan.save(args.output)
-    if args.json:
-        print(json.dumps(plan_json(result, ctx), indent=2))
+    if args.json:  # one JSON document, the explanation a field of it
+        print(json.dumps(plan_json(result, ctx) | ({"explain": explained} if explained is not None else {}), indent=2))
     else:
         print(format_plan_result(result, ctx))
         if (args.precision or "bf16") != "bf16" and not any(r != "none" for r in result.plan.fp8):
@@ -216,9 +222,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                   f"so it keeps bf16")
         if args.output is not None:
             print(f"plan written to {args.output}")
-    if args.explain:
-        from autoparallel.report import explain_op
-        print(explain_op(ctx, result.plan, args.explain))
+        if explained is not None:
+            print(explained)
     return 0
 
 

@@ -250,15 +250,22 @@ def _meta_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:
 def find_blocks(model: nn.Module) -> list[str]:
     """Module paths of the repeated blocks: the children of the longest ModuleList / ModuleDict /
     Sequential whose children all share one class (at least two), preferring the outermost such
-    container (MoE expert lists nested in blocks do not win over the layer list)."""
+    container (MoE expert lists nested in blocks do not win over the layer list); without one, a
+    ModuleList / ModuleDict of a single block that holds parameters (a one-layer model)."""
     candidates: list[tuple[str, int, int]] = []   # (path, children, depth)
+    single: list[tuple[str, int, int]] = []       # a ModuleList / ModuleDict of one block with parameters
     for path, mod in model.named_modules():
         if not isinstance(mod, (nn.ModuleList, nn.ModuleDict, nn.Sequential)):
             continue
         children = list(mod.children())
+        if len(children) == 1 and not isinstance(mod, nn.Sequential) and any(True for _ in children[0].parameters()):
+            single.append((path, 1, path.count(".") + 1 if path else 0))
         if len(children) < 2 or len({type(c) for c in children}) != 1:
             continue
         candidates.append((path, len(children), path.count(".") + 1 if path else 0))
+    # a one-layer model's layer list, where no longer one exists (its one block was found as none: "the model
+    # has only 0 blocks" at pp = 1)
+    candidates = candidates or single
     if not candidates:
         return []
     outer = [c for c in candidates

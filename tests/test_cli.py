@@ -167,3 +167,18 @@ def test_an_output_path_that_is_an_input_is_refused_before_planning(capsys, tmp_
     probes.write_text('{"probe": "x"}\n')
     rc, _, err = run(capsys, "calibrate", "--trainer", "--fit", str(probes), "--output", str(probes), "--base", "h200")
     assert rc == 2 and "is the input" in err and probes.read_text() == '{"probe": "x"}\n'
+
+
+def test_explain_is_checked_before_any_output_and_joins_the_json(capsys, tmp_path):
+    """`--explain bogus` failed after the plan was printed and its file written; with --json the explanation
+    was text after the JSON document (stdout no longer parsed); `--explain ""` was ignored."""
+    args = ("plan", "tiny-llama", "--hardware", "h100-sxm", "--gpus", "8", "--global-batch", "16", "--seq-len", "256",
+            "--quiet")
+    out_file = tmp_path / "plan.yaml"
+    rc, out, err = run(capsys, *args, "--explain", "bogus", "--output", str(out_file))
+    assert_one_line_error(rc, err, "--explain 'bogus'")
+    assert out == "" and not out_file.exists()
+    rc, _, err = run(capsys, *args, "--explain", "")
+    assert_one_line_error(rc, err, "--explain")
+    rc, out, _ = run(capsys, *args, "--json", "--explain", "layers.0.attn.q_proj")
+    assert rc == 0 and json.loads(out)["explain"].startswith("layers.0.attn.q_proj")

@@ -375,3 +375,15 @@ def test_padded_planning_of_a_model_that_takes_no_mask_is_one_error_line():
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr
     assert "padded batches carry an attention mask" in lines[0] and "plan without padding" in lines[0]
+
+
+def test_a_one_layer_model_has_one_block():
+    """A config with num_hidden_layers 1 was traced with no blocks: `estimate` at pp = 1 said "pp*vpp = 1 virtual
+    stages but the model has only 0 blocks"."""
+    from autoparallel.api import trace_model
+    from autoparallel.specs import load_model_spec
+
+    spec = load_model_spec({"model_type": "llama", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
+                            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2})
+    graph = trace_model(spec, seq_len=32, cache=False)
+    assert len(set(graph.block_class)) == 1
