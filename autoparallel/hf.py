@@ -279,6 +279,14 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"blocks (hyper-connections: several residual streams per token), which autoparallel's "
                         f"Hugging Face forward does not run; this architecture is not supported there; pass a "
                         f"package.module:callable")
+    # a looped (recurrent-depth) model runs a range of its layers several times per forward (Dory's
+    # n_recurrent_loops); causal_lm_forward runs each layer once (hf_coverage: DIFFERENT logits)
+    loops = next(((k, v) for k in ("n_recurrent_loops", "num_recurrent_loops", "recurrent_loops")
+                  if isinstance(v := getattr(config, k, None), int) and not isinstance(v, bool) and v > 1), None)
+    if loops is not None:
+        raise UserError(f"{type(model).__name__}: config.{loops[0]}={loops[1]} runs some of its layers {loops[1]} "
+                        f"times a forward, which autoparallel's Hugging Face forward does not (each layer runs "
+                        f"once); this architecture is not supported there; pass a package.module:callable")
     # per-layer input embeddings (Gemma 3n's and Gemma 4's small models): a second embedding table whose slices
     # the base forward hands each block as `per_layer_input`; causal_lm_forward hands none (the trainer failed)
     if getattr(config, "hidden_size_per_layer_input", None):

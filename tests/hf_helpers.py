@@ -167,6 +167,12 @@ def config(name: str):
         return T.JambaConfig(**_KW, num_experts=4, num_experts_per_tok=2, expert_layer_period=2, expert_layer_offset=1,
                              attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_dt_rank=4,
                              mamba_expand=2)
+    if name == "dory":  # a looped model: its middle layers run n_recurrent_loops times a forward
+        return T.DoryConfig(**{**_KW, "num_hidden_layers": 4})
+    if name == "marian":  # a sinusoidal position table that takes the input's shape
+        return T.MarianConfig(vocab_size=VOCAB, d_model=32, decoder_layers=2, decoder_attention_heads=4,
+                              decoder_ffn_dim=64, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
+                              max_position_embeddings=64, pad_token_id=0, decoder_start_token_id=0)
     raise KeyError(name)
 
 
