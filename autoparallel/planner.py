@@ -261,6 +261,7 @@ class Planner:
         self.placements = placements
         self._placement_cache: dict[tuple[int, bool], dict[str, str]] = {}
         self._sp_feasible: dict[int, bool] = {}  # tp -> whether SP has placements there (_sp_runs)
+        self._unsplit_tp: set[int] = set()  # unpinned tp degrees skipped: their solved layout splits nothing
         self._fallback_tp: set[int] = set()   # tp degrees placed by Megatron's layout (see _placements)
         self._stage_models: dict[MeshConfig, StageModel] = {}
         self._compiled_planner: Planner | None = None  # _compile_pinned's
@@ -360,9 +361,7 @@ class Planner:
                             if f.get("vpp", vpp) != vpp or (vpp > 1 and m % pp) or vpp > 8:
                                 continue
                             for zero in range(4):
-                                if f.get("zero", zero) != zero or (zero > 0 and dp * cp * ep == 1):
-                                    continue
-                                if "zero" not in f and self._zero_dominated(zero, dp * cp * ep, m, pp):
+                                if not self._zero_allowed(zero, dp * cp * ep, m, pp, f.get("grad_reduce_dtype", "fp32")):
                                     continue
                                 for sp in ((False, True) if tp > 1 else (False,)):
                                     if f.get("sequence_parallel", sp) != sp:
@@ -378,14 +377,16 @@ class Planner:
                                         # the trainer runs replicated vocab ends only without SP, and the
                                         # fallback layout may leave them replicated
                                         continue
+                                    # (only where SP itself is planned: under the fallback layout, or where
+                                    # the solver has no SP placement, tp runs without it; tiny-llama at tp 2,
+                                    # 1024 tokens had no plan at all)
                                     if "sequence_parallel" not in f and tp > 1 and not sp and even \
-                                            and self._sp_dominates():
+                                            and tp not in self._fallback_tp and self.cm.sequence_splits \
+                                            and self._sp_runs(tp) and self._sp_dominates():
                                         continue
                                     # fp32 gradient reduction unless pinned: bf16 is always cheaper under
                                     # the cost model but costs accuracy, a trade only the user can make
                                     gd = f.get("grad_reduce_dtype", "fp32")
-                                    if gd == "int8" and zero == 0 and dp * cp * ep > 1:
-                                        continue  # the trainer quantizes in FSDP2's reduce-scatter (Plan.check_runnable)
                                     yield MeshConfig(tp, pp, dp, ep, vpp, mb, zero, sp, gd, cp)
 
     def _cp_degrees(self, n: int) -> list[int]:
@@ -408,6 +409,17 @@ class Planner:
         if d == 1:
             return False
         return (zero == 1 and m == 1) or (self.cm.runtime == "trainer" and pp > 1 and m > 1 and zero >= 2)
+
+    def _zero_allowed(self, zero: int, d: int, m: int, pp: int, grad_dtype: str) -> bool:
+        """Whether the search (and the compile post-pass, alike) plans ZeRO stage `zero` over `d` data ranks with
+        m micro-batches and pp stages: the pin, no sharding without data ranks, no dominated stage
+        (`_zero_dominated`, unless pinned), and an int8 reduction only through FSDP2's reduce-scatter (the trainer
+        quantizes there: Plan.check_runnable), which the compile post-pass once handed ZeRO-0."""
+        if self.fix.get("zero", zero) != zero or (zero > 0 and d == 1):
+            return False
+        if grad_dtype == "int8" and zero == 0 and d > 1:
+            return False
+        return "zero" in self.fix or not self._zero_dominated(zero, d, m, pp)
 
     def _sp_runs(self, tp: int) -> bool:
         """Whether the sharding solver finds placements for sequence parallelism at this tp: a block whose ops
@@ -477,6 +489,7 @@ class Planner:
             raise UserError(f"pin tp={tp}: the model has no Linear or Embedding whose width divides by {tp} "
                             f"in a column/row pair, so nothing can be split over {tp} tensor-parallel ranks; "
                             f"use tp=1 (data or pipeline parallelism instead)")
+        self._unsplit_tp.add(tp)
         return False
 
     def segments_of(self, tp: int, sp: bool, placements: dict[str, str]) -> tuple[dict, tuple]:
@@ -697,9 +710,7 @@ class Planner:
         compiled = self._compile_pinned()
         d = plan.dp * plan.cp * plan.ep
         for zero in range(4):
-            if self.fix.get("zero", zero) != zero or (zero > 0 and d == 1):
-                continue
-            if "zero" not in self.fix and self._zero_dominated(zero, d, plan.num_micro_batches, plan.pp):
+            if not self._zero_allowed(zero, d, plan.num_micro_batches, plan.pp, plan.grad_reduce_dtype):
                 continue  # as the search skips it
             cfg = MeshConfig(plan.tp, plan.pp, plan.dp, plan.ep, plan.vpp, plan.micro_batch, zero,
                              plan.sequence_parallel, plan.grad_reduce_dtype, plan.cp)
@@ -796,12 +807,20 @@ class Planner:
     def _no_config_reason(self) -> str:
         n = self.cluster.num_devices
         if self.cm.num_blocks == 0:
-            return (f"{self.model_name}: no repeated blocks found (a ModuleList/ModuleDict of >= 2 identical "
+            return (f"{self.model_name}: no repeated blocks found (a ModuleList/ModuleDict of identical "
                     f"layers), and the planner partitions a model by its blocks; give the model at least two "
                     f"identical layers in one container")
+        tp = self.fix.get("tp")
+        if self.fix.get("sequence_parallel") and tp in self._fallback_tp:
+            return (f"pins sequence_parallel and tp={tp}: the sharding solver splits nothing over {tp} ranks at "
+                    f"this size (splitting does not pay), and the Megatron layout a pinned tp then gets runs "
+                    f"without sequence parallelism; drop the sequence_parallel pin")
+        unsplit = sorted(self._unsplit_tp)
+        hint = (f" (tp={', '.join(map(str, unsplit))} split nothing at this size and are planned only when "
+                f"pinned: --fix tp=...)" if unsplit and "tp" not in self.fix else "")
         return (f"no parallel layout of {n} devices divides the global batch {self.global_batch} "
-                f"with the pins {self.fix or '{}'}; use a global batch that is a multiple of the data-parallel "
-                f"degree, or other pins")
+                f"with the pins {self.fix or '{}'}{hint}; use a global batch that is a multiple of the "
+                f"data-parallel degree, or other pins")
 
     def _closest_miss(self, misses: list[MeshConfig]) -> tuple[float, MeshConfig, Estimate | None] | None:
         """The configuration with the smallest footprint under its leanest recompute mode, among the CLOSEST_MISSES

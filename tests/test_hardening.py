@@ -387,3 +387,20 @@ def test_a_one_layer_model_has_one_block():
                             "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2})
     graph = trace_model(spec, seq_len=32, cache=False)
     assert len(set(graph.block_class)) == 1
+
+
+def test_pins_the_planner_can_meet_are_met():
+    """Found by a CLI fuzz: a pinned tp whose solver layout splits nothing (tiny-llama, 1024 tokens) had no plan at
+    all (sequence parallelism skipped under the fallback layout, and plain tp skipped as dominated by it); an
+    int8 reduction with ZeRO left free came back from the compile post-pass at ZeRO-0, which the trainer refuses;
+    a pinned SP under that fallback said the batch does not divide."""
+    from autoparallel.api import plan_result
+    from autoparallel.errors import UserError
+
+    kw = dict(hardware="h100-sxm", gpus=8, global_batch=32)
+    result, _ = plan_result("tiny-llama", seq_len=1024, fix="tp=2", **kw)
+    assert result.plan.tp == 2
+    result, _ = plan_result("tiny-llama", seq_len=256, fix="grad_reduce_dtype=int8", **kw)
+    assert result.plan.grad_reduce_dtype == "int8" and result.plan.zero >= 1
+    with pytest.raises(UserError, match="pins sequence_parallel and tp=2: the sharding solver splits nothing"):
+        plan_result("tiny-llama", seq_len=256, fix="tp=2,sequence_parallel=1", **kw)
