@@ -17,8 +17,16 @@ from typing import TYPE_CHECKING, Any, TextIO
 from autoparallel.errors import UserError
 from autoparallel.graph import OpGraph
 from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, MAX_TOP, MAX_TRACE_BATCH, check_int
-from autoparallel.plan import Plan
-from autoparallel.planner import PRECISIONS, SCHEDULE_PINS, Planner, PlanResult, fp8_recipe, parse_fix
+from autoparallel.plan import TP_SHARDED, Plan
+from autoparallel.planner import (
+    PRECISIONS,
+    SCHEDULE_PINS,
+    Planner,
+    PlanResult,
+    fp8_recipe,
+    parse_fix,
+    pinned_tp_placements,
+)
 from autoparallel.sharding import cost_model as sharding_cost_model
 from autoparallel.trace_cache import TraceCache, TraceKey, hf_config_identity, module_identity, spec_identity
 from autoparallel.units import parse_bytes
@@ -226,8 +234,13 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
              recompute=(o["recompute"],) * len(ctx.graph.blocks), grad_reduce_dtype=o["grad_reduce_dtype"],
              compile=bool(o["compile"]), pipeline_schedule=SCHEDULE_PINS[parse_fix({"schedule": o["schedule"]})["schedule"]])
     recipe = fp8_recipe(o["precision"], ctx.cluster.profile)
-    p = replace(p, placements=ctx.cost_model.placements_for(p),
-                fp8=(recipe,) * len(ctx.graph.blocks) if recipe != "none" else ())
+    placements = ctx.cost_model.placements_for(p)
+    if tp > 1 and not any(v in TP_SHARDED for v in placements.values()):
+        # the solver splits nothing at this tp: the layout the planner emits for a pinned tp, not a tp that
+        # repeats every module on every rank (priced as if it had split)
+        placements = pinned_tp_placements(ctx.cost_model, tp, p.sequence_parallel)
+    p = replace(p, placements=placements, fp8=(recipe,) * len(ctx.graph.blocks) if recipe != "none" else ())
+    p.check_runnable(len(ctx.graph.blocks))  # what the trainer refuses (int8 at ZeRO-0, ...) is not priced either
     return ctx.cost_model.estimate(p, ctx.budget_bytes), p
 
 

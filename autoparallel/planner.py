@@ -472,7 +472,7 @@ class Planner:
                 Plan(model="", hardware="", gpus=cfg.tp, gpus_per_node=cfg.tp, global_batch=1, seq_len=1, dp=1,
                      tp=cfg.tp, sequence_parallel=sp))
             if cfg.tp > 1 and not _shards(solved) and "tp" in self.fix:
-                solved = _ties_matched(self.graph, self.cm._runnable(megatron_placements(self.graph, sp), cfg.tp))
+                solved = pinned_tp_placements(self.cm, cfg.tp, sp)
                 self._fallback_tp.add(cfg.tp)
             self._placement_cache[key] = solved
         return self._placement_cache[key]
@@ -861,6 +861,12 @@ class Planner:
     def _say(self, msg: str) -> None:
         if self.progress:
             self.progress(msg)
+
+
+def pinned_tp_placements(cm: CostModel, tp: int, sp: bool) -> dict[str, str]:
+    """Megatron's layout, made runnable at `tp` (ties matched), for a tp the user pins where the sharding solver
+    splits nothing (too small to pay): what the planner emits under such a pin and `estimate --tp` prices."""
+    return _ties_matched(cm.graph, cm._runnable(megatron_placements(cm.graph, sp), tp))
 
 
 def _shards(placements: dict[str, str]) -> bool:
