@@ -849,6 +849,10 @@ class Planner:
         need_devices = self._devices_needed(need)
         if need_devices and need_devices <= MAX_GPUS:
             parts.append(f"or about {need_devices} devices")
+        usable = self.cluster.profile.usable_memory_bytes
+        if need > usable:  # a larger budget is capped at the device's memory: the advice would loop
+            return "; ".join(parts) + (f" -> more than a {self.cluster.profile.name} holds ({usable / 2**30:.1f} GiB "
+                                       f"usable): use more devices")
         return "; ".join(parts) + f" -> pass --max-memory-per-gpu {math.ceil(need / 1e9)}GB or more devices"
 
     def _devices_needed(self, need: float) -> int | None:

@@ -421,3 +421,14 @@ def test_estimate_prices_the_plan_the_planner_and_trainer_run():
     assert est.step_time_s == pytest.approx(result.estimate.step_time_s, rel=1e-9)
     with pytest.raises(UserError, match="grad_reduce_dtype=int8 needs zero >= 1"):
         estimate_plan("tiny-llama", grad_reduce_dtype="int8", **kw)
+
+
+def test_infeasible_advice_never_asks_for_more_memory_than_the_device_has():
+    """llama3-8b on one 24 GB card advised `--max-memory-per-gpu 121GB`, which is capped at the card's memory:
+    following it gave the same error."""
+    from autoparallel.api import plan_result
+    from autoparallel.errors import UserError
+
+    with pytest.raises(UserError, match=r"more than a rtx-4090 holds \(20.6 GiB usable\): use more devices") as e:
+        plan_result("llama3-8b", hardware="rtx-4090", gpus=1, global_batch=1, seq_len=2048)
+    assert "--max-memory-per-gpu" not in str(e.value)
