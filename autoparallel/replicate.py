@@ -97,12 +97,36 @@ def _plain(v: Any) -> Any:
     return (type(v).__qualname__, getattr(v, "__qualname__", None))
 
 
+def _layer_entries(config: Any, idx: int) -> tuple:
+    """What a Hugging Face config (the block's: some module of it holds it) says about layer `idx`: its entry in
+    every per-layer list (layer_types, no_rope_layers, ...), whether idx is listed in its index lists
+    (mlp_only_layers, ...), and where idx falls against its layer thresholds and periods (first_k_dense_replace,
+    decoder_sparse_step, ...). A module's `layer_idx` stands for these (and for its cache slot): two blocks whose
+    entries agree trace the same ops, although their indices differ."""
+    layers = getattr(config, "num_hidden_layers", None)
+    if not isinstance(layers, int):
+        return ("layer_idx", idx)  # nothing to read the index against: it keeps the block apart
+    out = []
+    for k, v in sorted(vars(config).items()):
+        if isinstance(v, (list, tuple)) and len(v) == layers:
+            out.append((k, _plain(v[idx])))
+        elif isinstance(v, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            out.append((k, idx in v))
+        elif isinstance(v, int) and not isinstance(v, bool) and k.endswith(("_replace", "_start", "_offset",
+                                                                              "_step", "_period", "_interval")):
+            out.append((k, idx >= v, idx % v if v > 0 else 0))  # first_k_dense_replace, decoder_sparse_step, ...
+    return ("layer_idx", tuple(out))
+
+
 def _structure_key(mod: nn.Module) -> tuple:
-    """Everything about a block that can change its traced ops, short of running it."""
+    """Everything about a block that can change its traced ops, short of running it (a Hugging Face module's
+    `layer_idx` through what its config says about that layer: `_layer_entries`)."""
     parts = []
+    config = next((c for m in mod.modules() if isinstance(getattr(c := getattr(m, "config", None),
+                                                                  "num_hidden_layers", None), int)), None)
     for path, m in mod.named_modules():
-        attrs = tuple(sorted((k, _plain(v)) for k, v in vars(m).items()
-                             if not k.startswith("_") and k != "training"))
+        attrs = tuple(sorted((k, _layer_entries(config, v) if k == "layer_idx" and isinstance(v, int) else _plain(v))
+                             for k, v in vars(m).items() if not k.startswith("_") and k != "training"))
         params = tuple((n, tuple(p.shape), str(p.dtype), p.requires_grad)
                        for n, p in m._parameters.items() if p is not None)
         bufs = tuple((n, tuple(b.shape), str(b.dtype)) for n, b in m._buffers.items() if b is not None)

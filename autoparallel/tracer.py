@@ -171,6 +171,8 @@ def _traced_replicated(model: nn.Module, plan: ReplicationPlan, args: tuple, kwa
     None when the model does not fit the pattern and every block has to be traced."""
     with reduced(model, plan) as kept:
         tr, error = _traced(model, kept, args, kwargs, loss_of)
+    for p in model.parameters():  # the full trace a failed expansion falls back to starts without gradients
+        p.grad = None             # (else its first accumulations are add_ where a first backward assigns)
     if error is not None:
         return None
     _assign_regions(tr.nodes, kept)

@@ -80,3 +80,54 @@ def test_position_dependent_model_falls_back_to_the_full_trace():
     fast = trace(Net(), seq_len=8)
     assert not fast.module_level
     assert list(fast.g.nodes(data=True)) == list(full.g.nodes(data=True))
+
+
+def _hf_configs():
+    import transformers as T
+
+    kw = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_attention_heads=8, num_key_value_heads=4,
+              max_position_embeddings=64, num_hidden_layers=16)
+    return {
+        "llama": T.LlamaConfig(**kw),
+        # three linear-attention layers to each full one: two classes, one period
+        "qwen3_5": T.Qwen3_5TextConfig(**kw, head_dim=8, linear_num_key_heads=4, linear_num_value_heads=8,
+                                       linear_key_head_dim=8, linear_value_head_dim=8,
+                                       layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 4),
+        # dense first layers (first_k_dense_replace), then MoE
+        "deepseek_v3": T.DeepseekV3Config(**{**kw, "num_key_value_heads": 8}, first_k_dense_replace=2,
+                                          n_routed_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+                                          moe_intermediate_size=32, kv_lora_rank=16, q_lora_rank=None,
+                                          qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8),
+        # MoE every second layer (decoder_sparse_step), two layers listed dense (mlp_only_layers)
+        "qwen2moe": T.Qwen2MoeConfig(**kw, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                     shared_expert_intermediate_size=32, mlp_only_layers=[1, 9], decoder_sparse_step=2),
+    }
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3_5", "deepseek_v3", "qwen2moe"])
+def test_hugging_face_blocks_are_replicated_by_what_their_config_says_of_each_layer(name, monkeypatch):
+    """A Hugging Face block's modules keep their `layer_idx`, which made every block a class of its own: every
+    HF model was traced block by block (Qwen3.5 9B at 4096 tokens: 171k ops). The index now counts by what the
+    config says of that layer (its layer type, MoE or dense, ...), and the replicated graph equals the full one."""
+    pytest.importorskip("transformers")
+    import torch
+    import transformers as T
+
+    with torch.device("meta"):
+        model = T.AutoModelForCausalLM.from_config(_hf_configs()[name])
+    expanded = []
+    real = tracer.expand
+
+    def spy(*a, **k):
+        out = real(*a, **k)
+        expanded.append(out is not None)
+        return out
+
+    monkeypatch.setattr(tracer, "expand", spy)
+    full = trace(model, batch=2, seq_len=16, replicate_blocks=False, compiled_saved=False)
+    fast = trace(model, batch=2, seq_len=16, compiled_saved=False)
+    assert expanded == [True]
+    assert list(fast.g.nodes(data=True)) == list(full.g.nodes(data=True))
+    assert set(fast.g.edges) == set(full.g.edges)
+    assert fast.block_class == full.block_class and fast.parametric_ops == full.parametric_ops
+    assert fast.summary() == full.summary()
