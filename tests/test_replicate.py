@@ -20,18 +20,24 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("ref,overrides,seq", CASES, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(CASES)])
-def test_replicated_graph_equals_full_trace(ref, overrides, seq, monkeypatch):
-    spec = load_model_spec(ref, **overrides)
-    expanded = []
+@pytest.fixture
+def expanded(monkeypatch) -> list[bool]:
+    """One entry per replicated trace: whether its expansion to every block succeeded (a failure falls back)."""
+    calls: list[bool] = []
     real = tracer.expand
 
     def spy(*a, **k):
         out = real(*a, **k)
-        expanded.append(out is not None)
+        calls.append(out is not None)
         return out
 
     monkeypatch.setattr(tracer, "expand", spy)
+    return calls
+
+
+@pytest.mark.parametrize("ref,overrides,seq", CASES, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(CASES)])
+def test_replicated_graph_equals_full_trace(ref, overrides, seq, expanded):
+    spec = load_model_spec(ref, **overrides)
     # without the compiled blocks' partition (run on each class's first block either way; most of the time)
     full = trace(spec, seq_len=seq, replicate_blocks=False, compiled_saved=False)
     assert expanded == []
@@ -105,7 +111,7 @@ def _hf_configs():
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3_5", "deepseek_v3", "qwen2moe"])
-def test_hugging_face_blocks_are_replicated_by_what_their_config_says_of_each_layer(name, monkeypatch):
+def test_hugging_face_blocks_are_replicated_by_what_their_config_says_of_each_layer(name, expanded):
     """A Hugging Face block's modules keep their `layer_idx`, which made every block a class of its own: every
     HF model was traced block by block (Qwen3.5 9B at 4096 tokens: 171k ops). The index now counts by what the
     config says of that layer (its layer type, MoE or dense, ...), and the replicated graph equals the full one."""
@@ -115,15 +121,6 @@ def test_hugging_face_blocks_are_replicated_by_what_their_config_says_of_each_la
 
     with torch.device("meta"):
         model = T.AutoModelForCausalLM.from_config(_hf_configs()[name])
-    expanded = []
-    real = tracer.expand
-
-    def spy(*a, **k):
-        out = real(*a, **k)
-        expanded.append(out is not None)
-        return out
-
-    monkeypatch.setattr(tracer, "expand", spy)
     full = trace(model, batch=2, seq_len=16, replicate_blocks=False, compiled_saved=False)
     fast = trace(model, batch=2, seq_len=16, compiled_saved=False)
     assert expanded == [True]
