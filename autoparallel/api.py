@@ -261,6 +261,10 @@ def _estimate_plan_file(model: Any, hardware: Any, gpus: int, global_batch: int,
     ctx = context(model, hardware, gpus, p.seq_len, gpus_per_node, max_memory_per_gpu, cache=cache, progress=progress,
                   padded=padded)
     p.validate(len(ctx.graph.blocks))
+    mine = getattr(ctx.graph, "fingerprint", "") or ""
+    if p.model_fingerprint and mine and p.model_fingerprint != mine:  # as the trainer refuses it
+        raise UserError(f"plan file {plan_file} was made for another model (fingerprint {p.model_fingerprint} != "
+                        f"{ctx.model_name}'s {mine}); re-plan this model")
     unknown = sorted(set(p.placements) - set(ctx.graph.parametric_ops))
     if unknown:
         raise UserError(f"plan file {plan_file}: placement for {unknown[0]!r}, which is no parametric module of "

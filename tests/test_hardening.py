@@ -432,3 +432,11 @@ def test_infeasible_advice_never_asks_for_more_memory_than_the_device_has():
     assert result.plan is None
     assert "more than a rtx-4090 holds (20.6 GiB usable): use more devices" in result.explanation
     assert "--max-memory-per-gpu" not in result.explanation
+
+
+def test_a_plan_file_of_another_model_is_refused_by_estimate(tmp_path):
+    """`estimate` priced tiny-llama's plan file on another llama (same module names, other widths) without a
+    word, where the trainer refuses the plan by its model fingerprint."""
+    other = config(tmp_path, {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
+                              "num_hidden_layers": 4, "num_attention_heads": 4}, name="other.json")
+    usage_error("estimate", other, *B, "--plan", plan_file(tmp_path), needle="was made for another model")
