@@ -224,13 +224,16 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
         cp_part = f" x --cp {cp}" if cp > 1 else ""
         raise UserError(f"--tp {tp} x --pp {pp} x --ep {ep}{cp_part} = {tp * pp * ep * cp} does not divide --gpus "
                         f"{gpus}")
+    if o["sequence_parallel"] and tp == 1:  # it shards the sequence over the tp ranks: was dropped without a word
+        raise UserError("--sequence-parallel needs --tp > 1 (it splits each sequence over the tensor-parallel ranks); "
+                        "drop it or pass --tp")
     seq_len = DEFAULT_SEQ_LEN if seq_len is None else seq_len
     ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, cache=cache, progress=progress,
                   padded=padded)
     p = Plan(model=ctx.model_name, hardware=ctx.cluster.profile.name, gpus=gpus,
              gpus_per_node=ctx.cluster.devices_per_node, global_batch=global_batch, seq_len=seq_len,
              dp=gpus // (tp * pp * ep * cp), tp=tp, pp=pp, ep=ep, cp=cp, vpp=o["vpp"], micro_batch=o["micro_batch"],
-             zero=o["zero"], sequence_parallel=o["sequence_parallel"] and tp > 1,
+             zero=o["zero"], sequence_parallel=bool(o["sequence_parallel"]),
              recompute=(o["recompute"],) * len(ctx.graph.blocks), grad_reduce_dtype=o["grad_reduce_dtype"],
              compile=bool(o["compile"]), pipeline_schedule=SCHEDULE_PINS[parse_fix({"schedule": o["schedule"]})["schedule"]])
     recipe = fp8_recipe(o["precision"], ctx.cluster.profile)

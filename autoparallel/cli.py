@@ -235,6 +235,9 @@ def _fix(args: argparse.Namespace) -> str | None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     hardware = [h.strip() for h in args.hardware.split(",") if h.strip()]
+    repeated = sorted({h for h in hardware if hardware.count(h) > 1})
+    if repeated:  # one row per accelerator: a repeat would print the same row twice
+        raise UserError(f"--hardware lists {', '.join(repeated)} more than once; name each accelerator once")
     from autoparallel.api import compare
     from autoparallel.report import PLOT_SUFFIXES, compare_json, format_compare, plot_compare, pyplot
     if args.tokens is not None:

@@ -335,7 +335,7 @@ class Plan:
 
     def save(self, path: str | Path) -> None:
         """YAML for .yaml/.yml paths, JSON otherwise; same inputs give byte-identical files."""
-        path = Path(path)
+        path = Path(path).expanduser()  # as check_output_path read it (`--output ~/plan.yaml`)
         if path.suffix in (".yaml", ".yml"):
             text = yaml.safe_dump({"plan": self.to_dict()}, sort_keys=False)
         else:

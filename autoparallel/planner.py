@@ -790,7 +790,10 @@ class Planner:
         return runners
 
     def _runners_up(self, best: list[Candidate], k: int) -> list[Candidate]:
-        """The next best plans with a different mesh, each with the largest reason it lost."""
+        """The next best plans with a different mesh, each with the largest reason it lost (none for k = 0: `--top 0`
+        printed one)."""
+        if k <= 0:
+            return []
         winner = best[0]
         out, seen = [], {MeshConfig_of(winner.plan)}
         for c in sorted(best[1:], key=lambda c: (c.estimate.step_time_s, MeshConfig_of(c.plan))):

@@ -440,3 +440,16 @@ def test_a_plan_file_of_another_model_is_refused_by_estimate(tmp_path):
     other = config(tmp_path, {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128,
                               "num_hidden_layers": 4, "num_attention_heads": 4}, name="other.json")
     usage_error("estimate", other, *B, "--plan", plan_file(tmp_path), needle="was made for another model")
+
+
+def test_small_cli_contracts_from_the_fuzz(tmp_path, monkeypatch):
+    """`estimate --sequence-parallel` at tp 1 was dropped without a word; `compare` printed a repeated accelerator's
+    row twice; `--top 0` still printed a runner-up; `--output ~/plan.yaml` passed the early check (which expands
+    `~`) and failed after planning."""
+    usage_error("estimate", "tiny-llama", *B, "--sequence-parallel", needle="--sequence-parallel needs --tp > 1")
+    usage_error("compare", "tiny-llama", *B[2:], "--hardware", "h100-sxm,h100-sxm", needle="more than once")
+    assert "runners-up" not in ok("plan", "tiny-llama", *B, "--quiet", "--top", "0")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    from autoparallel.cli import main
+    assert main(["plan", "tiny-llama", *B, "--quiet", "--output", "~/plan.yaml"]) == 0
+    assert Plan.load(tmp_path / "plan.yaml").tp >= 1
