@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from autoparallel.errors import UserError
 from autoparallel.graph import OpGraph
 from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, MAX_TOP, MAX_TRACE_BATCH, check_int
-from autoparallel.plan import TP_SHARDED, Plan
+from autoparallel.plan import Plan
 from autoparallel.planner import (
     PRECISIONS,
     SCHEDULE_PINS,
@@ -26,6 +26,7 @@ from autoparallel.planner import (
     fp8_recipe,
     parse_fix,
     pinned_tp_placements,
+    splits_some_module,
 )
 from autoparallel.sharding import cost_model as sharding_cost_model
 from autoparallel.trace_cache import TraceCache, TraceKey, hf_config_identity, module_identity, spec_identity
@@ -238,7 +239,7 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
              compile=bool(o["compile"]), pipeline_schedule=SCHEDULE_PINS[parse_fix({"schedule": o["schedule"]})["schedule"]])
     recipe = fp8_recipe(o["precision"], ctx.cluster.profile)
     placements = ctx.cost_model.placements_for(p)
-    if tp > 1 and not any(v in TP_SHARDED for v in placements.values()):
+    if tp > 1 and not splits_some_module(placements):
         # the solver splits nothing at this tp: the layout the planner emits for a pinned tp, not a tp that
         # repeats every module on every rank (priced as if it had split)
         placements = pinned_tp_placements(ctx.cost_model, tp, p.sequence_parallel)

@@ -366,23 +366,13 @@ class Planner:
                                 for sp in ((False, True) if tp > 1 else (False,)):
                                     if f.get("sequence_parallel", sp) != sp:
                                         continue
-                                    if sp and cp > 1 and (self.seq_len // cp) % tp:
-                                        continue  # SP splits each cp rank's tokens over tp (check_runnable)
-                                    if sp and not self.cm.sequence_splits:
-                                        continue  # blocks that flatten their tokens (OPT's MLP)
-                                    if sp and not self._sp_runs(tp):
+                                    if sp and not self._sp_planned(tp, cp):
                                         continue
-                                    even = self.cm.vocab_splits_evenly(tp)
-                                    if sp and (not even or tp in self._fallback_tp):
-                                        # the trainer runs replicated vocab ends only without SP, and the
-                                        # fallback layout may leave them replicated
-                                        continue
-                                    # (only where SP itself is planned: under the fallback layout, or where
-                                    # the solver has no SP placement, tp runs without it; tiny-llama at tp 2,
-                                    # 1024 tokens had no plan at all)
-                                    if "sequence_parallel" not in f and tp > 1 and not sp and even \
-                                            and tp not in self._fallback_tp and self.cm.sequence_splits \
-                                            and self._sp_runs(tp) and self._sp_dominates():
+                                    # without SP only where SP is not planned, or does not dominate (under the
+                                    # fallback layout, or where the solver has no SP placement, tp runs without
+                                    # it: tiny-llama at tp 2, 1024 tokens had no plan at all)
+                                    if "sequence_parallel" not in f and tp > 1 and not sp \
+                                            and self._sp_planned(tp, cp) and self._sp_dominates():
                                         continue
                                     # fp32 gradient reduction unless pinned: bf16 is always cheaper under
                                     # the cost model but costs accuracy, a trade only the user can make
@@ -420,6 +410,17 @@ class Planner:
         if grad_dtype == "int8" and zero == 0 and d > 1:
             return False
         return "zero" in self.fix or not self._zero_dominated(zero, d, m, pp)
+
+    def _sp_planned(self, tp: int, cp: int) -> bool:
+        """Whether the search plans sequence parallelism at this tp and cp: each cp rank's tokens split over tp
+        (check_runnable), blocks that keep a sequence dim (not OPT's flattened MLP), a vocabulary that splits
+        evenly and the solver's own layout (the trainer runs replicated vocabulary ends only without SP, which the
+        fallback layout may leave), and SP placements the solver finds (`_sp_runs`)."""
+        if cp > 1 and (self.seq_len // cp) % tp:
+            return False
+        if not self.cm.sequence_splits or not self._sp_runs(tp):  # (a pinned SP the solver cannot place: its error)
+            return False
+        return self.cm.vocab_splits_evenly(tp) and tp not in self._fallback_tp
 
     def _sp_runs(self, tp: int) -> bool:
         """Whether the sharding solver finds placements for sequence parallelism at this tp: a block whose ops
@@ -471,7 +472,7 @@ class Planner:
             solved = self.cm.placements_for(
                 Plan(model="", hardware="", gpus=cfg.tp, gpus_per_node=cfg.tp, global_batch=1, seq_len=1, dp=1,
                      tp=cfg.tp, sequence_parallel=sp))
-            if cfg.tp > 1 and not _shards(solved) and "tp" in self.fix:
+            if cfg.tp > 1 and not splits_some_module(solved) and "tp" in self.fix:
                 solved = pinned_tp_placements(self.cm, cfg.tp, sp)
                 self._fallback_tp.add(cfg.tp)
             self._placement_cache[key] = solved
@@ -483,7 +484,7 @@ class Planner:
         (see _placements) and a model that has nothing to split even then is refused with the reason."""
         if tp == 1:
             return True
-        if _shards(self._placements(MeshConfig(tp, 1, 1, 1, 1, 1, 0, False, "fp32"))):
+        if splits_some_module(self._placements(MeshConfig(tp, 1, 1, 1, 1, 1, 0, False, "fp32"))):
             return True
         if "tp" in self.fix:
             raise UserError(f"pin tp={tp}: the model has no Linear or Embedding whose width divides by {tp} "
@@ -876,7 +877,8 @@ def pinned_tp_placements(cm: CostModel, tp: int, sp: bool) -> dict[str, str]:
     return _ties_matched(cm.graph, cm._runnable(megatron_placements(cm.graph, sp), tp))
 
 
-def _shards(placements: dict[str, str]) -> bool:
+def splits_some_module(placements: dict[str, str]) -> bool:
+    """Whether a layout splits anything over the tp ranks (else a tp > 1 only repeats the work on each)."""
     return any(v in TP_SHARDED for v in placements.values())
 
 
