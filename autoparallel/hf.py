@@ -306,7 +306,9 @@ def hf_parts(model: nn.Module) -> HFParts:
     none_args = _required_block_args(model, blocks[0], rotary is not None) if len(blocks) else ()
     table = kinds[positions] if positions is not None else None
     takes_all = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    keyword = table is not None and "attention_mask" in inspect.signature(table.forward).parameters
+    # a table whose forward takes position ids by keyword beside other arguments (OPT's and BioGPT's, the mask
+    # first; Whisper's, the input ids first, which it reads only for their length): called with the ids by keyword
+    keyword = table is not None and "position_ids" in inspect.signature(table.forward).parameters
     return HFParts(embed=embed, positions=full(positions) if positions is not None else None, dropout=dropout,
                    layers=full(layers_name), after=tuple(full(n) for n in after if computes(kinds[n])),
                    rotary=rotary, rotary_by_layer_type=by_type, head=head, attn_implementation=impl,

@@ -56,7 +56,15 @@ SHRINK = {"hidden_size": 64, "n_embd": 64, "d_model": 64, "num_hidden_layers": 2
           "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2, "word_embed_proj_dim": 64,
           "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
           "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1, "layerdrop": 0.0, "rotary_dim": 8, "attention_hidden_size": 64,
-          "vocab_size_per_layer_input": 256, "hidden_size_per_layer_input": 16}
+          "vocab_size_per_layer_input": 256, "hidden_size_per_layer_input": 16, "decoder_attention_heads": 4,
+          "encoder_attention_heads": 4, "decoder_ffn_dim": 128, "encoder_ffn_dim": 128}
+# defaults of transformers 5.24 that do not build a model or run its own forward, with what the released
+# checkpoints' configs set (attribute path -> value, after SHRINK): without them these types never reached a check
+DEFAULT_FIXES = {
+    "dots1": {"n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1},  # None: torch.empty(None, ..)
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},     # None: not subscriptable
+    "dbrx": {"attn_config.rope_theta": 500000.0, "attn_config.clip_qkv": 8.0},         # no attribute; clamp(None)
+}
 
 
 WINDOW_KEYS = ("sliding_window", "attention_chunk_size", "window_size")
@@ -67,6 +75,9 @@ def tiny_config(model_type: str, window: int | None = None) -> Any:
 
     cfg = AutoConfig.for_model(model_type)
     shrink(cfg)
+    for path, value in DEFAULT_FIXES.get(model_type, {}).items():
+        owner, _, name = path.rpartition(".")
+        setattr(getattr(cfg, owner) if owner else cfg, name, value)
     for key in WINDOW_KEYS if window else ():
         if getattr(cfg, key, None):
             with contextlib.suppress(AttributeError, TypeError, ValueError):

@@ -173,6 +173,11 @@ def config(name: str):
         return T.MarianConfig(vocab_size=VOCAB, d_model=32, decoder_layers=2, decoder_attention_heads=4,
                               decoder_ffn_dim=64, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
                               max_position_embeddings=64, pad_token_id=0, decoder_start_token_id=0)
+    if name == "whisper":  # a learned position table that takes the input ids first, the position ids by keyword
+        return T.WhisperConfig(vocab_size=VOCAB, d_model=32, decoder_layers=2, decoder_attention_heads=4,
+                               decoder_ffn_dim=64, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
+                               max_target_positions=64, pad_token_id=0, decoder_start_token_id=0,
+                               bos_token_id=0, eos_token_id=0)
     raise KeyError(name)
 
 
