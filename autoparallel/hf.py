@@ -271,10 +271,11 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"autoparallel's Hugging Face forward does not run; pass a package.module:callable")
     if by_type:
         _check_rotary_tables(model, rotary, rotary_mod, full(layers_name), layer_types)
-    # hyper-connections (DeepSeek V4's, HY-V4's): the forward widens the embeddings into config.hc_mult residual
-    # streams before the blocks, and the blocks take and return that stack; causal_lm_forward runs one stream
-    # (the trainer failed on the shapes)
-    if re.search(r"=\s*inputs_embeds\.(unsqueeze|expand|repeat|view|reshape)\(", source):
+    # hyper-connections (DeepSeek V4's, HY-V4's, Qwen4-Exp's): the forward widens the embeddings into several
+    # residual streams before the blocks (`inputs_embeds.unsqueeze(..)`, `hidden_states.repeat(1, 1, hc_count)`),
+    # and the blocks take and return that stack; causal_lm_forward runs one stream (the trainer failed on the shapes)
+    ahead = source.split(f"self.{layers_name}", 1)[0]
+    if re.search(r"=\s*(inputs_embeds|hidden_states)\.(unsqueeze|expand|repeat|view|reshape)\(", ahead):
         raise UserError(f"{type(model).__name__}: {base_path}'s forward reshapes the token embeddings before its "
                         f"blocks (hyper-connections: several residual streams per token), which autoparallel's "
                         f"Hugging Face forward does not run; this architecture is not supported there; pass a "

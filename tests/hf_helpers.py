@@ -154,6 +154,9 @@ def config(name: str):
     if name == "hy_v4":
         return T.HYV4Config(**{k: v for k, v in mla.items() if k != "first_k_dense_replace"}, head_dim=8,
                             pad_token_id=0, index_topk=4, index_head_dim=16, index_n_heads=2)
+    if name == "qwen4_exp":  # hyper-connections: hidden_states.repeat(1, 1, hc_count) before the blocks
+        return T.Qwen4ExpTextConfig(**_KW, head_dim=8, indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=8,
+                                    indexer_budget=8, indexer_compress_ratio=4)
     # hybrids whose mixers read the [B, S] padding mask (transformers' "linear_attention" / "conv" layer types):
     # Qwen3.5's gated delta rule and LFM2's short convolution beside full attention, Jamba's Mamba with MoE
     if name == "qwen3_5":
