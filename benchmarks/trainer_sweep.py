@@ -522,6 +522,22 @@ LFM2_1_2B = {"name": "lfm2-1.2b", "hf": True, "model_type": "lfm2", "vocab_size"
              "num_attention_heads": 32, "num_key_value_heads": 8, "conv_L_cache": 3,
              "layer_types": ["full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)],
              "max_position_embeddings": 128000, "tie_word_embeddings": True}
+# and two more after hf_coverage could build them (FAMILIES26, twenty-seventh session): LFM2-MoE's layout at
+# transformers' default widths (Lfm2MoeConfig: 2048 wide, two dense SwiGLU layers of 7168, then 32 experts of 1792,
+# top 4 with an expert bias; 8 of 32 layers, attention in layers 2 and 6, short convolutions elsewhere) and dots1's
+# first two layers at Dots1Config's default widths (4608 wide, 32 heads, one dense layer of 10944) with the released
+# dots.llm1's routing (128 experts of 1408, top 6, two shared)
+LFM2_MOE_8L = {"name": "lfm2-moe-8l", "hf": True, "model_type": "lfm2_moe", "vocab_size": 65536, "hidden_size": 2048,
+               "intermediate_size": 7168, "moe_intermediate_size": 1792, "num_hidden_layers": 8,
+               "num_attention_heads": 32, "num_key_value_heads": 8, "num_dense_layers": 2, "num_experts": 32,
+               "num_experts_per_tok": 4, "use_expert_bias": True, "norm_topk_prob": True, "conv_L_cache": 3,
+               "layer_types": ["full_attention" if i in (2, 6) else "conv" for i in range(8)],
+               "max_position_embeddings": 128000, "tie_word_embeddings": True}
+DOTS1_2L = {"name": "dots1-2l", "hf": True, "model_type": "dots1", "vocab_size": 152064, "hidden_size": 4608,
+            "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 2, "num_attention_heads": 32,
+            "num_key_value_heads": 32, "n_routed_experts": 128, "n_shared_experts": 2, "num_experts_per_tok": 6,
+            "first_k_dense_replace": 1, "norm_topk_prob": True, "routed_scaling_factor": 2.5,
+            "max_position_embeddings": 8192, "tie_word_embeddings": False}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -534,7 +550,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  GPT_OSS_20B_4L, COHERE2_R7B_8L, MISTRAL_7B_8L, GEMMA3_4B_8L, GPT_NEO_1_3B, BIOGPT,
                                  INTERNLM3_8B_8L, OLMO_7B_8L, GPT_NEOX_JA_2_7B, FLEX_OLMO_4L, MINIMAX_2L,
                                  GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L, VAULTGEMMA_1B, DOGE_320M, GLM_9B_8L,
-                                 LFM2_1_2B)}
+                                 LFM2_1_2B, LFM2_MOE_8L, DOTS1_2L)}
 
 
 @dataclass(frozen=True)
@@ -778,6 +794,8 @@ CONFIGS = [
     *_trio("1g-gemma4", "gemma4-12l", 8, 4, (2, "op")),
     *_trio("1g-gemma4moe", "gemma4-moe-6l", 8, 4, (2, "full")),
     *_trio("1g-lfm2", "lfm2-1.2b", 8, 4, (2, "op")),
+    *_trio("1g-lfm2moe", "lfm2-moe-8l", 8, 4, (2, "full")),
+    *_trio("1g-dots1", "dots1-2l", 8, 2, (1, "op")),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),

@@ -72,6 +72,7 @@
 #   bash benchmarks/device/trainer_sweep.sh families24      # Gemma 4's text layout (12 layers, beyond its window)
 #   bash benchmarks/device/trainer_sweep.sh families24b     # Gemma 4's MoE block (6 layers, widths chosen here)
 #   bash benchmarks/device/trainer_sweep.sh families25      # LFM2 1.2B (short-convolution hybrid, all 16 layers)
+#   bash benchmarks/device/trainer_sweep.sh families26      # LFM2-MoE (8 layers), dots1's first two layers
 #   bash benchmarks/device/trainer_sweep.sh host-mix        # one GPU: host factor, then the host time per block of the
 #                                                           # sweep's families at 32 tokens a row (host_mix.py;
 #                                                           # host-mix-compiled: six of them compiled)
@@ -155,6 +156,8 @@ FAMILIES24B=1g-gemma4moe-eager,1g-gemma4moe-compiled,1g-gemma4moe-mb2x4-full
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES24B
 FAMILIES25=1g-lfm2-eager,1g-lfm2-compiled,1g-lfm2-mb2x4-op
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES25
+FAMILIES26=1g-lfm2moe-eager,1g-lfm2moe-compiled,1g-lfm2moe-mb2x4-full,1g-dots1-eager,1g-dots1-compiled,1g-dots1-mb1x8-op
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES26
 SKIP_SINGLE=$SKIP_SINGLE,1g-gpt-s64-mb4x2,1g-llama-s64-mb4x2,1g-smollm3-s64-mb2x4-full,1g-smollm3-s64-mb2x4
 SKIP_SINGLE=$SKIP_SINGLE,1g-smollm3-s64-mb2x4-op
 # held_out NAME ROWS SECONDS [MEASURE FLAGS]: this VM's host factor, the rows into $OUT/NAME.jsonl, the factor again
@@ -261,6 +264,7 @@ case "${1:-}" in
   families24) held_out families24 "$FAMILIES24" 300 --profile-all ;;
   families24b) held_out families24b "$FAMILIES24B" 300 --profile-all ;;
   families25) held_out families25 "$FAMILIES25" 300 --profile-all ;;
+  families26) held_out families26 "$FAMILIES26" 480 --profile-all ;;
   families10-fsdp)  # FAMILIES10, then step timelines of three plans at 2048 and at 64 tokens a row
     bash "$0" families10
     timeout 290 python benchmarks/profile_timeline.py --out "$OUT/timeline.jsonl" \
