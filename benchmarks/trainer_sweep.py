@@ -1282,19 +1282,15 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_ship(args: argparse.Namespace) -> int:
-    """Write the fitted trainer terms of `fit`'s profile into hardware_profiles/h200.yaml in place (its
-    comments and every other value kept): the fractions, host terms and per-op rates."""
+def shipped_text(text: str, fitted: dict[str, Any]) -> str:
+    """h200.yaml's `text` with the fitted trainer terms of a `fit` profile's calibration `fitted` written in place
+    (comments and every other value kept): the fractions, the host terms (HELD_TERMS included: the fit scales
+    them with its per-op rates) and per-op rates; a host term the profile no longer reads is dropped."""
     import re
 
-    import yaml
-
-    from cost_models.host import HOST_TERMS
-    fitted = yaml.safe_load(Path(args.profile).read_text())["calibration"]
-    keys = ("compiled_fused_fraction", *HOST_TERMS, "host_us_per_op", "host_us_per_op_moe",
+    from cost_models.host import HELD_TERMS, HOST_TERMS
+    keys = ("compiled_fused_fraction", *HOST_TERMS, *HELD_TERMS, "host_us_per_op", "host_us_per_op_moe",
             "host_us_per_op_fwd_bwd", "host_us_per_op_moe_fwd_bwd", REFERENCE_KEY)
-    path = ROOT / "hardware_profiles" / f"{PROFILE}.yaml"
-    text = path.read_text()
     for key in keys:
         value = fitted[key]
         if isinstance(value, dict):  # REFERENCE_KEY: probe -> ms
@@ -1312,7 +1308,16 @@ def cmd_ship(args: argparse.Namespace) -> int:
     for stale in re.findall(r"^  (host_us_per_[a-z_]+):", text, re.M):
         if stale not in keys and stale not in ("host_us_per_new_gemm_shape", "host_us_per_seen_gemm_shape"):
             text = re.sub(rf"^  {stale}: [^\n]*\n", "", text, flags=re.M)
-    path.write_text(text)
+    return text
+
+
+def cmd_ship(args: argparse.Namespace) -> int:
+    """Write the fitted trainer terms of `fit`'s profile into hardware_profiles/h200.yaml in place
+    (`shipped_text`)."""
+    import yaml
+
+    path = ROOT / "hardware_profiles" / f"{PROFILE}.yaml"
+    path.write_text(shipped_text(path.read_text(), yaml.safe_load(Path(args.profile).read_text())["calibration"]))
     print(f"wrote the fitted terms of {args.profile} into {path}")
     return 0
 

@@ -91,3 +91,26 @@ def test_update_rates_read_the_fractions_from_profiled_kernels():
     assert [r["large"] for r in rows] == [True, False]  # 138M against 5.5M parameters a tensor
     assert fractions["adamw"] == pytest.approx(0.7, rel=1e-9)
     assert fractions["fsdp_copy_fraction"] == pytest.approx(0.8, rel=1e-9)
+
+
+def test_shipping_fitted_terms_keeps_the_held_per_op_checkpointing_terms():
+    """`ship` writes a fit's terms into h200.yaml: every term the profile reads stays (per-op checkpointing's
+    HELD_TERMS had been dropped as stale, silently pricing its host work at nothing) and takes the fit's
+    value; a term no longer read is dropped; other lines are kept."""
+    import yaml
+
+    from cost_models.host import HELD_TERMS, HOST_TERMS
+    text = (Path(ts.ROOT) / "hardware_profiles" / "h200.yaml").read_text()
+    shipped = yaml.safe_load(text)["calibration"]
+    keys = ("compiled_fused_fraction", *HOST_TERMS, *HELD_TERMS, "host_us_per_op", "host_us_per_op_moe",
+            "host_us_per_op_fwd_bwd", "host_us_per_op_moe_fwd_bwd", ts.REFERENCE_KEY)
+    fitted = {k: ([x * 2 for x in shipped[k]] if isinstance(shipped[k], list) else shipped[k] if isinstance(
+        shipped[k], dict) else shipped[k] * 2) for k in keys}
+    stale = text.replace("  host_us_per_step:", "  host_us_per_gone: 1.0\n  host_us_per_step:", 1)
+    out = ts.shipped_text(stale, fitted)
+    cal = yaml.safe_load(out)["calibration"]
+    for k in keys:
+        assert cal[k] == fitted[k], k
+    assert "host_us_per_gone" not in cal
+    assert cal["memory_fraction"] == shipped["memory_fraction"]
+    assert out.count("\n") == text.count("\n")
