@@ -253,7 +253,12 @@ def find_blocks(model: nn.Module) -> list[str]:
     """Module paths of the repeated blocks: the children of the longest ModuleList / ModuleDict /
     Sequential whose children all share one class (at least two), preferring the outermost such
     container (MoE expert lists nested in blocks do not win over the layer list); without one, a
-    ModuleList / ModuleDict of a single block that holds parameters (a one-layer model)."""
+    ModuleList / ModuleDict of a single block that holds parameters (a one-layer model). A Hugging Face
+    hybrid's layer list is its blocks whatever their classes (hf.mixed_layer_list)."""
+    from autoparallel.hf import mixed_layer_list
+
+    if (mixed := mixed_layer_list(model)) is not None:
+        return [f"{mixed}.{n}" for n, _ in model.get_submodule(mixed).named_children()]
     candidates: list[tuple[str, int, int]] = []   # (path, children, depth)
     single: list[tuple[str, int, int]] = []       # a ModuleList / ModuleDict of one block with parameters
     for path, mod in model.named_modules():

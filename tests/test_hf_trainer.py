@@ -122,6 +122,9 @@ WORLD4: list[Config] = [
     Config("qwen3_5-dp2xtp2-sp-masked", "qwen3_5", DP2TP2SP, masked=True),
     Config("qwen3_5-pp2xdp2-masked", "qwen3_5", PP2DP2, masked=True),
     Config("lfm2-dp2xtp2-sp-masked", "lfm2", DP2TP2SP, masked=True),
+    # Jamba's two block classes (attention and Mamba layers) are its blocks: two pipeline stages, where the model
+    # had been one FSDP unit without stages ("stage_layers=[0, 0] must be positive integers")
+    Config("jamba-pp2xdp2-masked", "jamba", PP2DP2, masked=True),
     # FSDP2 computing in bf16 (the layout every GPU plan runs): buffers that HF's bf16 load makes bf16 (MiniMax's
     # decay factors, GPT-1's) must be bf16 too, or their products with bf16 activations fail in the next matmul
     *(Config(f"{m}-dp4-bf16", m, {"dp": 4, "micro_batch": 2, "zero": 2, "param_dtype": "bf16"}, steps=1)
@@ -661,3 +664,21 @@ def test_the_first_batchs_padding_reaches_the_planner(padding, monkeypatch):
     AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=1e-3), hardware="h200", fix={"compile": 0},
                         global_batch_size=8, seq_len=16, padded=padding)
     assert seen == [padding, padding]
+
+
+def test_a_hybrids_blocks_of_two_classes_are_its_blocks():
+    """Jamba's layer list holds attention and Mamba layers (two classes): the trainer's layout and the tracer's
+    blocks are that list (they had required one class: the whole model one FSDP unit, no pipeline stages),
+    and a model of one block class keeps the one-class rule (a MoE's expert list never wins)."""
+    from autoparallel.hf import mixed_layer_list
+    from autoparallel.tracer import find_blocks
+    from autoparallel.trainer.structure import find_layout
+
+    jamba = HF.build("jamba")
+    assert {type(b).__name__ for b in jamba.model.layers} == {"JambaMambaDecoderLayer", "JambaAttentionDecoderLayer"}
+    assert mixed_layer_list(jamba) == "model.layers"
+    assert find_blocks(jamba) == ["model.layers.0", "model.layers.1"]
+    assert find_layout(jamba).block_paths == ("model.layers.0", "model.layers.1")
+    mixtral = HF.build("mixtral")
+    assert mixed_layer_list(mixtral) is None
+    assert find_blocks(mixtral) == ["model.layers.0", "model.layers.1"]

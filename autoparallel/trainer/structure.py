@@ -51,9 +51,14 @@ def _param_count(m: nn.Module) -> int:
 
 
 def find_layout(model: nn.Module) -> ModelLayout:
-    """The largest ModuleDict/ModuleList whose children all share one class: the transformer blocks."""
+    """The largest ModuleDict/ModuleList whose children all share one class: the transformer blocks (a
+    Hugging Face hybrid's layer list whatever their classes: hf.mixed_layer_list)."""
+    from autoparallel.hf import mixed_layer_list
+
     best: tuple[int, str, nn.Module] | None = None
-    for path, mod in model.named_modules():
+    if (mixed := mixed_layer_list(model)) is not None:
+        best = (0, mixed, get_submodule(model, mixed))
+    for path, mod in model.named_modules() if best is None else ():
         if not isinstance(mod, (nn.ModuleDict, nn.ModuleList)) or len(mod) == 0:
             continue
         children = list(mod.children())
