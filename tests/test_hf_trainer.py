@@ -365,6 +365,17 @@ def test_local_export_round_trip(tmp_path):
         assert torch.equal(loaded(input_ids=ids).logits, trainer.model_parts[0](ids))
 
 
+def test_an_export_onto_a_file_is_one_error(tmp_path):
+    """transformers' save_pretrained onto a file logs a line and returns without writing: the user's script went
+    on as if the model had been saved."""
+    trainer = HF._trainer("qwen2", {"micro_batch": 4})
+    target = tmp_path / "model.bin"
+    target.write_text("keep me")
+    with pytest.raises(UserError, match=r"save_pretrained: .*model.bin is a file; pass a directory"):
+        trainer.save_pretrained(target)
+    assert target.read_text() == "keep me"
+
+
 def test_checkpoint_before_the_plan_exists():
     model = HF.build("llama")
     trainer = AutoParallelTrainer(model, hardware=None)

@@ -404,3 +404,86 @@ def test_gradient_scale_bounds_the_tolerance(name):
         assert max(p.grad.abs().max().item() for p in model.parameters() if p.grad is not None) <= H.GRAD_SCALE
         opt.step()
         opt.zero_grad()
+
+
+def test_a_step_that_fails_leaves_no_gradients_behind():
+    """A step that raises in its second micro-batch (here the loss) had left the first one's gradients, in
+    .grad and in FSDP2's unreduced accumulation, and the next step added them to its own: after a caught
+    failure the run must continue exactly as one that never saw the bad batch."""
+    fail = {"armed": False, "calls": 0}
+
+    def loss_fn(logits, labels):
+        fail["calls"] += 1
+        if fail["armed"] and fail["calls"] == 2:
+            raise RuntimeError("bad micro-batch")
+        return nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+
+    def run(with_failure: bool) -> tuple[list[float], dict[str, torch.Tensor]]:
+        torch.set_num_threads(1)
+        model = H.build("tiny-gpt")
+        plan = H.make_plan(model, micro_batch=H.GLOBAL_BATCH // 2)
+        trainer = AutoParallelTrainer(model, torch.optim.SGD(model.parameters(), lr=1.0), plan=plan, loss_fn=loss_fn)
+        batches = H.batches("tiny-gpt", 2)
+        if with_failure:
+            fail.update(armed=True, calls=0)
+            with pytest.raises(RuntimeError, match="bad micro-batch"):
+                trainer.step(batches[0])
+            fail["armed"] = False
+        losses = [trainer.step(b) for b in batches]
+        return losses, trainer.full_state_dict()
+
+    clean_losses, clean = run(False)
+    losses, params = run(True)
+    assert losses == clean_losses
+    for name, p in clean.items():
+        assert torch.equal(params[name], p), name
+
+
+def test_bad_tokens_and_unread_batch_keys_are_refused_before_any_forward():
+    """Token ids or labels outside the vocabulary failed inside torch's embedding or loss (on a GPU a device-side
+    assert that ends the process), after earlier micro-batches ran; keys the trainer does not read (a packing
+    collator's position_ids) were dropped silently, training another computation. Each is one error before the
+    first forward, and the trainer takes a good batch afterwards."""
+    model = H.build("tiny-llama")
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
+                                  plan=H.make_plan(model, micro_batch=H.GLOBAL_BATCH // 2))
+    vocab = H.vocab_of("tiny-llama")
+    tokens = H.batches("tiny-llama", steps=1)[0]
+    ids, labels = tokens[:, :-1], tokens[:, 1:]
+    too_big = ids.clone()
+    too_big[-1, 3] = vocab
+    cases = [(too_big, rf"token id {vocab} is outside the model's vocabulary of {vocab}"),
+             (ids - ids.max() - 1, r"token id -\d+ is outside"),
+             (ids.float(), r"input_ids must be integer token ids, got dtype torch.float32")]
+    for bad, message in cases:
+        with pytest.raises(UserError, match=message):
+            trainer.step({"input_ids": bad, "labels": labels})
+    bad_labels = labels.clone()
+    bad_labels[0, 0] = vocab + 3
+    with pytest.raises(UserError, match=rf"label {vocab + 3} is outside the model's output of {vocab} tokens"):
+        trainer.step({"input_ids": ids, "labels": bad_labels})
+    ignored = labels.clone()
+    ignored[:, :2] = -100  # ignored positions are not token ids
+    positions = torch.arange(ids.shape[1]).expand_as(ids)
+    with pytest.raises(UserError, match=r"\['position_ids'\] would be ignored"):
+        trainer.step({"input_ids": ids, "labels": ignored, "position_ids": positions})
+    assert trainer.steps == 0
+    assert math.isfinite(trainer.step({"input_ids": ids, "labels": ignored}))
+
+
+def test_a_save_target_that_is_a_file_is_one_error(tmp_path):
+    """save_checkpoint onto a file raised DCP's CheckpointException (a BaseException: `except Exception` missed it);
+    load_checkpoint of a directory without a checkpoint logged two DCP tracebacks before its error."""
+    model = H.build("tiny-gpt")
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
+                                  plan=H.make_plan(model))
+    target = tmp_path / "a_file"
+    target.write_text("keep me")
+    with pytest.raises(UserError, match=r"save_checkpoint: .*a_file is a file; pass a directory"):
+        trainer.save_checkpoint(target)
+    assert target.read_text() == "keep me"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match=r"no checkpoint in it \(no \.metadata\)"):
+        trainer.load_checkpoint(tmp_path / "empty")
+    with pytest.raises(UserError, match=r"a file, not a directory"):
+        trainer.load_checkpoint(target)

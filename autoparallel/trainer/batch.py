@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from autoparallel.errors import UserError
-from autoparallel.hf import hf_labels
+from autoparallel.hf import IGNORE_INDEX, hf_labels
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,35 @@ class Batch:
                      None if mask is None else mask.to(device, non_blocking=True))
 
 
+MAPPING_KEYS = ("input_ids", "inputs", "labels", "attention_mask")
+
+
+def check_token_ids(batch: Batch, vocab: int | None, label_vocab: int | None) -> None:
+    """Refuse, before any forward, token ids outside the model's vocabulary (`vocab`: its input embedding's rows)
+    and labels outside its output (`label_vocab`; -100 ignored): torch fails on them inside the embedding or the
+    loss (on a GPU a device-side assert that kills the process), after earlier micro-batches ran."""
+    def bounds(t: torch.Tensor) -> tuple[int, int]:
+        return int(t.min()), int(t.max())
+
+    if vocab is not None:
+        if batch.inputs.is_floating_point() or batch.inputs.dtype in (torch.bool, torch.complex64, torch.complex128):
+            raise UserError(f"batch: input_ids must be integer token ids, got dtype {batch.inputs.dtype}")
+        if batch.inputs.numel():
+            lo, hi = bounds(batch.inputs)
+            if lo < 0 or hi >= vocab:
+                raise UserError(f"batch: token id {lo if lo < 0 else hi} is outside the model's vocabulary of {vocab} "
+                                f"(ids 0..{vocab - 1}); does the tokenizer match the model?")
+    if label_vocab is not None:
+        if batch.labels.is_floating_point() or batch.labels.dtype == torch.bool:
+            raise UserError(f"batch: labels must be integer token ids (-100 ignored), got dtype {batch.labels.dtype}")
+        used = batch.labels[batch.labels != IGNORE_INDEX]
+        if used.numel():
+            lo, hi = bounds(used)
+            if lo < 0 or hi >= label_vocab:
+                raise UserError(f"batch: label {lo if lo < 0 else hi} is outside the model's output of {label_vocab} "
+                                f"tokens (0..{label_vocab - 1}, or -100 for an ignored position)")
+
+
 def parse_batch(batch: Any, hf_shift: bool = False) -> Batch:
     """hf_shift: labels of a mapping / tuple are HF-style (aligned with the inputs): shift them."""
     if isinstance(batch, torch.Tensor):
@@ -66,6 +95,13 @@ def parse_batch(batch: Any, hf_shift: bool = False) -> Batch:
         labels = batch.get("labels")
         if inputs is None or labels is None:
             raise UserError(f"batch: a mapping needs 'input_ids' and 'labels', got keys {sorted(batch)}")
+        unread = sorted(str(k) for k in batch if k not in MAPPING_KEYS)
+        if unread:
+            # a packing collator's position_ids, GPT-2's token_type_ids: the model's own forward would read them,
+            # and training without them would be another computation than the one the user asked for
+            raise UserError(f"batch: {unread} would be ignored (the trainer reads only {list(MAPPING_KEYS)} and "
+                            f"numbers each row's positions 0..S-1; packed sequences with position_ids are not "
+                            f"supported); drop them from the batch")
         mask = batch.get("attention_mask")
         if mask is not None and tuple(mask.shape) != tuple(inputs.shape[:2]):
             raise UserError(f"batch: attention_mask {tuple(mask.shape)} must have the shape of input_ids "

@@ -75,6 +75,20 @@ def _quiet() -> Iterator[None]:
         yield
 
 
+def writable_dir(path: str | Path, what: str) -> None:
+    """Refuse, in one line, a save target that is a file or cannot be created as a directory (DCP raised a
+    BaseException there, which `except Exception` does not catch; transformers' save_pretrained logged a line
+    and returned without writing)."""
+    target = Path(path).expanduser()
+    if target.exists() and not target.is_dir():
+        raise UserError(f"{what}: {path} is a file; pass a directory (created if missing)")
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"{what}: cannot create the directory {path} ({e.strerror or e}); pass a writable "
+                        f"directory") from None
+
+
 def _dcp_load(sd: dict[str, Any], path: str | Path) -> None:
     try:
         with _quiet():
@@ -109,6 +123,7 @@ def save(path: str | Path, parts: list[nn.Module], opts: list[torch.optim.Optimi
     """relayout: parameters held in another row order (fused projections under tp, see
     tensor_parallel.Relayout): saved whole in the model's order, so the checkpoint is plan-independent
     (a gather of those parameters and their optimizer state per save)."""
+    writable_dir(path, "save_checkpoint")
     sd, _ = _template(parts, opts, ties, step, fp)
     for container, key, how in list(_relayout_entries(sd, relayout or {})):
         container[key] = how.to_model(_full(container[key]))
@@ -119,8 +134,11 @@ def save(path: str | Path, parts: list[nn.Module], opts: list[torch.optim.Optimi
 def load(path: str | Path, parts: list[nn.Module], opts: list[torch.optim.Optimizer], ties: list[list[str]],
          fp: str, relayout: dict[str, Any] | None = None) -> int:
     """Load in place; returns the step count stored in the checkpoint."""
-    if not Path(path).exists():
-        raise UserError(f"checkpoint {path}: no such directory; pass a path written by save_checkpoint()")
+    if not Path(path).is_dir() or not (Path(path) / ".metadata").is_file():
+        # DCP would log two tracebacks of its own before failing
+        what = "no such directory" if not Path(path).exists() else (
+            "a file, not a directory" if not Path(path).is_dir() else "no checkpoint in it (no .metadata)")
+        raise UserError(f"checkpoint {path}: {what}; pass a directory written by save_checkpoint()")
     head: dict[str, Any] = {"trainer": {"fingerprint": ""}}
     _dcp_load(head, path)  # check the model before reading any tensor
     if head["trainer"]["fingerprint"] != fp:

@@ -100,3 +100,23 @@ def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_m
         wrap(post if zero >= 1 else max(post, key=lambda m: sum(p.numel() for p in m.parameters())),
              dense_mesh, reshard=False)
     return wrap(part, dense_mesh)
+
+
+def discard_gradients(part: nn.Module) -> None:
+    """Drop every gradient a failed step left behind: each parameter's .grad, and what FSDP2 accumulates
+    across micro-batches without reducing it (FSDPParam.unsharded_accumulated_grad and the unsharded
+    parameter's .grad). The optimizer only zeroes after its step, so a step that raised in a later
+    micro-batch added the earlier ones' gradients into the next step's."""
+    for p in part.parameters():
+        p.grad = None
+    for module in part.modules():
+        if not isinstance(module, FSDPModule):
+            continue
+        state = module._get_fsdp_state()
+        groups = getattr(state, "_fsdp_param_groups", None)
+        if groups is None:  # torch before the plural list: one group or none
+            groups = [g] if (g := getattr(state, "_fsdp_param_group", None)) is not None else []
+        for fsdp_param in (p for g in groups for p in g.fsdp_params):
+            fsdp_param.unsharded_accumulated_grad = None
+            if (unsharded := getattr(fsdp_param, "_unsharded_param", None)) is not None:
+                unsharded.grad = None

@@ -38,9 +38,14 @@ from autoparallel.hf import init_weights as hf_init_weights
 from autoparallel.hf import save_pretrained as save_hf_pretrained
 from autoparallel.plan import Plan
 from autoparallel.trainer import checkpoint as ckpt
-from autoparallel.trainer.batch import Batch, check_against_plan, parse_batch
+from autoparallel.trainer.batch import Batch, check_against_plan, check_token_ids, parse_batch
 from autoparallel.trainer.context_parallel import check_cp_model, cp_context
-from autoparallel.trainer.data_parallel import apply_data_parallel, mixed_precision_policy, to_dtype
+from autoparallel.trainer.data_parallel import (
+    apply_data_parallel,
+    discard_gradients,
+    mixed_precision_policy,
+    to_dtype,
+)
 from autoparallel.trainer.expert_parallel import apply_expert_parallel, scale_expert_grads
 from autoparallel.trainer.hardware import attention_kernel, local_budget, resolve_hardware
 from autoparallel.trainer.low_precision import apply_fp8
@@ -135,6 +140,26 @@ def _value(loss: torch.Tensor) -> torch.Tensor:
     return (loss.full_tensor() if isinstance(loss, DTensor) else loss).float()
 
 
+def _token_vocabularies(model: nn.Module, hf: bool, default_loss: bool) -> tuple[int | None, int | None, bool]:
+    """(rows of the token embedding, outputs the default loss's labels index, whether its inputs are token ids
+    only) where known, for the batch's checks (batch.check_token_ids): a Hugging Face causal LM's input
+    embedding and head, the catalog's vocabulary; of any other model the largest embedding outside its blocks
+    (never smaller than its token table, so no valid id is refused), checked only on integer inputs, its labels
+    unchecked (its output width is not known before a forward)."""
+    from autoparallel.models.layers import Transformer
+
+    if hf:
+        head = model.get_output_embeddings()
+        width = getattr(head, "out_features", None) or getattr(getattr(head, "weight", None), "shape", (None,))[0]
+        return model.get_input_embeddings().num_embeddings, width if default_loss else None, True
+    if isinstance(model, Transformer):
+        return model.spec.vocab_size, model.spec.vocab_size if default_loss else None, True
+    blocks = set(find_layout(model).block_paths)
+    rows = [m.num_embeddings for n, m in model.named_modules() if isinstance(m, nn.Embedding)
+            and not any(n == b or n.startswith(b + ".") for b in blocks)]
+    return (max(rows) if rows else None), None, False
+
+
 class AutoParallelTrainer:
     """Plan (or take) a parallel layout for `model` and train it with one `step(batch)` per global batch.
 
@@ -186,6 +211,8 @@ class AutoParallelTrainer:
         if self._hf is not None and self._hf.positions:
             self._layout = dataclasses.replace(self._layout, positions=(self._hf.positions,))
         self._fingerprint = model_fingerprint(model)
+        self._vocab, self._label_vocab, self._token_ids_only = _token_vocabularies(model, self._hf is not None,
+                                                                                   loss_fn is None)
         self._ties = tie_groups(model)
         self._optimizer_factory = make_optimizer_factory(optimizer, model)
         self._user_loss = loss_fn
@@ -260,6 +287,8 @@ class AutoParallelTrainer:
     def step(self, batch: Any) -> float:
         """One optimizer step on the global batch; returns the global mean loss (equal on all ranks)."""
         b = parse_batch(batch, hf_shift=self._hf is not None)
+        check_token_ids(b, self._vocab if self._token_ids_only or not b.inputs.is_floating_point() else None,
+                        self._label_vocab)
         if b.attention_mask is not None and not self._takes_mask:
             raise UserError(f"batch: attention_mask has padding, but {type(self._model).__name__}.forward takes no "
                             f"attention_mask; drop it (and mark padded labels -100) or pass a model that takes one")
@@ -291,11 +320,16 @@ class AutoParallelTrainer:
         rows = b.rows // dp_ep
         start = (self._meshes.data_rank if self._meshes is not None else 0) * rows
         local = b.slice(start, start + rows).to(self.device)
-        with loss_parallel() if self._loss_parallel else nullcontext(), _explain_checkpoint_mutation(plan):
-            if plan.pp > 1:
-                local_loss = self._pipeline_step(local)
-            else:
-                local_loss = self._accumulation_step(local, n_micro)
+        try:
+            with loss_parallel() if self._loss_parallel else nullcontext(), _explain_checkpoint_mutation(plan):
+                if plan.pp > 1:
+                    local_loss = self._pipeline_step(local)
+                else:
+                    local_loss = self._accumulation_step(local, n_micro)
+        except BaseException:  # the next step starts from no gradients, as after a completed one
+            for _, part in self._parts:
+                discard_gradients(part)
+            raise
         for name, group in self._tie_sync:
             self._sync_tied_grad(name, group)
         scale_expert_grads(self._expert_modules, self.plan.ep)
@@ -338,6 +372,7 @@ class AutoParallelTrainer:
             raise UserError(f"save_pretrained: {type(self._model).__name__} is not a Hugging Face PreTrainedModel; "
                             f"use save_checkpoint (or full_state_dict) instead")
         self._require_plan("save_pretrained")
+        ckpt.writable_dir(path, "save_pretrained")
         state = self.full_state_dict()
         if self._meshes is not None and self.plan.pp > 1:
             parts: list[dict[str, torch.Tensor] | None] = [None] * self._env.world_size
