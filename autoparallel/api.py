@@ -12,6 +12,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from autoparallel.errors import UserError
@@ -32,7 +33,7 @@ from autoparallel.sharding import cost_model as sharding_cost_model
 from autoparallel.trace_cache import TraceCache, TraceKey, hf_config_identity, module_identity, spec_identity
 from autoparallel.units import parse_bytes
 from cost_models.estimate import TRAINER, CostModel, Estimate, RuntimeVariant
-from hardware_profiles import Cluster, load_profile
+from hardware_profiles import Cluster, HardwareProfile, load_profile
 
 if TYPE_CHECKING:  # torch loads only when a model is actually traced (a warm cache never needs it)
     import torch
@@ -136,7 +137,10 @@ def make_cluster(hardware: str | Any, gpus: int, gpus_per_node: int | None = Non
     check_int(gpus, "--gpus", 1, MAX_GPUS)
     if gpus_per_node is not None:
         check_int(gpus_per_node, "--gpus-per-node", 1, MAX_GPUS)
-    profile = load_profile(hardware) if isinstance(hardware, str) else hardware
+    if not isinstance(hardware, (str, Path, HardwareProfile)):
+        raise UserError(f"hardware: {hardware!r} is not a profile name, a YAML path or a HardwareProfile "
+                        f"(`autoparallel profiles list` shows the names)")
+    profile = hardware if isinstance(hardware, HardwareProfile) else load_profile(hardware)
     return Cluster(profile, gpus, gpus_per_node)
 
 
@@ -217,6 +221,9 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
         return _estimate_plan_file(model, hardware, gpus, global_batch, seq_len, max_memory_per_gpu,
                                    gpus_per_node, plan_file, given, cache, progress, padded)
     o = {**ESTIMATE_DEFAULTS, **given}
+    for name in ("sequence_parallel", "compile"):  # a string ("no") had been read as its truth
+        if not isinstance(o[name], bool):
+            raise UserError(f"estimate: {name}={o[name]!r} is not True or False")
     for name in ("tp", "pp", "ep", "cp", "vpp", "micro_batch"):
         check_int(o[name], f"--{name.replace('_', '-')}", 1, MAX_GPUS if name != "micro_batch" else MAX_GLOBAL_BATCH)
     tp, pp, ep, cp = o["tp"], o["pp"], o["ep"], o["cp"]
@@ -290,6 +297,8 @@ def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, se
             cache: TraceCache | bool = True, progress: Progress = QUIET, precision: str = "bf16",
             padded: bool = False) -> list[CompareRow]:
     """Plan the same model on each hardware profile (one trace shared by all); `padded`: see plan_result."""
+    if isinstance(hardware, str):  # "h100-sxm,mi300x" as --hardware takes it (a string had been read letter by letter)
+        hardware = [h.strip() for h in hardware.split(",") if h.strip()]
     if not hardware:
         raise UserError("--hardware: give at least one profile, e.g. h100-sxm,mi300x")
     clusters = [make_cluster(hw, gpus, gpus_per_node) for hw in hardware]  # every name checked before the trace

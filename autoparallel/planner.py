@@ -30,6 +30,7 @@ from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from autoparallel.placements import megatron_placements
 from autoparallel.plan import RECOMPUTE_MODES, TP_SHARDED, Plan
 from autoparallel.sharding import cost_model as sharding_cost_model
+from autoparallel.units import format_bytes
 from cost_models.comm import Link, dp_overlap_cost, dp_overlap_pieces
 from cost_models.estimate import (
     ALLOCATOR_RESERVE,
@@ -843,8 +844,8 @@ class Planner:
             return "no configuration could be evaluated"
         need, cfg, est = miss
         mode = self._stage_model(cfg).leanest_mode
-        parts = [f"no plan fits {self.budget / 2**30:.1f} GiB per device; the closest ({cfg.short()}, "
-                 f"{'full recompute' if mode == 'full' else f'recompute pinned to {mode}'}) needs {need / 2**30:.1f} GiB"]
+        parts = [f"no plan fits {format_bytes(self.budget)} per device; the closest ({cfg.short()}, "
+                 f"{'full recompute' if mode == 'full' else f'recompute pinned to {mode}'}) needs {format_bytes(need)}"]
         if est is not None:
             worst = max(est.memory_breakdown_gib, key=lambda d: sum(d.values()))
             fill = ", ".join(f"{k} {v:.1f}" for k, v in sorted(worst.items(), key=lambda kv: -kv[1]) if v > 0.05)

@@ -29,10 +29,20 @@ def parse_bytes(value: str | int | float, what: str = "memory size") -> int:
         if not m or unit not in _BYTE_UNITS:
             raise UserError(f"{what}: cannot read {value!r}; write a number with a unit such as 80GB or 141GiB")
         n = float(m.group(1)) * _BYTE_UNITS[unit]
-    if not math.isfinite(n) or n > MAX_DEVICE_BYTES:
+    if math.isnan(n):
+        raise UserError(f"{what}: {value!r} is not a size; write one with a unit such as 80GB")
+    if n > MAX_DEVICE_BYTES:
         raise UserError(f"{what}: {value!r} is more than 1 PiB per device; write the size with a unit such as 80GB")
     if n < MIN_DEVICE_BYTES and unit in ("", "b"):
         raise UserError(f"{what}: {value!r} means {n:g} bytes, less than 1 MiB; add a unit, e.g. {value}GB")
+    if n < MIN_DEVICE_BYTES:  # refused with a unit too: its bytes, handed on, would read as a forgotten unit
+        raise UserError(f"{what}: {value!r} is less than 1 MiB, no device's memory; write a size such as 80GB")
     if int(n) < 1:
         raise UserError(f"{what}: {value!r} is less than one byte; write a positive size such as 80GB")
     return int(n)
+
+
+def format_bytes(n: float) -> str:
+    """A memory size for a message: GiB with one decimal, MiB below a tenth of a GiB (a tiny model's needs
+    had read "0.0 GiB")."""
+    return f"{n / 2**30:.1f} GiB" if n >= 0.1 * 2**30 else f"{n / 2**20:.1f} MiB"

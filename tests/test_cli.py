@@ -105,7 +105,7 @@ def test_profiles_commands(capsys, tmp_path: Path):
     (("estimate", *PLAN_ARGS, "--tp", "3"), ("--tp 3",)),
     (("estimate", *PLAN_ARGS, "--tp", "8"), ("heads",)),
     (("estimate", "tiny-llama", "--hardware", "nope-gpu", "--gpus", "8", "--global-batch", "32"), ("nope-gpu",)),
-    (("plan", *PLAN_ARGS, "--max-memory-per-gpu", "20KB", "--quiet"), ("INFEASIBLE", "--max-memory-per-gpu")),
+    (("plan", *PLAN_ARGS, "--max-memory-per-gpu", "20KB", "--quiet"), ("less than 1 MiB", "--max-memory-per-gpu")),
     (("plan", *PLAN_ARGS, "--fix", "tp=4,pp=4", "--quiet"), ("tp=4",)),
     (("plan", *PLAN_ARGS, "--fix", "warp=2", "--quiet"), ("warp",)),
     (("plan", *PLAN_ARGS, "--max-memory-per-gpu", "lots"), ("lots",)),

@@ -453,3 +453,19 @@ def test_small_cli_contracts_from_the_fuzz(tmp_path, monkeypatch):
     from autoparallel.cli import main
     assert main(["plan", "tiny-llama", *B, "--quiet", "--output", "~/plan.yaml"]) == 0
     assert Plan.load(tmp_path / "plan.yaml").tp >= 1
+
+
+def test_python_api_hardware_and_flags_of_the_wrong_kind():
+    """compare(hardware="h100-sxm,mi300x") read the string letter by letter ("hardware profile 'h'"); plan(hardware=None)
+    was an AttributeError inside the profile; estimate_plan(sequence_parallel="no") turned it on."""
+    from autoparallel import api
+    from autoparallel.errors import UserError
+
+    rows = api.compare("tiny-gpt", hardware="h100-sxm,mi300x", gpus=8, global_batch=16, seq_len=128)
+    assert [r.hardware for r in rows] == ["h100-sxm", "mi300x"]
+    for bad in (None, ["h100-sxm"], 3):
+        with pytest.raises(UserError, match=r"hardware: .* is not a profile name"):
+            api.plan("tiny-gpt", hardware=bad, gpus=8, global_batch=16, seq_len=128)
+    with pytest.raises(UserError, match=r"estimate: sequence_parallel='no' is not True or False"):
+        api.estimate_plan("tiny-gpt", hardware="h100-sxm", gpus=8, global_batch=16, seq_len=128, tp=2,
+                          sequence_parallel="no")

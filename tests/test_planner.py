@@ -140,7 +140,7 @@ def test_pins_are_respected_and_contradictions_named(tiny):
 
 def test_infeasible_budget_is_explained(tiny):
     res, _ = plan_result("tiny-llama", hardware="h100-sxm", gpus=8, global_batch=32, seq_len=128,
-                         max_memory_per_gpu="20KB", graph=tiny.graph)
+                         max_memory_per_gpu="1.01MiB", graph=tiny.graph)
     assert res.plan is None and res.solver.status == "INFEASIBLE"
     assert "needs" in res.explanation and "--max-memory-per-gpu" in res.explanation
 

@@ -487,3 +487,29 @@ def test_a_save_target_that_is_a_file_is_one_error(tmp_path):
         trainer.load_checkpoint(tmp_path / "empty")
     with pytest.raises(UserError, match=r"a file, not a directory"):
         trainer.load_checkpoint(target)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"compile": "no"}, r"compile: 'no' is not True, False, None or a dict"),   # bool("no") compiled
+    ({"padded": "no"}, r"padded: 'no' is not True, False or None"),            # bool("no") planned padded
+    ({"global_batch_size": "8", "seq_len": 16}, r"global_batch_size: '8' is not a whole number"),
+    ({"moe": ["x"]}, r"moe: expected a dict"),
+    ({"loss_fn": "ce"}, r"loss_fn: 'ce' is not callable"),
+    ({"fix": ["tp"]}, r"fix: expected 'tp=8,pp=4' or a dict"),
+    ({"max_memory_per_gpu": "1MB"}, r"'1MB' is less than 1 MiB"),              # re-read later as 1e6 bare bytes
+])
+def test_trainer_arguments_of_the_wrong_kind_are_one_error(kwargs, message):
+    model = H.build("tiny-gpt")
+    with pytest.raises(UserError, match=message):
+        AutoParallelTrainer(model, **kwargs)
+
+
+def test_fix_as_a_string_and_a_cpu_dp_pin_the_processes_cannot_run():
+    """fix takes 'micro_batch=2' as autoparallel.plan does (it was a ValueError from dict()); without a profile
+    the trainer runs data parallelism over every process, and a dp pin of another degree was dropped silently."""
+    model = H.build("tiny-gpt")
+    trainer = AutoParallelTrainer(model, fix="micro_batch=2", global_batch_size=H.GLOBAL_BATCH, seq_len=H.SEQ)
+    assert trainer.plan.micro_batch == 2
+    with pytest.raises(UserError, match=r"fix dp=2: without a hardware profile the trainer runs data parallelism "
+                                        r"over all 1 process"):
+        AutoParallelTrainer(H.build("tiny-gpt"), fix={"dp": 2}, global_batch_size=H.GLOBAL_BATCH, seq_len=H.SEQ)

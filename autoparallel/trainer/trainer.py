@@ -36,7 +36,9 @@ from autoparallel.hf import (
 )
 from autoparallel.hf import init_weights as hf_init_weights
 from autoparallel.hf import save_pretrained as save_hf_pretrained
+from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, check_int
 from autoparallel.plan import Plan
+from autoparallel.planner import parse_fix
 from autoparallel.trainer import checkpoint as ckpt
 from autoparallel.trainer.batch import Batch, check_against_plan, check_token_ids, parse_batch
 from autoparallel.trainer.context_parallel import check_cp_model, cp_context
@@ -140,6 +142,24 @@ def _value(loss: torch.Tensor) -> torch.Tensor:
     return (loss.full_tensor() if isinstance(loss, DTensor) else loss).float()
 
 
+def _check_arguments(*, global_batch_size: Any, seq_len: Any, compile: Any, padded: Any, moe: Any, loss_fn: Any,
+                     init_fn: Any) -> None:
+    """AutoParallelTrainer's arguments by type, each a UserError naming it: a string flag was read as its truth
+    (compile="no" compiled, padded="no" planned padded), a string batch size failed inside the planner."""
+    for name, value in (("global_batch_size", global_batch_size), ("seq_len", seq_len)):
+        if value is not None:
+            check_int(value, name, 1, MAX_GLOBAL_BATCH if name == "global_batch_size" else MAX_SEQ_LEN)
+    if compile is not None and not isinstance(compile, (bool, dict)):
+        raise UserError(f"compile: {compile!r} is not True, False, None or a dict of torch.compile arguments")
+    if padded is not None and not isinstance(padded, bool):
+        raise UserError(f"padded: {padded!r} is not True, False or None")
+    if moe is not None and not isinstance(moe, dict):
+        raise UserError(f"moe: expected a dict (e.g. {{'expert_modules': [...]}}), got {type(moe).__name__}")
+    for name, fn in (("loss_fn", loss_fn), ("init_fn", init_fn)):
+        if fn is not None and not callable(fn):
+            raise UserError(f"{name}: {fn!r} is not callable; pass a function (or None for the default)")
+
+
 def _token_vocabularies(model: nn.Module, hf: bool, default_loss: bool) -> tuple[int | None, int | None, bool]:
     """(rows of the token embedding, outputs the default loss's labels index, whether its inputs are token ids
     only) where known, for the batch's checks (batch.check_token_ids): a Hugging Face causal LM's input
@@ -200,6 +220,8 @@ class AutoParallelTrainer:
                  mixed_precision: str = "bf16", compile: bool | dict | None = None,
                  init_fn: Callable[[nn.Module], None] | None = None, padded: bool | None = None) -> None:
         check_has_parameters(model)
+        _check_arguments(global_batch_size=global_batch_size, seq_len=seq_len, compile=compile, padded=padded,
+                         moe=moe, loss_fn=loss_fn, init_fn=init_fn)
         self._max_memory = None if max_memory_per_gpu is None else parse_bytes(max_memory_per_gpu,
                                                                                  "max_memory_per_gpu")
         to_dtype(mixed_precision, "mixed_precision")
@@ -220,7 +242,7 @@ class AutoParallelTrainer:
         self._loss_scale = 1.0  # default loss: dp*ep*micro-batches / valid tokens of the global batch
         self._moe = dict(moe or {})
         self._hardware = hardware
-        self._fix = dict(fix or {})
+        self._fix = parse_fix(fix)  # 'tp=2,pp=2' or a dict, as autoparallel.plan takes them; checked here
         self._mixed_precision = mixed_precision
         self._compile = compile
         self._init_fn = init_fn if init_fn is not None or self._hf is None else hf_init_weights
@@ -443,6 +465,9 @@ class AutoParallelTrainer:
                             f"runs plain data parallelism and cannot honour {unsupported[0]!r}; pass hardware=<a "
                             f"profile name> or an explicit plan")
         world = env.world_size
+        if "dp" in self._fix and self._fix["dp"] != world:  # plain data parallelism runs on every process
+            raise UserError(f"fix dp={self._fix['dp']}: without a hardware profile the trainer runs data parallelism "
+                            f"over all {world} process(es); pin dp={world}, drop it, or pass hardware=<a profile name>")
         if global_batch % world:
             raise UserError(f"batch of {global_batch} rows is not divisible by the {world} data-parallel "
                             f"processes; pass a multiple of {world}")
