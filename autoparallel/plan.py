@@ -22,6 +22,7 @@ Placement values (module path -> value), applied by the trainer with DTensor:
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -54,6 +55,10 @@ DTYPES = ("bf16", "fp16", "fp32")
 GRAD_REDUCE_DTYPES = ("fp32", "bf16", "fp16", "int8")
 # FP8 linears per block (torchao float8 training): none, tensorwise or rowwise scaling
 FP8_RECIPES = ("none", "tensorwise", "rowwise")
+
+
+# keys Plan.to_dict writes beside the fields, derived from them (from_dict reads past them)
+DERIVED_KEYS = ("num_micro_batches", "schedule", "mesh_span")
 
 
 @dataclass(frozen=True)
@@ -313,7 +318,7 @@ class Plan:
         return out
 
     # ---- serialization ----------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:  # the fields, and DERIVED_KEYS
         d = dataclasses.asdict(self)
         d["recompute"] = list(self.recompute)
         d["fp8"] = list(self.fp8)
@@ -352,6 +357,14 @@ class Plan:
         if missing:
             raise UserError(f"{where}: missing field {missing[0]!r}; write plan files with `autoparallel plan "
                             f"--output FILE`")
+        # what to_dict derives from the fields (read back, not set); any other key is a typo whose field would
+        # silently keep its default (`micro_bach: 4` planned micro-batches of 1)
+        unknown = sorted(str(k) for k in d if k not in names and k not in DERIVED_KEYS)
+        if unknown:
+            near = difflib.get_close_matches(unknown[0], sorted(names), n=1)
+            raise UserError(f"{where}: unknown field {unknown[0]!r}"
+                            + (f" (did you mean {near[0]!r}?)" if near else "")
+                            + "; write plan files with `autoparallel plan --output FILE`")
         kw = {k: v for k, v in d.items() if k in names}
         for key, kind in (("recompute", list), ("stage_layers", list), ("fp8", list), ("placements", dict)):
             value = kw.get(key, kind())

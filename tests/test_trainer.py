@@ -513,3 +513,18 @@ def test_fix_as_a_string_and_a_cpu_dp_pin_the_processes_cannot_run():
     with pytest.raises(UserError, match=r"fix dp=2: without a hardware profile the trainer runs data parallelism "
                                         r"over all 1 process"):
         AutoParallelTrainer(H.build("tiny-gpt"), fix={"dp": 2}, global_batch_size=H.GLOBAL_BATCH, seq_len=H.SEQ)
+
+
+def test_a_plan_of_a_mistyped_field_or_kind_is_one_error():
+    """A misspelled plan field kept its default silently (`micro_bach: 4` ran micro-batches of 1); a plan given as
+    its dict was read as a path ("a name or path component longer than 255 bytes"), a number was a TypeError."""
+    model = H.build("tiny-gpt")
+    plan = H.make_plan(model, micro_batch=4)
+    d = plan.to_dict()
+    assert Plan.from_dict(d) == plan  # what to_dict writes reads back, derived keys included
+    assert AutoParallelTrainer(model, plan=d).plan == plan
+    typo = {**{k: v for k, v in d.items() if k != "micro_batch"}, "micro_bach": 4}
+    with pytest.raises(UserError, match=r"unknown field 'micro_bach' \(did you mean 'micro_batch'\?\)"):
+        Plan.from_dict(typo)
+    with pytest.raises(UserError, match=r"plan: expected a Plan, its dict or a plan file path, got int"):
+        AutoParallelTrainer(model, plan=123)

@@ -142,6 +142,17 @@ def _value(loss: torch.Tensor) -> torch.Tensor:
     return (loss.full_tensor() if isinstance(loss, DTensor) else loss).float()
 
 
+def _as_plan(plan: Any) -> Plan:
+    """The trainer's `plan` argument: a Plan, its dict (Plan.to_dict, or a plan file's contents) or a plan file."""
+    if isinstance(plan, Plan):
+        return plan
+    if isinstance(plan, dict):
+        return Plan.from_dict(plan, "plan")
+    if isinstance(plan, (str, Path)):
+        return Plan.load(plan)
+    raise UserError(f"plan: expected a Plan, its dict or a plan file path, got {type(plan).__name__}")
+
+
 def _check_arguments(*, global_batch_size: Any, seq_len: Any, compile: Any, padded: Any, moe: Any, loss_fn: Any,
                      init_fn: Any) -> None:
     """AutoParallelTrainer's arguments by type, each a UserError naming it: a string flag was read as its truth
@@ -267,7 +278,7 @@ class AutoParallelTrainer:
         self._pending = (global_batch_size, seq_len)  # planner inputs when the plan waits for a batch
         self._padded = padded
         if plan is not None:
-            self._setup(plan if isinstance(plan, Plan) else Plan.load(plan))
+            self._setup(_as_plan(plan))
         elif global_batch_size is not None and seq_len is not None:
             self._setup(self._make_plan(global_batch_size, seq_len, padded=bool(padded)))
 
