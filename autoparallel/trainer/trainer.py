@@ -171,7 +171,8 @@ def _check_arguments(*, global_batch_size: Any, seq_len: Any, compile: Any, padd
             raise UserError(f"{name}: {fn!r} is not callable; pass a function (or None for the default)")
 
 
-def _token_vocabularies(model: nn.Module, hf: bool, default_loss: bool) -> tuple[int | None, int | None, bool]:
+def _token_vocabularies(model: nn.Module, blocks: tuple[str, ...], hf: bool,
+                        default_loss: bool) -> tuple[int | None, int | None, bool]:
     """(rows of the token embedding, outputs the default loss's labels index, whether its inputs are token ids
     only) where known, for the batch's checks (batch.check_token_ids): a Hugging Face causal LM's input
     embedding and head, the catalog's vocabulary; of any other model the largest embedding outside its blocks
@@ -185,7 +186,6 @@ def _token_vocabularies(model: nn.Module, hf: bool, default_loss: bool) -> tuple
         return model.get_input_embeddings().num_embeddings, width if default_loss else None, True
     if isinstance(model, Transformer):
         return model.spec.vocab_size, model.spec.vocab_size if default_loss else None, True
-    blocks = set(find_layout(model).block_paths)
     rows = [m.num_embeddings for n, m in model.named_modules() if isinstance(m, nn.Embedding)
             and not any(n == b or n.startswith(b + ".") for b in blocks)]
     return (max(rows) if rows else None), None, False
@@ -244,8 +244,8 @@ class AutoParallelTrainer:
         if self._hf is not None and self._hf.positions:
             self._layout = dataclasses.replace(self._layout, positions=(self._hf.positions,))
         self._fingerprint = model_fingerprint(model)
-        self._vocab, self._label_vocab, self._token_ids_only = _token_vocabularies(model, self._hf is not None,
-                                                                                   loss_fn is None)
+        self._vocab, self._label_vocab, self._token_ids_only = _token_vocabularies(
+            model, self._layout.block_paths, self._hf is not None, loss_fn is None)
         self._ties = tie_groups(model)
         self._optimizer_factory = make_optimizer_factory(optimizer, model)
         self._user_loss = loss_fn
