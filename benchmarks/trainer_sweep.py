@@ -978,9 +978,29 @@ def _padded(ids: Any) -> dict[str, Any]:
     return {"input_ids": ids, "labels": ids.masked_fill(mask == 0, -100), "attention_mask": mask}
 
 
+def _measure_isolated(args: argparse.Namespace) -> int:
+    """`measure --isolate`: each configuration and pass in a fresh interpreter, as a user runs one trainer
+    per process (in one process, an earlier configuration's state -- compiled graphs, allocator segments,
+    a larger heap for the collector to walk -- can slow a later host-paced step; s39, s71). The record gets
+    "isolated": true; the pass index is the parent's."""
+    import subprocess
+    failed = 0
+    for n_pass in range(args.passes):
+        for cfg in _selected(args.only, args.skip):
+            if cfg.gpus != args.gpus:
+                continue
+            cmd = [sys.executable, str(Path(__file__).resolve()), "measure", "--gpus", str(args.gpus),
+                   "--out", args.out, "--only", cfg.name, "--warmup", str(args.warmup), "--steps", str(args.steps),
+                   "--pass-index", str(n_pass), "--mark-isolated"]
+            failed += subprocess.run(cmd, check=False).returncode != 0
+    return 1 if failed else 0
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
     import torch
 
+    if args.isolate:
+        return _measure_isolated(args)
     rank = int(os.environ.get("RANK", "0"))
     out = Path(args.out)
     shared: dict[str, Any] = {}
@@ -989,7 +1009,10 @@ def cmd_measure(args: argparse.Namespace) -> int:
     for n_pass, cfg in ((k, c) for k in range(args.passes) for c in _selected(args.only, args.skip)):
         if cfg.gpus != args.gpus:
             continue
-        rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus, "init": init_label(cfg.model), "pass": n_pass}
+        rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus, "init": init_label(cfg.model),
+                               "pass": n_pass if args.pass_index is None else args.pass_index}
+        if args.mark_isolated:
+            rec["isolated"] = True
         try:
             trainer, batches, base = sweep_trainer(cfg, shared)
             t0 = time.perf_counter()
@@ -2307,6 +2330,10 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--passes", type=int, default=1, help="passes over the selection (the report takes medians)")
     m.add_argument("--profile", action="store_true", help="profile one step of the configurations marked so")
     m.add_argument("--profile-all", action="store_true", help="profile one step of every configuration")
+    m.add_argument("--isolate", action="store_true",
+                   help="one fresh process per configuration and pass (one GPU), as users run one trainer")
+    m.add_argument("--pass-index", type=int, default=None, help=argparse.SUPPRESS)  # set by --isolate
+    m.add_argument("--mark-isolated", action="store_true", help=argparse.SUPPRESS)  # set by --isolate
     pr = sub.add_parser("predict", help="CPU: the shipped profile's predictions of plan files, before their run")
     pr.add_argument("--only", required=True, help="comma-separated configuration names")
     pr.add_argument("--out", required=True)

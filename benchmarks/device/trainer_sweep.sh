@@ -161,6 +161,9 @@ SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES26
 SKIP_SINGLE=$SKIP_SINGLE,1g-gpt-s64-mb4x2,1g-llama-s64-mb4x2,1g-smollm3-s64-mb2x4-full,1g-smollm3-s64-mb2x4
 SKIP_SINGLE=$SKIP_SINGLE,1g-smollm3-s64-mb2x4-op
 # held_out NAME ROWS SECONDS [MEASURE FLAGS]: this VM's host factor, the rows into $OUT/NAME.jsonl, the factor again
+# the one-GPU sweep's host-paced rows: the compiled small models and their eager twins, full recompute
+HOST_PACED=1g-gpt-eager,1g-gpt-auto,1g-moe-eager,1g-moe-auto,1g-gpt-b16-mb8x2,1g-gpt-b16-compiled,1g-moe-b16-mb8x2
+HOST_PACED=$HOST_PACED,1g-moe-b16-compiled,1g-gpt-mb4x2,1g-gpt-mb4x2-compiled,1g-moe-full,1g-gpt-full
 held_out() {
   local name=$1 rows=$2 seconds=$3
   shift 3
@@ -265,6 +268,15 @@ case "${1:-}" in
   families24b) held_out families24b "$FAMILIES24B" 300 --profile-all ;;
   families25) held_out families25 "$FAMILIES25" 300 --profile-all ;;
   families26) held_out families26 "$FAMILIES26" 480 --profile-all ;;
+  isolate)  # the host-paced one-GPU rows in one process, each in a fresh process, in one process again (ABA):
+            # does an earlier configuration of the sweep's process slow a later host-paced step?
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    for pass in a b c; do
+      if [ $pass = b ]; then flag=--isolate; out=isolated; else flag=; out=inproc; fi
+      timeout $([ $pass = b ] && echo 250 || echo 120) python benchmarks/trainer_sweep.py measure --gpus 1 --steps 8 --out "$OUT/$out.jsonl" \
+        --only "$HOST_PACED" $flag 2>&1 | quiet | grep '^{' | cut -c1-120
+    done ;;
   families10-fsdp)  # FAMILIES10, then step timelines of three plans at 2048 and at 64 tokens a row
     bash "$0" families10
     timeout 290 python benchmarks/profile_timeline.py --out "$OUT/timeline.jsonl" \
