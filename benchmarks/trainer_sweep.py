@@ -978,6 +978,60 @@ def _padded(ids: Any) -> dict[str, Any]:
     return {"input_ids": ids, "labels": ids.masked_fill(mask == 0, -100), "attention_mask": mask}
 
 
+def host_tick(repeats: int = 3) -> dict[str, float]:
+    """The host's speed now, in about 0.3 s: microseconds per eager op (a tiny CUDA tensor's in-place add,
+    queued without a sync: the GPU keeps up, so the loop is the host's dispatch), per tiny Linear forward and
+    backward (autograd's engine, as a host-paced trainer step runs it), and per pure-Python loop iteration;
+    each the median of `repeats`. A host-paced step moved 20-90% between three measurements of one VM within
+    seven minutes (s73), with its steps' own spread 3-5%: the host's speed drifts over minutes, and the
+    `--host-ticks` records say how far it had drifted around each configuration."""
+    import torch
+
+    def timed(fn: Any, n: int) -> float:
+        times = []
+        for _ in range(repeats):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            fn(n)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t) / n * 1e6)
+        return statistics.median(times)
+
+    x = torch.zeros(16, device="cuda")
+    lin = torch.nn.Linear(16, 16, device="cuda")
+    inp = torch.randn(4, 16, device="cuda")
+
+    def ops(n: int) -> None:
+        for _ in range(n):
+            x.add_(1.0)
+
+    def autograd(n: int) -> None:
+        for _ in range(n):
+            lin(inp).sum().backward()
+
+    def python(n: int) -> None:
+        total = 0
+        for i in range(n):
+            total += i % 7
+
+    ops(200), autograd(20)  # warm: the first calls pay for lazy initialization
+    return {"op_us": timed(ops, 3000), "autograd_us": timed(autograd, 300), "python_us": timed(python, 300_000)}
+
+
+def _cpu_stat() -> list[int]:
+    """/proc/stat's aggregate cpu line (user nice system idle iowait irq softirq steal ...), in ticks."""
+    try:
+        return [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return []
+
+
+def cmd_host_tick(args: argparse.Namespace) -> int:
+    with Path(args.out).open("a") as f:
+        f.write(json.dumps({"label": args.label, "host_tick": host_tick(), "time": time.time()}) + "\n")
+    return 0
+
+
 def _measure_isolated(args: argparse.Namespace) -> int:
     """`measure --isolate`: each configuration and pass in a fresh interpreter, as a user runs one trainer
     per process (in one process, an earlier configuration's state -- compiled graphs, allocator segments,
@@ -1015,9 +1069,14 @@ def cmd_measure(args: argparse.Namespace) -> int:
             rec["isolated"] = True
         try:
             trainer, batches, base = sweep_trainer(cfg, shared)
+            if args.host_ticks:
+                rec["host_tick_before"], stat0 = host_tick(), _cpu_stat()
             t0 = time.perf_counter()
             timing = time_trainer_steps(trainer, batches, args.warmup, args.steps, base)
             rec["wall_s"] = time.perf_counter() - t0
+            if args.host_ticks:
+                rec["cpu_stat_delta"] = [b - a for a, b in zip(stat0, _cpu_stat())]
+                rec["host_tick_after"] = host_tick()
             rec["measured"] = {"step_time_s": timing.step_time_s, "step_times_s": timing.step_times_s,
                                "peak_memory_gib": timing.peak_memory_gib,
                                "reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
@@ -2330,10 +2389,15 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--passes", type=int, default=1, help="passes over the selection (the report takes medians)")
     m.add_argument("--profile", action="store_true", help="profile one step of the configurations marked so")
     m.add_argument("--profile-all", action="store_true", help="profile one step of every configuration")
+    m.add_argument("--host-ticks", action="store_true",
+                   help="time the host's dispatch (host_tick) before and after each configuration")
     m.add_argument("--isolate", action="store_true",
                    help="one fresh process per configuration and pass (one GPU), as users run one trainer")
     m.add_argument("--pass-index", type=int, default=None, help=argparse.SUPPRESS)  # set by --isolate
     m.add_argument("--mark-isolated", action="store_true", help=argparse.SUPPRESS)  # set by --isolate
+    ht = sub.add_parser("host-tick", help="GPU: append one host_tick record (beside the speed probes)")
+    ht.add_argument("--out", required=True)
+    ht.add_argument("--label", required=True)
     pr = sub.add_parser("predict", help="CPU: the shipped profile's predictions of plan files, before their run")
     pr.add_argument("--only", required=True, help="comma-separated configuration names")
     pr.add_argument("--out", required=True)
@@ -2363,7 +2427,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     return {"plans": cmd_plans, "measure": cmd_measure, "predict": cmd_predict, "report": cmd_report, "fit": cmd_fit,
             "ship": cmd_ship, "noise": cmd_noise, "losses": cmd_losses,
-            "update-rates": cmd_update_rates}[args.cmd](args)
+            "update-rates": cmd_update_rates, "host-tick": cmd_host_tick}[args.cmd](args)
 
 
 if __name__ == "__main__":

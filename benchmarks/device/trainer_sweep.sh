@@ -277,6 +277,18 @@ case "${1:-}" in
       timeout $([ $pass = b ] && echo 250 || echo 120) python benchmarks/trainer_sweep.py measure --gpus 1 --steps 8 --out "$OUT/$out.jsonl" \
         --only "$HOST_PACED" $flag 2>&1 | quiet | grep '^{' | cut -c1-120
     done ;;
+  host-ticks)  # the host-paced rows, four passes in one process, the host's dispatch timed around each
+               # (host_tick) and around the speed probes before and after: does the host's drift explain them?
+    python benchmarks/trainer_sweep.py host-tick --out "$OUT/ticks.jsonl" --label before-probes 2>&1 | quiet | tail -2
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    python benchmarks/trainer_sweep.py host-tick --out "$OUT/ticks.jsonl" --label after-probes 2>&1 | quiet | tail -2
+    timeout 330 python benchmarks/trainer_sweep.py measure --gpus 1 --steps 8 --passes 4 --host-ticks \
+      --out "$OUT/ticked.jsonl" --only "$HOST_PACED,1g-llama-eager" 2>&1 | quiet | grep '^{' | cut -c1-100
+    python benchmarks/trainer_sweep.py host-tick --out "$OUT/ticks.jsonl" --label before-probes-after 2>&1 | quiet | tail -2
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
+      --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -3
+    python benchmarks/trainer_sweep.py host-tick --out "$OUT/ticks.jsonl" --label after-probes-after 2>&1 | quiet | tail -2 ;;
   families10-fsdp)  # FAMILIES10, then step timelines of three plans at 2048 and at 64 tokens a row
     bash "$0" families10
     timeout 290 python benchmarks/profile_timeline.py --out "$OUT/timeline.jsonl" \
