@@ -289,6 +289,25 @@ case "${1:-}" in
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
       --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -3
     python benchmarks/trainer_sweep.py host-tick --out "$OUT/ticks.jsonl" --label after-probes-after 2>&1 | quiet | tail -2 ;;
+  host-cpus)  # the host's speed pinned to each CPU (host_cpus.py), then four host-paced rows pinned to the
+              # fastest CPU and to the slowest, two passes each: is the host's drift a matter of which CPU?
+    python benchmarks/host_cpus.py --out "$OUT/host_cpus.jsonl" 2>&1 | quiet | tail -3
+    read -r fast slow < <(python - "$OUT/host_cpus.jsonl" <<'PY'
+import json, statistics, sys
+recs = [json.loads(line) for line in open(sys.argv[1])][1:]
+speed = {}
+for r in recs:
+    speed.setdefault(r["cpu"], []).append(r["tick"]["op_us"])
+order = sorted(speed, key=lambda c: statistics.median(speed[c]))
+print(order[0], order[-1])
+PY
+)
+    echo "fastest cpu $fast, slowest $slow"
+    for cpu in $fast $slow; do
+      timeout 150 taskset -c "$cpu" python benchmarks/trainer_sweep.py measure --gpus 1 --steps 8 --passes 2 \
+        --host-ticks --out "$OUT/pinned_cpu$cpu.jsonl" --only 1g-gpt-eager,1g-moe-auto,1g-gpt-mb4x2-compiled,1g-gpt-full \
+        2>&1 | quiet | grep '^{' | cut -c1-100
+    done ;;
   families10-fsdp)  # FAMILIES10, then step timelines of three plans at 2048 and at 64 tokens a row
     bash "$0" families10
     timeout 290 python benchmarks/profile_timeline.py --out "$OUT/timeline.jsonl" \
