@@ -1274,6 +1274,60 @@ def _measured(raws: list[str]) -> dict[str, dict]:
     return out
 
 
+def repeat_rows(raws: list[str], profile: Any) -> tuple[list[str], dict[str, float]]:
+    """Each configuration measured more than once in `raws` (passes, in one process or isolated): every
+    measurement, its error against the prediction, and its distance from the configuration's own mean (what
+    no prediction of one number can do better than on one measurement). Markdown rows and the totals."""
+    runs: dict[str, list[dict]] = {}
+    for raw in raws:
+        for line in Path(raw).read_text().splitlines():
+            rec = json.loads(line) if line.strip() else {}
+            if "measured" in rec:
+                runs.setdefault(rec["name"], []).append(rec)
+    lines = ["| configuration | predicted ms | measured ms, in order (i: its own process; op us: host_tick before/after) "
+             "| median | error of the median | spread (max/min - 1) | mean distance from its mean |",
+             "|---|---:|---|---:|---:|---:|---:|"]
+    dist, errs, medians = [], [], []
+    for cfg in CONFIGS:
+        recs = runs.get(cfg.name, [])
+        if len(recs) < 2:
+            continue
+        pred = predict(cfg, profile, raw=recs[-1])[0]["step_time_s"]
+        times = [r["measured"]["step_time_s"] for r in recs]
+        mean, median = statistics.mean(times), statistics.median(times)
+        own = [abs(t / mean - 1) for t in times]
+        dist += own
+        errs += [abs(pred / t - 1) for t in times]
+        medians.append(abs(pred / median - 1))
+
+        def one(r: dict) -> str:
+            tick = (f" ({r['host_tick_before']['op_us']:.1f}/{r['host_tick_after']['op_us']:.1f})"
+                    if "host_tick_before" in r else "")
+            return f"{r['measured']['step_time_s'] * 1e3:.1f}{' i' if r.get('isolated') else ''}{tick}"
+        lines.append(f"| {cfg.name} | {pred * 1e3:.1f} | {' / '.join(one(r) for r in recs)} | {median * 1e3:.1f} | "
+                     f"{pred / median - 1:+.1%} | {max(times) / min(times) - 1:.0%} | {statistics.mean(own):.1%} |")
+    totals = {"measurements": len(errs), "error_mean": statistics.mean(errs), "within_10": sum(e <= 0.1 for e in errs),
+              "median_error_mean": statistics.mean(medians), "medians_within_10": sum(e <= 0.1 for e in medians),
+              "rows": len(medians), "own_mean_distance": statistics.mean(dist),
+              "own_within_10": sum(d <= 0.1 for d in dist)}
+    return lines, totals
+
+
+def cmd_repeats(args: argparse.Namespace) -> int:
+    from hardware_profiles import load_profile
+    lines, t = repeat_rows(args.raw, load_profile(args.profile))
+    command = " ".join(["python benchmarks/trainer_sweep.py repeats --raw", *args.raw, "--profile", args.profile])
+    summary = (f"{t['measurements']} measurements of {t['rows']} configurations: each against the prediction "
+               f"{t['error_mean']:.1%} mean |error|, {t['within_10']} within 10%; each configuration's median "
+               f"{t['median_error_mean']:.1%}, {t['medians_within_10']} of {t['rows']} within 10%; each measurement "
+               f"against its configuration's own mean {t['own_mean_distance']:.1%}, {t['own_within_10']} within 10%")
+    print(summary)
+    if args.doc:
+        Path(args.doc).write_text(f"# Repeated measurements on one VM\n\nCommand: `{command}`\n\n"
+                                  + "\n".join(lines) + f"\n\n{summary}\n")
+    return 0
+
+
 def _bisect(g: Any, lo: float, hi: float) -> float:
     """The root of `g`, monotone on [lo, hi], after 30 halvings, rounded to 3 decimals (a profile's precision)."""
     rising = g(hi) > g(lo)
@@ -2395,6 +2449,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="one fresh process per configuration and pass (one GPU), as users run one trainer")
     m.add_argument("--pass-index", type=int, default=None, help=argparse.SUPPRESS)  # set by --isolate
     m.add_argument("--mark-isolated", action="store_true", help=argparse.SUPPRESS)  # set by --isolate
+    rp = sub.add_parser("repeats", help="CPU: configurations measured more than once, against the prediction")
+    rp.add_argument("--raw", nargs="+", required=True)
+    rp.add_argument("--profile", required=True)
+    rp.add_argument("--doc", default=None)
     ht = sub.add_parser("host-tick", help="GPU: append one host_tick record (beside the speed probes)")
     ht.add_argument("--out", required=True)
     ht.add_argument("--label", required=True)
@@ -2427,7 +2485,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     return {"plans": cmd_plans, "measure": cmd_measure, "predict": cmd_predict, "report": cmd_report, "fit": cmd_fit,
             "ship": cmd_ship, "noise": cmd_noise, "losses": cmd_losses,
-            "update-rates": cmd_update_rates, "host-tick": cmd_host_tick}[args.cmd](args)
+            "update-rates": cmd_update_rates, "host-tick": cmd_host_tick,
+            "repeats": cmd_repeats}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -114,3 +114,24 @@ def test_shipping_fitted_terms_keeps_the_held_per_op_checkpointing_terms():
     assert "host_us_per_gone" not in cal
     assert cal["memory_fraction"] == shipped["memory_fraction"]
     assert out.count("\n") == text.count("\n")
+
+
+def test_repeated_measurements_are_scored_each_and_by_their_median(tmp_path, monkeypatch):
+    """`repeats`: every measurement of a configuration against one prediction, the median's error, and each
+    measurement's distance from the configuration's own mean; a configuration measured once is left out.
+    With the prediction fixed at 0.2 s and measurements 0.2, 0.25, 0.15 s: errors 0, 20%, 33.3%; the median
+    0.2 s (error 0); distances from the mean 0.2: 0, 25%, 25%."""
+    raw = tmp_path / "r.jsonl"
+    names = [c.name for c in ts.CONFIGS[:2]]
+    recs = [{"name": names[0], "measured": {"step_time_s": t, "peak_memory_gib": 1.0}, "isolated": i}
+            for t, i in ((0.2, False), (0.25, True), (0.15, False))]
+    recs.append({"name": names[1], "measured": {"step_time_s": 0.3, "peak_memory_gib": 1.0}})
+    raw.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    monkeypatch.setattr(ts, "predict", lambda cfg, profile, raw=None: ({"step_time_s": 0.2}, None))
+    lines, totals = ts.repeat_rows([str(raw)], profile=None)
+    assert len(lines) == 3 and names[0] in lines[2] and "250.0 i" in lines[2]
+    assert totals["measurements"] == 3 and totals["rows"] == 1
+    assert totals["error_mean"] == pytest.approx((0 + 0.2 + 1 / 3) / 3)
+    assert totals["within_10"] == 1 and totals["medians_within_10"] == 1
+    assert totals["median_error_mean"] == pytest.approx(0.0)
+    assert totals["own_mean_distance"] == pytest.approx((0 + 0.25 + 0.25) / 3)
