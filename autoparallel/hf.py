@@ -443,6 +443,12 @@ def _required_block_args(model: nn.Module, block: nn.Module, rotary: bool) -> tu
     wrong forward."""
     from autoparallel.errors import UserError
 
+    if getattr(model.config, "alibi", False) is True:
+        # transformers >= 5.25 folds Falcon's ALiBi bias into the attention mask its model builds (the blocks no
+        # longer take `alibi`): the mask autoparallel passes would drop it, a silently different model
+        raise UserError(f"{type(model).__name__}: config.alibi is set; autoparallel's Hugging Face path does not "
+                        f"compute ALiBi position biases (ALiBi attention is not supported); use a model with rotary "
+                        f"or learned positions")
     params = [p for p in inspect.signature(block.forward).parameters.values()
               if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)][1:]
     missing = tuple(p.name for p in params if p.default is inspect.Parameter.empty and p.name not in BLOCK_ARGS)

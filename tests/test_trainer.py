@@ -133,6 +133,10 @@ def test_meta_model_without_init_needs_init_fn():
     trainer = AutoParallelTrainer(model, plan=plan, init_fn=lambda m: (seen.append(m), nn.init.zeros_(m[0].weight),
                                                                       nn.init.zeros_(m[0].bias)))
     assert seen and torch.count_nonzero(trainer.full_state_dict()["0.weight"]) == 0
+    # an init_fn that leaves a parameter unset trained on whatever memory to_empty handed out (NaN losses or
+    # garbage, no error): the trainer fills the shards with NaN first and names what is still NaN after it
+    with pytest.raises(UserError, match=r"after init_fn, parameter 0.bias still holds NaN \(left unset"):
+        AutoParallelTrainer(model, plan=plan, init_fn=lambda m: nn.init.zeros_(m[0].weight))
 
 
 def test_optimizer_param_groups_and_class_are_rebuilt():
@@ -495,6 +499,8 @@ def test_a_save_target_that_is_a_file_is_one_error(tmp_path):
     ({"global_batch_size": "8", "seq_len": 16}, r"global_batch_size: '8' is not a whole number"),
     ({"moe": ["x"]}, r"moe: expected a dict"),
     ({"loss_fn": "ce"}, r"loss_fn: 'ce' is not callable"),
+    ({"compile": {"mode": "fastest"}}, r"compile: mode 'fastest' is not one of torch.compile's modes \(default, "),
+    ({"compile": {"fullgraf": True}}, r"compile: 'fullgraf' is not an argument of torch.compile \(it takes fullgraph"),
     ({"fix": ["tp"]}, r"fix: expected 'tp=8,pp=4' or a dict"),
     ({"max_memory_per_gpu": "1MB"}, r"'1MB' is less than 1 MiB"),              # re-read later as 1e6 bare bytes
 ])
@@ -528,3 +534,39 @@ def test_a_plan_of_a_mistyped_field_or_kind_is_one_error():
         Plan.from_dict(typo)
     with pytest.raises(UserError, match=r"plan: expected a Plan, its dict or a plan file path, got int"):
         AutoParallelTrainer(model, plan=123)
+
+
+@pytest.mark.parametrize("loss_fn, message", [
+    (lambda logits, labels: 1.5, r"loss_fn returned float 1.5: it must return the micro-batch's mean loss"),
+    (lambda logits, labels: nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(),
+                                                        reduction="none"),
+     r"loss_fn returned a tensor of shape \(\d+,\) and dtype torch.float32"),
+    (lambda logits, labels: nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten()).detach(),
+     r"does not depend on the logits"),
+])
+def test_a_loss_fn_of_the_wrong_result_is_one_error(loss_fn, message):
+    """A loss_fn returning a float, per-token losses or a detached value failed inside autograd ("grad can be
+    implicitly created only for scalar outputs", "element 0 of tensors does not require grad"); each is one
+    error naming what it returned, and no step is counted."""
+    model = H.build("tiny-gpt")
+    trainer = AutoParallelTrainer(model, torch.optim.SGD(model.parameters(), lr=1.0),
+                                  plan=H.make_plan(model, micro_batch=H.GLOBAL_BATCH), loss_fn=loss_fn)
+    with pytest.raises(UserError, match=message):
+        trainer.step(H.batches("tiny-gpt", 1)[0])
+    assert trainer.steps == 0
+
+
+def test_a_sequence_longer_than_planned_is_one_error_and_shorter_runs():
+    """The plan's activation memory is budgeted for its seq_len: a longer batch was accepted by a plan
+    without a pipeline (its memory no longer held), now one error naming the seq_len to pass; a shorter
+    batch fits the budget and runs."""
+    model = H.build("tiny-llama")
+    plan = H.make_plan(model, micro_batch=H.GLOBAL_BATCH)
+    trainer = AutoParallelTrainer(model, torch.optim.SGD(model.parameters(), lr=0.1), plan=plan)
+    vocab = H.vocab_of("tiny-llama")
+    longer = torch.randint(0, vocab, (H.GLOBAL_BATCH, plan.seq_len + 9))
+    with pytest.raises(UserError, match=rf"sequence length {plan.seq_len + 8} is longer than the plan's seq_len "
+                                        rf"{plan.seq_len}.*pass seq_len={plan.seq_len + 8}"):
+        trainer.step(longer)
+    assert trainer.steps == 0
+    assert math.isfinite(trainer.step(longer[:, : plan.seq_len // 2 + 1]))

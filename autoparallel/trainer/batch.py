@@ -137,6 +137,10 @@ def check_against_plan(batch: Batch, global_batch: int, dp_ep: int, micro_batch:
     if pipelined and batch.seq_len != seq_len:
         raise UserError(f"batch sequence length {batch.seq_len}: a pipelined plan runs exactly its seq_len "
                         f"{seq_len}")
+    if batch.seq_len > seq_len:  # shorter rows fit the plan's budget; longer ones grow every activation
+        raise UserError(f"batch sequence length {batch.seq_len} is longer than the plan's seq_len {seq_len}, whose "
+                        f"activation memory it was budgeted for; pass seq_len={batch.seq_len} (the longest your "
+                        f"data has) to AutoParallelTrainer or the planner, or crop the sequences")
     if tp_seq_divisor > 1 and batch.seq_len % tp_seq_divisor:
         raise UserError(f"batch sequence length {batch.seq_len} is not divisible by tp={tp_seq_divisor}, which "
                         f"sequence parallelism needs; pad or crop the sequences")

@@ -153,6 +153,37 @@ def _as_plan(plan: Any) -> Plan:
     raise UserError(f"plan: expected a Plan, its dict or a plan file path, got {type(plan).__name__}")
 
 
+def _checked_loss(loss: Any) -> torch.Tensor:
+    """loss_fn's result, which the micro-batch's backward and the step's mean read: one floating scalar that
+    depends on the logits (a float, a per-token tensor or a detached value failed inside autograd)."""
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0 or not loss.is_floating_point():
+        got = (f"a tensor of shape {tuple(loss.shape)} and dtype {loss.dtype}" if isinstance(loss, torch.Tensor)
+               else f"{type(loss).__name__} {loss!r}"[:80])
+        raise UserError(f"loss_fn returned {got}: it must return the micro-batch's mean loss as a 0-dim floating "
+                        f"tensor computed from the logits (reduce per-token losses with .mean())")
+    if not loss.requires_grad:
+        raise UserError("loss_fn returned a tensor that does not depend on the logits (requires_grad=False): "
+                        "compute it from the logits passed in, without .detach(), .item() or torch.no_grad()")
+    return loss
+
+
+def _check_compile_arguments(kwargs: dict) -> None:
+    """compile={...}: the keywords torch.compile takes (without `model`) and, for Inductor, a mode it knows;
+    both failed only at the first step's forward, inside torch."""
+    import inspect
+
+    known = [k for k in inspect.signature(torch.compile).parameters if k != "model"]
+    for key in kwargs:
+        if key not in known:
+            raise UserError(f"compile: {key!r} is not an argument of torch.compile (it takes {', '.join(known)})")
+    mode, backend = kwargs.get("mode"), kwargs.get("backend", "inductor")
+    if mode is not None and backend == "inductor":
+        from torch._inductor import list_mode_options
+        modes = list(list_mode_options())
+        if mode not in modes:
+            raise UserError(f"compile: mode {mode!r} is not one of torch.compile's modes ({', '.join(modes)})")
+
+
 def _check_arguments(*, global_batch_size: Any, seq_len: Any, compile: Any, padded: Any, moe: Any, loss_fn: Any,
                      init_fn: Any) -> None:
     """AutoParallelTrainer's arguments by type, each a UserError naming it: a string flag was read as its truth
@@ -162,6 +193,8 @@ def _check_arguments(*, global_batch_size: Any, seq_len: Any, compile: Any, padd
             check_int(value, name, 1, MAX_GLOBAL_BATCH if name == "global_batch_size" else MAX_SEQ_LEN)
     if compile is not None and not isinstance(compile, (bool, dict)):
         raise UserError(f"compile: {compile!r} is not True, False, None or a dict of torch.compile arguments")
+    if isinstance(compile, dict):
+        _check_compile_arguments(compile)
     if padded is not None and not isinstance(padded, bool):
         raise UserError(f"padded: {padded!r} is not True, False or None")
     if moe is not None and not isinstance(moe, dict):
@@ -800,7 +833,7 @@ class AutoParallelTrainer:
 
     def _micro_loss(self, output: Any, labels: torch.Tensor) -> torch.Tensor:
         if self._user_loss is not None:
-            return self._user_loss(_logits(output), labels)
+            return _checked_loss(self._user_loss(_logits(output), labels))
         return self._cross_entropy(_logits(output), labels) * self._loss_scale
 
     def _inject_positions(self, _mod: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
