@@ -454,9 +454,10 @@ def _required_block_args(model: nn.Module, block: nn.Module, rotary: bool) -> tu
     missing = tuple(p.name for p in params if p.default is inspect.Parameter.empty and p.name not in BLOCK_ARGS)
     for name in missing:
         if name != "alibi" or getattr(model.config, "alibi", False) or not rotary:
+            why = ("ALiBi attention is not supported; use a model with rotary or learned positions" if name == "alibi"
+                   else "this architecture is not supported there; pass a package.module:callable")
             raise UserError(f"{type(model).__name__}: its blocks require the argument {name!r}, which autoparallel's "
-                            f"Hugging Face path does not compute (ALiBi attention is not supported); use a model "
-                            f"with rotary or learned positions")
+                            f"Hugging Face path does not compute ({why})")
     return missing
 
 

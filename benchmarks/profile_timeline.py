@@ -82,6 +82,33 @@ def _host_totals(regions: dict[Any, list[dict]], steps: int, n: int = 25) -> dic
     return {k: round(v, 3) for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:n]}
 
 
+# host regions whose kernel launches `launch_regions` counts: a compiled block's forward (its graph call) and
+# backward (AOTAutograd's CompiledFunctionBackward), and, for comparison, eager linear layers
+LAUNCH_REGIONS = ("Torch-Compiled Region", "autograd::engine::evaluate_function: CompiledFunctionBackward",
+                  "aten::linear")
+
+
+def launch_regions(trace: dict) -> dict[str, dict[str, float]]:
+    """Per region kind (LAUNCH_REGIONS): calls, and per call the median host time, kernel launches (runtime
+    and driver API: cuBLAS's and Triton's) and the time in those launch calls [us], all as profiled."""
+    import statistics
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    launches: dict[Any, list[dict]] = {}
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "aunch" in e.get("name", ""):
+            launches.setdefault(e.get("tid"), []).append(e)
+    out = {}
+    for kind in LAUNCH_REGIONS:
+        calls = [e for e in events if e.get("name", "").startswith(kind) and e.get("cat") in ("cpu_op", "user_annotation")]
+        if not calls:
+            continue
+        inside = [[x for x in launches.get(c.get("tid"), []) if c["ts"] <= x["ts"] <= c["ts"] + c["dur"]] for c in calls]
+        out[kind] = {"calls": len(calls), "host_us": statistics.median(c["dur"] for c in calls),
+                     "launches": statistics.median(len(x) for x in inside),
+                     "launch_api_us": statistics.median(sum(e["dur"] for e in x) for x in inside)}
+    return out
+
+
 def summarize(trace: dict, steps: int) -> dict[str, Any]:
     kernels = sorted(_kernels(trace), key=lambda e: e["ts"])
     if not kernels:
@@ -116,6 +143,7 @@ def summarize(trace: dict, steps: int) -> dict[str, Any]:
         "kernel_count": round(len(ck) / steps),
         "top_kernels_ms": _top_kernels(ck, steps),
         "host_regions_ms": _host_totals(regions, steps),
+        "launch_regions": launch_regions(trace),
     }
 
 
@@ -182,13 +210,25 @@ def op_sources(trainer: Any, batch: Any, ops: list[str], top: int = 12) -> dict[
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", required=True, help="comma-separated sweep configuration names")
+    ap.add_argument("--only", default=None, help="comma-separated sweep configuration names")
+    ap.add_argument("--regions-of", type=Path, nargs="+", default=None,
+                    help="CPU: saved traces (--save-trace's .json.gz) -> one launch_regions line each, to --out")
     ap.add_argument("--out", required=True)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--save-trace", type=Path, default=None, help="folder for each configuration's gzipped trace")
     ap.add_argument("--sources", default=None, help="comma-separated aten ops whose callers to record (op_sources)")
     args = ap.parse_args()
+    if args.regions_of:
+        with Path(args.out).open("a") as f:
+            for path in args.regions_of:
+                with gzip.open(path, "rt") as g:
+                    regions = launch_regions(json.load(g))
+                f.write(json.dumps({"trace": path.name, "launch_regions": regions}) + "\n")
+                print(path.name, json.dumps(regions))
+        return 0
+    if not args.only:
+        ap.error("--only is required (or --regions-of)")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     for cfg in TS._selected(args.only):

@@ -308,6 +308,13 @@ PY
         --host-ticks --out "$OUT/pinned_cpu$cpu.jsonl" --only 1g-gpt-eager,1g-moe-auto,1g-gpt-mb4x2-compiled,1g-gpt-full \
         2>&1 | quiet | grep '^{' | cut -c1-100
     done ;;
+  compiled-gpt)  # the 350M GPT eager and compiled on one VM: one profiled step each with its trace kept (where
+                 # the compiled step's host time goes), then both alternately, three passes, the host ticked
+    timeout 200 python benchmarks/profile_timeline.py --only 1g-gpt-eager,1g-gpt-auto,1g-gpt-mb4x2,1g-gpt-mb4x2-compiled \
+      --steps 2 --out "$OUT/timeline.jsonl" --save-trace "$OUT/traces" 2>&1 | quiet | grep '^{' | cut -c1-120
+    timeout 150 python benchmarks/trainer_sweep.py measure --gpus 1 --steps 8 --passes 3 --host-ticks \
+      --out "$OUT/paired.jsonl" --only 1g-gpt-eager,1g-gpt-auto,1g-gpt-mb4x2,1g-gpt-mb4x2-compiled 2>&1 | quiet \
+      | grep '^{' | cut -c1-100 ;;
   families10-fsdp)  # FAMILIES10, then step timelines of three plans at 2048 and at 64 tokens a row
     bash "$0" families10
     timeout 290 python benchmarks/profile_timeline.py --out "$OUT/timeline.jsonl" \
