@@ -1250,21 +1250,26 @@ def mfu(cfg: SweepConfig, step_s: float) -> float:
     return (6 * n + 12 * layers * hidden * cfg.seq) * tokens_per_s / (cfg.gpus * H200_BF16_PEAK)
 
 
+def _raw_records(raws: list[str]) -> Any:
+    """Every record of `measure`'s JSONL files, in order."""
+    for raw in raws:
+        for line in Path(raw).read_text().splitlines():
+            if line.strip():
+                yield json.loads(line)
+
+
 def _measured(raws: list[str]) -> dict[str, dict]:
     """One record per configuration name: the last one measured, its step time the median over every
     pass that measured the configuration (`measure --passes`; "passes" lists them) and its peak memory the
     largest; a failed pass counts only when no pass measured."""
     out: dict[str, dict] = {}
     runs: dict[str, list[dict]] = {}
-    for raw in raws:
-        for line in Path(raw).read_text().splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                if "measured" in rec:
-                    runs.setdefault(rec["name"], []).append(rec["measured"])
-                    out[rec["name"]] = rec
-                elif rec["name"] not in runs:
-                    out[rec["name"]] = rec
+    for rec in _raw_records(raws):
+        if "measured" in rec:
+            runs.setdefault(rec["name"], []).append(rec["measured"])
+            out[rec["name"]] = rec
+        elif rec["name"] not in runs:
+            out[rec["name"]] = rec
     for name, ms in runs.items():
         if len(ms) > 1:
             merged = dict(out[name]["measured"], step_time_s=statistics.median(m["step_time_s"] for m in ms),
@@ -1279,11 +1284,9 @@ def repeat_rows(raws: list[str], profile: Any) -> tuple[list[str], dict[str, flo
     measurement, its error against the prediction, and its distance from the configuration's own mean (what
     no prediction of one number can do better than on one measurement). Markdown rows and the totals."""
     runs: dict[str, list[dict]] = {}
-    for raw in raws:
-        for line in Path(raw).read_text().splitlines():
-            rec = json.loads(line) if line.strip() else {}
-            if "measured" in rec:
-                runs.setdefault(rec["name"], []).append(rec)
+    for rec in _raw_records(raws):
+        if "measured" in rec:
+            runs.setdefault(rec["name"], []).append(rec)
     lines = ["| configuration | predicted ms | measured ms, in order (i: its own process; op us: host_tick before/after) "
              "| median | error of the median | spread (max/min - 1) | mean distance from its mean |",
              "|---|---:|---|---:|---:|---:|---:|"]

@@ -32,13 +32,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed._functional_collectives import all_to_all_single_autograd
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+from torch.distributed.tensor import Shard, distribute_tensor
 
 from autoparallel.errors import UserError
-
-
-def _local(p: torch.Tensor) -> torch.Tensor:
-    return p.to_local() if isinstance(p, DTensor) else p
+from autoparallel.trainer.materialize import local_shard
 
 
 def _dispatch(routed_input: torch.Tensor, num_tokens_per_expert: torch.Tensor, ep_mesh: DeviceMesh,
@@ -78,7 +75,7 @@ def _local_experts(module: nn.Module, num_local: int):
     count = getattr(module, "num_experts", None)
     try:
         for n, p in saved.items():
-            module._parameters[n] = _local(p)
+            module._parameters[n] = local_shard(p)
         if count is not None:
             module.num_experts = num_local
         yield

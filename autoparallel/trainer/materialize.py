@@ -29,6 +29,11 @@ from autoparallel.errors import UserError
 from autoparallel.trainer.structure import ModelLayout, clean_fqn, get_submodule, pipelineable
 
 
+def local_shard(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a DTensor; a plain tensor as it is."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
 def is_meta_model(model: nn.Module) -> bool:
     return any(p.is_meta for p in model.parameters())
 
@@ -156,24 +161,17 @@ def materialize(part: nn.Module, device: torch.device, source: dict[str, torch.T
                         "method; pass init_fn=callable(module) to AutoParallelTrainer to initialize it")
     devices = [device] if device.type == "cuda" else []
     with torch.no_grad(), torch.random.fork_rng(devices=devices, enabled=seed is not None):
-        for t in _local_floats(part):  # what the init leaves unset stays NaN, not whatever memory held
-            t.fill_(float("nan"))
+        for p in part.parameters():  # what the init leaves unset stays NaN, not whatever memory held
+            if p.is_floating_point():
+                local_shard(p).fill_(float("nan"))
         if seed is not None:
             torch.manual_seed(seed)
         init(part) if init_fn is not None else init()
-        unset = next((n for n, p in part.named_parameters() if _local(p).is_floating_point()
-                      and _local(p).numel() and bool(_local(p).isnan().any())), None)
+        unset = next((n for n, p in part.named_parameters() if p.is_floating_point()
+                      and bool(local_shard(p).isnan().any())), None)
     if unset is not None:
         what = "init_fn" if init_fn is not None else f"{type(part).__name__}.init_weights()"
         raise UserError(f"model on the meta device: after {what}, parameter {clean_fqn(unset)} still holds NaN "
                         f"(left unset, or set to NaN); initialize every parameter in it (e.g. "
                         f"module.reset_parameters() for each submodule that has one)")
 
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if isinstance(t, DTensor) else t
-
-
-def _local_floats(part: nn.Module) -> list[torch.Tensor]:
-    """This rank's floating parameter shards of `part`."""
-    return [_local(p) for p in part.parameters() if p.is_floating_point()]

@@ -56,6 +56,7 @@ from autoparallel.trainer.materialize import (
     cast_buffers,
     full_source,
     is_meta_model,
+    local_shard,
     materialize,
     meta_copy,
     pipeline_part,
@@ -766,14 +767,13 @@ class AutoParallelTrainer:
     def _broadcast_tied(self, name: str, group: Any, src: int) -> None:
         p = self._param(name)
         with torch.no_grad():
-            local = p.to_local() if isinstance(p, DTensor) else p
-            dist.broadcast(local, src=src, group=group)
+            dist.broadcast(local_shard(p), src=src, group=group)
 
     def _sync_tied_grad(self, name: str, group: Any) -> None:
         g = self._param(name).grad
         if g is None:
             raise UserError(f"tied parameter {name} got no gradient on this pipeline stage")
-        dist.all_reduce(g.to_local() if isinstance(g, DTensor) else g, group=group)
+        dist.all_reduce(local_shard(g), group=group)
 
     # ---- stepping ----------------------------------------------------------------------------
     def _accumulation_step(self, local: Batch, n_micro: int) -> torch.Tensor:
