@@ -453,7 +453,7 @@ def _required_block_args(model: nn.Module, block: nn.Module, rotary: bool) -> tu
               if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)][1:]
     missing = tuple(p.name for p in params if p.default is inspect.Parameter.empty and p.name not in BLOCK_ARGS)
     for name in missing:
-        if name != "alibi" or getattr(model.config, "alibi", False) or not rotary:
+        if name != "alibi" or not rotary:  # (config.alibi was refused above)
             why = ("ALiBi attention is not supported; use a model with rotary or learned positions" if name == "alibi"
                    else "this architecture is not supported there; pass a package.module:callable")
             raise UserError(f"{type(model).__name__}: its blocks require the argument {name!r}, which autoparallel's "

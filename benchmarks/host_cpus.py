@@ -21,12 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def _per_cpu_stat() -> dict[int, list[int]]:
-    out = {}
-    for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith("cpu") and line[3:4].isdigit():
-            name, *vals = line.split()
-            out[int(name[3:])] = [int(v) for v in vals]
-    return out
+    from trainer_sweep import cpu_stats
+    return {int(name[3:]): vals for name, vals in cpu_stats().items() if name[3:].isdigit()}
 
 
 def _mhz() -> list[float]:

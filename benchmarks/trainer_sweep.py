@@ -1018,12 +1018,19 @@ def host_tick(repeats: int = 3) -> dict[str, float]:
     return {"op_us": timed(ops, 3000), "autograd_us": timed(autograd, 300), "python_us": timed(python, 300_000)}
 
 
-def _cpu_stat() -> list[int]:
-    """/proc/stat's aggregate cpu line (user nice system idle iowait irq softirq steal ...), in ticks."""
+def cpu_stats() -> dict[str, list[int]]:
+    """/proc/stat's cpu lines by name ("cpu": the aggregate, "cpu0", ...: each CPU), each (user nice system idle
+    iowait irq softirq steal ...) in ticks; empty where there is no /proc/stat."""
     try:
-        return [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    except (OSError, ValueError, IndexError):
-        return []
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return {}
+    return {name: [int(v) for v in vals] for name, *vals in (line.split() for line in lines if line.startswith("cpu"))}
+
+
+def _cpu_stat() -> list[int]:
+    """The aggregate cpu line of /proc/stat (cpu_stats)."""
+    return cpu_stats().get("cpu", [])
 
 
 def cmd_host_tick(args: argparse.Namespace) -> int:
@@ -1045,7 +1052,7 @@ def _measure_isolated(args: argparse.Namespace) -> int:
                 continue
             cmd = [sys.executable, str(Path(__file__).resolve()), "measure", "--gpus", str(args.gpus),
                    "--out", args.out, "--only", cfg.name, "--warmup", str(args.warmup), "--steps", str(args.steps),
-                   "--pass-index", str(n_pass), "--mark-isolated"]
+                   "--pass-index", str(n_pass)] + (["--host-ticks"] if args.host_ticks else [])
             failed += subprocess.run(cmd, check=False).returncode != 0
     return 1 if failed else 0
 
@@ -1065,7 +1072,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
             continue
         rec: dict[str, Any] = {"name": cfg.name, "gpus": cfg.gpus, "init": init_label(cfg.model),
                                "pass": n_pass if args.pass_index is None else args.pass_index}
-        if args.mark_isolated:
+        if args.pass_index is not None:  # a child of --isolate
             rec["isolated"] = True
         try:
             trainer, batches, base = sweep_trainer(cfg, shared)
@@ -2450,8 +2457,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="time the host's dispatch (host_tick) before and after each configuration")
     m.add_argument("--isolate", action="store_true",
                    help="one fresh process per configuration and pass (one GPU), as users run one trainer")
-    m.add_argument("--pass-index", type=int, default=None, help=argparse.SUPPRESS)  # set by --isolate
-    m.add_argument("--mark-isolated", action="store_true", help=argparse.SUPPRESS)  # set by --isolate
+    m.add_argument("--pass-index", type=int, default=None, help=argparse.SUPPRESS)  # set by --isolate for its children
     rp = sub.add_parser("repeats", help="CPU: configurations measured more than once, against the prediction")
     rp.add_argument("--raw", nargs="+", required=True)
     rp.add_argument("--profile", required=True)
