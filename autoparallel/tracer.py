@@ -1005,8 +1005,9 @@ def _build_op_graph(graph: OpGraph, tr: _Tracer) -> None:
 
 
 def _fill_compiled_saved(graph: OpGraph, model: nn.Module, block_inputs: dict[str, tuple[tuple, dict]]) -> None:
-    """graph.compiled_saved and graph.compiled_fused: per block class, the bytes per sample its compiled form
-    keeps for the backward and the bytes its fused kernels move in each phase (autoparallel.compiled_saved:
+    """graph.compiled_saved, graph.compiled_fused and graph.compiled_launches: per block class, the bytes per
+    sample its compiled form keeps for the backward, the bytes its fused kernels move and the kernels it launches
+    in each phase (autoparallel.compiled_saved:
     AOTAutograd's partitioner on the block, once per class, on the inputs the traced step gave it). A class
     whose block the partitioner cannot take (an op without a meta kernel, data-dependent shapes) is left out:
     the cost model then counts eager's saved bytes and compiled_memory_fraction for it."""
@@ -1029,6 +1030,9 @@ def _fill_compiled_saved(graph: OpGraph, model: nn.Module, block_inputs: dict[st
         graph.compiled_saved[cls] = block.saved_bytes * per_sample
         if block.fused_fwd_bytes is not None and block.fused_bwd_bytes is not None:
             graph.compiled_fused[cls] = (block.fused_fwd_bytes * per_sample, block.fused_bwd_bytes * per_sample)
+        if block.launches_fwd is not None and block.launches_bwd is not None:
+            graph.compiled_launches[cls] = (block.launches_fwd.per_sample(graph.batch),
+                                            block.launches_bwd.per_sample(graph.batch))
 
 
 def _build_module_level_graph(graph: OpGraph, tr: _Tracer, model: nn.Module) -> None:

@@ -14,7 +14,7 @@ Timing: forward hooks give the host time from block 0's end to block k's end (bl
 FSDP2 hooks), gradient hooks on the same outputs the backward of blocks k..1, all in the first micro-batch
 of each step after a device synchronization; the median over the steps.
 
-    python benchmarks/host_mix.py measure --out $OUT/host_mix.jsonl [--compiled] [--recompute op] [--only a,b]
+    python benchmarks/host_mix.py measure --out $OUT/host_mix.jsonl [--compiled [--launches]] [--recompute op] [--only a,b]
     python benchmarks/host_mix.py report --raw benchmarks/results/raw/host_mix_s36.jsonl \
         --speed benchmarks/results/raw/trainer_speed_s36.jsonl
 """
@@ -100,13 +100,32 @@ class Windows:
         return m["f" + str(self.k)] - m["f0"], m["b0"] - m["b" + str(self.k)]
 
 
-def measure_one(model: str, compile_: bool, steps: int, recompute: str = "none") -> dict[str, Any]:
+def launches_of(trainer: Any, batch: Any) -> dict[str, dict[str, float]]:
+    """One profiled step: per compiled region kind (a block's graph call, its CompiledFunctionBackward), the
+    calls and per call the kernels it launched (profile_timeline.launch_regions). Counted apart from the timed
+    steps: the profiler's own host work is not the step's."""
+    import tempfile
+
+    import torch
+    from profile_timeline import launch_regions
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        trainer.step(batch)
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        return launch_regions(json.loads(path.read_text()))
+
+
+def measure_one(model: str, compile_: bool, steps: int, recompute: str = "none",
+                launches: bool = False, seq: int = SEQ) -> dict[str, Any]:
     import torch
 
     from autoparallel import AutoParallelTrainer
     from autoparallel.trainer.structure import find_layout, get_submodule
     spec = spec_of(model)
-    plan = plan_of(spec, compile_, recompute=recompute)
+    plan = plan_of(spec, compile_, recompute=recompute, seq=seq)
     gc.collect()
     torch._dynamo.reset()
     cuda = torch.cuda.is_available()
@@ -126,7 +145,7 @@ def measure_one(model: str, compile_: bool, steps: int, recompute: str = "none")
     k = min(TIMED, len(blocks) - 1)
     win = Windows(blocks, k)
     gen = torch.Generator().manual_seed(0)
-    batches = [torch.randint(0, spec["vocab_size"], (ROWS, SEQ + 1), generator=gen) for _ in range(2)]
+    batches = [torch.randint(0, spec["vocab_size"], (ROWS, seq + 1), generator=gen) for _ in range(2)]
     for i in range(5):
         trainer.step(batches[i % 2])
     fwd, bwd, step = [], [], []
@@ -141,17 +160,20 @@ def measure_one(model: str, compile_: bool, steps: int, recompute: str = "none")
         f, b = win.take()
         fwd.append(f)
         bwd.append(b)
+    regions = launches_of(trainer, batches[0]) if launches and cuda else None
     del trainer
-    return {"name": model, "compile": int(compile_), "recompute": recompute, "blocks": k, "layers": len(blocks),
-            "plan": plan.to_dict(),
-            "fwd_s": fwd, "bwd_s": bwd, "step_s": step}
+    rec = {"name": model, "compile": int(compile_), "recompute": recompute, "seq": seq, "blocks": k, "layers": len(blocks),
+           "plan": plan.to_dict(), "fwd_s": fwd, "bwd_s": bwd, "step_s": step}
+    if regions is not None:
+        rec["launch_regions"] = regions
+    return rec
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
     models = args.only.split(",") if args.only else (COMPILED if args.compiled else MIX)
     for model in models:
         try:
-            rec = measure_one(model, args.compiled, args.steps, args.recompute)
+            rec = measure_one(model, args.compiled, args.steps, args.recompute, args.launches, args.seq)
         except Exception as e:  # one family failing must not lose the others' numbers
             rec = {"name": model, "compile": int(args.compiled), "error": f"{type(e).__name__}: {e}"[:400]}
         with open(args.out, "a") as f:
@@ -160,7 +182,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
             print(f"{model}: {rec['error']}", flush=True)
         else:
             med = {k: statistics.median(rec[k]) * 1e3 for k in ("fwd_s", "bwd_s", "step_s")}
-            print(f"{model} compile={rec['compile']}: {rec['blocks']} blocks fwd {med['fwd_s']:.2f} ms bwd "
+            print(f"{model} compile={rec['compile']} seq={rec['seq']}: {rec['blocks']} blocks fwd {med['fwd_s']:.2f} ms bwd "
                   f"{med['bwd_s']:.2f} ms; step {med['step_s']:.1f} ms", flush=True)
     return 0
 
@@ -173,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--steps", type=int, default=12)
     m.add_argument("--compiled", action="store_true", help="the COMPILED models, compiled")
     m.add_argument("--only", default=None)
+    m.add_argument("--seq", type=int, default=SEQ, help="tokens a row (one row a micro-batch)")
+    m.add_argument("--launches", action="store_true",
+                   help="also profile one step: the kernels each compiled region launches (launch_regions)")
     m.add_argument("--recompute", default="none", choices=("none", "op", "full"),
                    help="every block under this mode: the backward window then holds the blocks' recompute")
     r = sub.add_parser("report")

@@ -90,10 +90,13 @@ LAUNCH_REGIONS = ("Torch-Compiled Region", "autograd::engine::evaluate_function:
 
 def launch_regions(trace: dict) -> dict[str, dict[str, float]]:
     """Per region kind (LAUNCH_REGIONS): calls, and per call the median host time, kernel launches (runtime
-    and driver API: cuBLAS's and Triton's) and the time in those launch calls [us], all as profiled."""
+    and driver API: cuBLAS's and Triton's) and the time in those launch calls [us], all as profiled, and the
+    names of the kernels a call with the median launch count issued, in order."""
     import statistics
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
     launches: dict[Any, list[dict]] = {}
+    # the kernels by the correlation id of the launch that issued them
+    names = {e.get("args", {}).get("correlation"): e.get("name") for e in events if e.get("cat") == "kernel"}
     for e in events:
         if e.get("cat") in ("cuda_runtime", "cuda_driver") and "aunch" in e.get("name", ""):
             launches.setdefault(e.get("tid"), []).append(e)
@@ -103,9 +106,12 @@ def launch_regions(trace: dict) -> dict[str, dict[str, float]]:
         if not calls:
             continue
         inside = [[x for x in launches.get(c.get("tid"), []) if c["ts"] <= x["ts"] <= c["ts"] + c["dur"]] for c in calls]
+        median = statistics.median_low(len(x) for x in inside)
+        typical = next(x for x in inside if len(x) == median)
         out[kind] = {"calls": len(calls), "host_us": statistics.median(c["dur"] for c in calls),
                      "launches": statistics.median(len(x) for x in inside),
-                     "launch_api_us": statistics.median(sum(e["dur"] for e in x) for x in inside)}
+                     "launch_api_us": statistics.median(sum(e["dur"] for e in x) for x in inside),
+                     "kernels": [names.get(x.get("args", {}).get("correlation"), "?") for x in typical]}
     return out
 
 

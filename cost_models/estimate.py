@@ -331,10 +331,12 @@ class CostModel:
         overlap = self.variant.tp_comm_overlap and sp and tp > 1
         fwd_t, fwd_flops, fwd_div, fwd_host_s, fwd_exposed, fwd_idle = self._phase_times(
             seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8, cp, a2a + (0.0 if overlap else tp_comm_fwd),
-            self._fused_share(seg, 0) if compiled else None, (tp_comm_fwd, tp) if overlap else (0.0, 1))
+            self._fused_share(seg, 0) if compiled else None, (tp_comm_fwd, tp) if overlap else (0.0, 1),
+            self._launches(seg, 0, b, tp, sp, cp) if compiled else 0)
         bwd_t, bwd_flops, bwd_div, bwd_host_s, bwd_exposed, bwd_idle = self._phase_times(
             seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8, cp, a2a + (0.0 if overlap else tp_comm_bwd),
-            self._fused_share(seg, 1) if compiled else None, (tp_comm_bwd, tp) if overlap else (0.0, 1))
+            self._fused_share(seg, 1) if compiled else None, (tp_comm_bwd, tp) if overlap else (0.0, 1),
+            self._launches(seg, 1, b, tp, sp, cp) if compiled else 0)
         if overlap:
             tp_comm_fwd, tp_comm_bwd = fwd_exposed, bwd_exposed
 
@@ -495,9 +497,18 @@ class CostModel:
         eager = float(ops.act_bytes[~ops.matmul].sum()) * batch + float(ops.param_bytes[~ops.matmul].sum())
         return fused[phase] * batch / eager if eager > 0 else None
 
+    def _launches(self, seg: Segment, phase: int, b: float, tp: int, sp: bool, cp: int) -> int:
+        """Kernels a compiled block launches in phase `phase` (0 forward, 1 backward) per micro-batch of `b`
+        samples (OpGraph.compiled_launches; 0 for the pre and post segments and blocks the partitioner could not
+        take). Its reductions over the tokens see the rank's tokens: b samples over cp, and over tp under
+        sequence parallelism."""
+        counts = self.graph.compiled_launches.get(self.graph.block_class.get(seg.name, -1))
+        return counts[phase].at(b / cp / (tp if sp else 1)) if counts is not None else 0
+
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,
                      host: HostWork | None = None, fp8: str = "none", cp: int = 1, comm_s: float = 0.0,
-                     fused_share: float | None = None, overlapped: tuple[float, int] = (0.0, 1)):
+                     fused_share: float | None = None, overlapped: tuple[float, int] = (0.0, 1),
+                     launches: int = 0):
         """Per-op times [s], per-op FLOPs, the per-op divisor (tp for sharded work), the phase's host time
         [s] (its floor), the exposed part of its `overlapped` collectives [s] and the time the GPU waits for the
         host in it [s] (what the floor adds to the ops and collectives); eager ops pay the
@@ -508,7 +519,8 @@ class CostModel:
         its ops: the ops are stretched until ops + collectives meet the floor. `overlapped`: (seconds, ranks) of
         collectives that run beside the phase's GEMMs (Megatron's --tp-comm-overlap), of which only the part
         comm.overlapped_collective_exposure leaves joins the in-line ones. `fused_share`: the compiled
-        block's fused bytes over its eager memory-bound bytes in this phase (`_fused_share`)."""
+        block's fused bytes over its eager memory-bound bytes in this phase (`_fused_share`); `launches`: the
+        kernels it launches in this phase (`_launches`)."""
         expert = ops.expert
         # sharded ops run 1/tp; replicated ones 1/tp of the sequence under SP; experts run whole
         div = np.where(ops.tp_sharded, tp, np.where(expert, 1, tp if sp else 1)).astype(float)
@@ -551,7 +563,8 @@ class CostModel:
         # kernels while the grouped GEMMs stayed the same (benchmarks/results/raw/timeline_h200_d.jsonl).
         # A per-expert loop's data-dependent GEMMs break the graph, and such a block is priced as eager.
         if compiled and not dynamic_gemm.any():
-            floor = compiled_host_floor(self.host.compiled_call_s, phase) + host.fsdp_s
+            floor = compiled_host_floor(self.host.compiled_call_s, phase, self.host.compiled_launch_s, launches) \
+                + host.fsdp_s
             t = compiled_times(t, ops.matmul, moved, self.profile, fused_share)
         else:
             extra = n_fp8 * FP8_EAGER_KERNELS[fp8] if n_fp8 else 0.0

@@ -33,7 +33,7 @@ from typing import Any
 
 import networkx as nx
 
-from cost_models.compute import saved_under_op_sac
+from cost_models.compute import Launches, saved_under_op_sac
 
 __all__ = ["PARAM_KINDS", "ExpertGroup", "OpGraph", "ParamOp", "RegionCost"]
 
@@ -128,6 +128,9 @@ class OpGraph:
     # block class id -> (forward, backward) bytes per sample that the compiled block's fused memory-bound
     # kernels move (autoparallel.compiled_saved.fused_bytes); a class without an entry: compiled_memory_fraction
     compiled_fused: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # block class id -> (forward, backward) kernels the compiled block launches, split reductions' elements per
+    # sample (autoparallel.compiled_saved.launches); a class without an entry: no per-launch host work
+    compiled_launches: dict[int, tuple[Launches, Launches]] = field(default_factory=dict)
     # blocks whose attention has no `recompute_core` switch (a Hugging Face or user block): there
     # AutoParallelTrainer runs "selective" as per-op checkpointing (trainer/recompute.py), and so does the
     # cost model (CostModel.runtime_recompute); elsewhere selective recomputes the seq x seq attention core

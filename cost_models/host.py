@@ -50,6 +50,12 @@ drains the GPU queue. Each is one calibration term (microseconds), per unit of w
                                 they traced 38 ops (GPT) or 121 (Gemma 3), their eager forwards 1.3-3.5 ms
                                 (benchmarks/host_mix.py, docs/host_mix.md); per traced op, Gemma 3's compiled
                                 step was predicted host-paced at 542 ms and ran GPU-paced at 293
+  host_us_per_compiled_launch   per kernel a compiled block launches in a phase (compute.Launches: its library
+                                kernels, fused groups and split reductions), on top of the call: Inductor's
+                                launcher and buffer handling around each. The probes cannot fit it (their two
+                                compiled blocks launch about as many kernels); the reductions Inductor splits at
+                                real token counts (a GPT block's norm and bias gradients: 17 more kernels a
+                                backward) set it: a HELD_TERMS entry, measured (benchmarks/host_mix.py --launches)
 
 Profiles without these keys (every uncalibrated one) charge nothing for them. `autoparallel calibrate
 --trainer` fits them, with the per-op rates, from AutoParallelTrainer's own steps on small host-bound
@@ -72,14 +78,16 @@ HOST_TERMS = ("host_us_per_op_dtensor", "host_us_per_tp_collective", "host_us_pe
               "host_us_per_compiled_call", "host_us_per_fsdp_tensor")
 # keys measured per block (benchmarks/host_mix.py), which the probes cannot tell apart: per-op checkpointing's
 # work per op and per parameter tensor (the probes hold one per-op-checkpointed llama, whose two counts move
-# together). The profile's values are held when `calibrate --trainer` fits the others; `--rescale` scales them
+# together), and a compiled block's host work per kernel beside its call (the two compiled probes launch about as
+# many kernels a block, 40 and 42 a micro-batch). The profile's values are held when `calibrate --trainer` fits the others; `--rescale` scales them
 # with the rest
-HELD_TERMS = ("host_us_per_op_sac", "host_us_per_sac_tensor")
+HELD_TERMS = ("host_us_per_op_sac", "host_us_per_sac_tensor", "host_us_per_compiled_launch")
 _FIELD = {"host_us_per_op_dtensor": "dtensor_op_s", "host_us_per_op_sac": "sac_op_s",
           "host_us_per_tp_collective": "tp_collective_s", "host_us_per_fsdp_collective": "fsdp_collective_s",
           "host_us_per_checkpoint": "checkpoint_s", "host_us_per_recompute_op": "recompute_op_s",
           "host_us_per_pipeline_action": "pipeline_action_s", "host_us_per_ep_sync": "ep_sync_s",
           "host_us_per_step": "step_s", "host_us_per_compiled_call": "compiled_call_s",
+          "host_us_per_compiled_launch": "compiled_launch_s",
           "host_us_per_fsdp_tensor": "fsdp_tensor_s", "host_us_per_sac_tensor": "sac_tensor_s"}
 
 # calibration keys of earlier profiles whose unit changed -> the key that replaced them
@@ -104,6 +112,7 @@ class HostTerms:
     ep_sync_s: float = 0.0
     step_s: float = 0.0
     compiled_call_s: float = 0.0
+    compiled_launch_s: float = 0.0
     fsdp_tensor_s: float = 0.0
     sac_tensor_s: float = 0.0
 

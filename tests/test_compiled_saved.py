@@ -8,7 +8,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from autoparallel.api import context
-from autoparallel.compiled_saved import compiled_saved_bytes, fused_bytes
+from autoparallel.compiled_saved import compiled_saved_bytes, fused_bytes, launches
 from autoparallel.models.layers import rope_cos_sin
 from autoparallel.placements import megatron_placements
 from autoparallel.specs import load_model
@@ -275,3 +275,42 @@ def test_a_dropout_of_zero_is_no_copy_to_save():
     probabilities = 2 * 4 * 256 * 256 * 4
     assert with_dropout == without
     assert probabilities <= without < 2 * probabilities
+
+
+def test_kernel_launches_group_only_between_library_kernels_one_per_reduction_shape():
+    """compiled_saved.launches: pointwise ops on either side of a GEMM are two kernels (one cannot both feed the
+    GEMM and read its output), a group's reductions of two shapes are two kernels, and a sum over the tokens
+    into fewer outputs than the GPU has lanes for is split in two above 128 tokens (Launches.at)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, w):
+        a = (x * 2).relu()
+        y = a @ w                      # a library kernel between the two groups
+        rows = a.sum(-1, keepdim=True)  # same group as a, a row reduction: a's kernel
+        cols = a.sum(0)                 # a reduction of another shape over the tokens: a second kernel
+        return y + rows, cols
+
+    gm = make_fx(f)(torch.randn(64, 32), torch.randn(32, 16))
+    got = launches(gm)
+    # {mul, relu, both sums}: one group of two reduction shapes, 2; the GEMM, 1; the add after it, 1 (joined to
+    # the first group through `rows` were the GEMM not between them: 3)
+    assert got.fixed == 4
+    assert got.outer == ((32, 64.0),)
+    per_sample = got.per_sample(64)           # 64 traced tokens -> 1 per sample
+    assert per_sample.at(128) == 4 and per_sample.at(129) == 5
+
+
+def test_a_gpt_and_a_llama_block_launch_what_they_launched_on_the_h200():
+    """The tiny GPT's block forward (LayerNorm, biased linears, GELU) launches 11 kernels: 6 GEMMs, attention,
+    LN1, GELU, the residual with LN2 and the last residual, as a 350M GPT block's compiled forward launched 11
+    on an H200 (s76, s77); the tiny llama's 14 (7 GEMMs, attention, the two norms, the query's and the key's
+    rotary, SwiGLU's product, the last residual), as the 1.3B llama's launched 14 (s77). Backward, the GPT's
+    bias and LayerNorm gradients are sums over the tokens, split above 128 tokens: more kernels than the
+    llama's two RMSNorm weights add."""
+    gpt, llama = (trace(m, batch=BATCH, seq_len=SEQ) for m in ("tiny-gpt", "tiny-llama"))
+    (gpt_f, gpt_b), = gpt.compiled_launches.values()
+    (llama_f, llama_b), = llama.compiled_launches.values()
+    assert gpt_f.at(1) == gpt_f.at(64) == 11
+    assert llama_f.at(1) == llama_f.at(64) == 14
+    assert llama_b.at(64) - llama_b.at(1) == 2
+    assert gpt_b.at(64) - gpt_b.at(1) > 2

@@ -76,6 +76,10 @@
 #   bash benchmarks/device/trainer_sweep.sh host-mix        # one GPU: host factor, then the host time per block of the
 #                                                           # sweep's families at 32 tokens a row (host_mix.py;
 #                                                           # host-mix-compiled: six of them compiled)
+#   bash benchmarks/device/trainer_sweep.sh compiled-launches # one GPU: kernels each compiled block launches per
+#                                                           # phase against its host time (host_mix --launches at 32
+#                                                           # tokens a row); compiled-launch-rows: the compiled sweep
+#                                                           # rows' launches at their own sizes (profiled)
 #   bash benchmarks/device/trainer_sweep.sh compiled-hf     # one GPU: seven compiled rows of earlier families, held out
 #                                                           # from the compiled host floor of one call a phase
 #   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
@@ -107,6 +111,10 @@ FAMILIES11=$FAMILIES11,1g-olmoe-eager,1g-olmoe-compiled,1g-olmoe-mb4x2-op
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES3,$FAMILIES4,$FAMILIES5,$SELECTIVE_HF,$FAMILIES6,$FAMILIES7,$FAMILIES8,$FAMILIES9,$FAMILIES10
 FAMILIES12=1g-apertus-eager,1g-apertus-compiled,1g-apertus-mb2x4-op,1g-granitemoe-eager,1g-granitemoe-compiled
 FAMILIES12=$FAMILIES12,1g-granitemoe-mb4x2-op,1g-glm4-eager,1g-glm4-compiled,1g-glm4-mb2x4-full
+# compiled-launches: host_mix's families (its MODELS names), the six of host-mix-compiled first; compiled-launch-rows
+LAUNCH_FAMILIES=llama-1.3b,gpt-350m,llama3.2-1b,gemma3-1b,pythia-1.4b,phi2-16l,qwen3-1.7b,olmo2-1b,gpt2-xl,granite-3-2b,stablelm-2-1.6b,moe-1.2b-8e,qwen2.5-1.5b
+LAUNCH_SEQS=${LAUNCH_SEQS:-32 512}
+LAUNCH_ROWS=1g-gpt-auto,1g-llama-auto,1g-qwen3-compiled,1g-phi3-compiled,1g-gemma3-compiled,1g-pythia-compiled,1g-olmo2-compiled,1g-gpt2xl-compiled,1g-moe-auto,1g-granite-compiled
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES11,$FAMILIES12
 FAMILIES13=1g-gemma2-eager,1g-gemma2-compiled,1g-gemma2-mb2x4-op,1g-exaone4-eager,1g-exaone4-compiled
 FAMILIES13=$FAMILIES13,1g-exaone4-mb2x4-full,1g-ernie45-eager,1g-ernie45-compiled,1g-ernie45-mb2x4-op
@@ -333,6 +341,21 @@ PY
     flag=""; [ "$1" = host-mix-compiled ] && flag=--compiled
     timeout 450 python benchmarks/host_mix.py measure $flag --out "$OUT/host_mix.jsonl" 2>&1 | quiet \
       | grep "blocks fwd\|Error\|error" | cut -c1-200 ;;
+  compiled-launches)  # kernels per compiled block and phase against its host time: host_mix at LAUNCH_SEQS tokens a
+                     # row (32: no reduction split; 512: every one over the tokens split), unprofiled host per phase
+                     # + one profiled step's launches per region, the speed probes first
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    for seq in $LAUNCH_SEQS; do
+      timeout 480 python benchmarks/host_mix.py measure --compiled --launches --seq $seq \
+        --out "$OUT/host_mix_launches.jsonl" --only "$LAUNCH_FAMILIES" 2>&1 | quiet | grep "blocks fwd\|Error\|error" \
+        | cut -c1-200
+    done ;;
+  compiled-launch-rows)  # the kernels each compiled block of the compiled sweep rows launches at their own sizes
+    timeout 420 python benchmarks/profile_timeline.py --only "$LAUNCH_ROWS" --steps 2 --out "$OUT/timeline.jsonl" \
+      --save-trace /tmp/launch_traces 2>&1 | quiet | grep '^{' | cut -c1-120
+    python benchmarks/profile_timeline.py --regions-of /tmp/launch_traces/*.json.gz \
+      --out "$OUT/launch_regions.jsonl" 2>&1 | cut -c1-300 ;;
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
   *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|host-mix|host-mix-compiled|host-mix-sac|compiled-hf" >&2
