@@ -364,32 +364,70 @@ def _reduction_shape(node: Any) -> tuple[int, int, bool] | None:
     return out.numel(), src.numel() // max(out.numel(), 1), src.dim() - 1 not in dims
 
 
-def launches(gm: torch.fx.GraphModule) -> Launches:
-    """The kernels one compiled graph launches, as Inductor fuses it (`Launches`): each library kernel
-    (`_EXTERN`) and barrier its own, and the pointwise and reduction ops joined through their data edges only
-    between the same two library kernels (a kernel cannot both feed a GEMM and read its output: grouped by how
-    many library kernels precede each op), one kernel per reduction shape of a group. A view read by several
-    ops of unrelated groups (rotary tables shared by the query and the key) joins none of them. Counted against
-    profiled H200 steps of ten model families (s77): forward 10-15 kernels a block, within 0-4 of the count;
-    backward 19-42, within 0-9."""
-    nodes = list(gm.graph.nodes)
-    kind = {n: _op_kind(n) for n in nodes}
-    depth: dict[Any, int] = {}
-    for n in nodes:
-        depth[n] = max((depth[u] + (kind[u] in ("extern", "barrier")) for u in n.all_input_nodes), default=0)
+# a fused attention's backward launches three kernels (cuDNN's on an H200, as FlashAttention's): the dO.O row sums,
+# the main kernel, dQ's conversion from its fp32 accumulator (s78's profiled blocks)
+_ATTENTION_BACKWARD_KERNELS = 3
+
+
+def _kernel_groups(nodes: list, kind: dict) -> list[list]:
+    """The pointwise and reduction ops (with the views between them) joined through their data edges into the
+    groups Inductor could run as one kernel each: two groups join unless a library kernel or barrier lies on a
+    path between them (a kernel cannot both feed a GEMM and read its output), checked on each group's library
+    kernels upstream and downstream (bit sets). A view of an input read by several ops joins none of them (the
+    rotary table the query and the key share)."""
+    bit = {n: 1 << i for i, n in enumerate(m for m in nodes if kind[m] in ("extern", "barrier"))}
+    up: dict[Any, int] = {}
+    for n in nodes:  # library kernels at or before each node
+        up[n] = bit.get(n, 0)
+        for u in n.all_input_nodes:
+            up[n] |= up[u]
+    down: dict[Any, int] = {}
+    for n in reversed(nodes):  # ... at or after it
+        down[n] = bit.get(n, 0)
+        for w in n.users:
+            down[n] |= down.get(w, 0)
+    parent = {n: n for n in nodes if kind[n] in ("fused", "view")}
+    ups = {n: up[n] for n in parent}
+    downs = {n: down[n] for n in parent}
+
+    def root(n: Any) -> Any:
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
 
     def shared_view(u: Any) -> bool:
         return kind[u] == "view" and len(u.users) > 1 and all(kind[w] != "fused" for w in u.all_input_nodes)
 
-    def joins(n: Any, u: Any) -> bool:
-        return "barrier" not in (kind[n], kind[u]) and depth[n] == depth[u] and not shared_view(u)
+    for n in parent:
+        for u in n.all_input_nodes:
+            if u not in parent or shared_view(u):
+                continue
+            a, b = root(u), root(n)
+            # joined, the group would hold a kernel's input and output (a cycle through that kernel)
+            if a is b or downs[a] & ups[b] or downs[b] & ups[a]:
+                continue
+            parent[a] = b
+            ups[b] |= ups[a]
+            downs[b] |= downs[a]
+    groups: dict[Any, list] = {}
+    for n in parent:
+        groups.setdefault(root(n), []).append(n)
+    return [m for m in groups.values() if not all(kind[x] == "view" for x in m)]
 
-    fixed = sum(1 for n in nodes if kind[n] in ("extern", "barrier"))
+
+def launches(gm: torch.fx.GraphModule) -> Launches:
+    """The kernels one compiled graph launches, as Inductor fuses it (`Launches`): each library kernel
+    (`_EXTERN`; an attention backward three) and barrier its own, one per reduction shape of each group of
+    pointwise and reduction ops (`_kernel_groups`), one for a group without reductions, and each reduction over
+    the leading dimensions in `outer` (where Inductor splits it, its second kernel)."""
+    nodes = list(gm.graph.nodes)
+    kind = {n: _op_kind(n) for n in nodes}
+    fixed = sum(_ATTENTION_BACKWARD_KERNELS if kind[n] == "extern" and "attention_backward" in str(n.target) else 1
+                for n in nodes if kind[n] in ("extern", "barrier"))
     outer: list[tuple[int, float]] = []
-    for members in _groups(nodes, kind, joins):
-        if any(kind[m] == "barrier" for m in members):
-            continue
-        shapes = {s for s in map(_reduction_shape, members) if s is not None}
-        fixed += max(1, len(shapes))
-        outer.extend((n, float(r)) for n, r, leading in sorted(shapes) if leading)
+    for members in _kernel_groups(nodes, kind):
+        shapes = [s for s in map(_reduction_shape, members) if s is not None]
+        fixed += max(1, len(set(shapes)))
+        outer.extend((n, float(r)) for n, r, leading in shapes if leading)
     return Launches(fixed, tuple(outer))

@@ -421,10 +421,10 @@ SPLIT_MIN_REDUCED = 4 * 32
 
 @dataclass(frozen=True)
 class Launches:
-    """The kernels one phase of a compiled block launches: `fixed`, one per library kernel (GEMM, attention),
-    barrier and reduction shape of each fused group (a group without reductions: one), and `outer`, for each
-    reduction shape over the leading dimensions (outputs, elements reduced into each per traced sample), one
-    more kernel where Inductor splits it (`at`)."""
+    """The kernels one phase of a compiled block launches: `fixed`, those of its library kernels (GEMM,
+    attention), barriers and fused groups (one per reduction shape, one for a group without reductions), and
+    `outer`, (outputs, elements reduced into each per traced sample) of each reduction over the leading
+    dimensions: one more kernel where Inductor splits it (`at`)."""
     fixed: int
     outer: tuple[tuple[int, float], ...] = ()
 

@@ -79,7 +79,8 @@
 #   bash benchmarks/device/trainer_sweep.sh compiled-launches # one GPU: kernels each compiled block launches per
 #                                                           # phase against its host time (host_mix --launches at 32
 #                                                           # tokens a row); compiled-launch-rows: the compiled sweep
-#                                                           # rows' launches at their own sizes (profiled)
+#                                                           # rows' launches at their own sizes (profiled); launch-rate:
+#                                                           # host per kernel a compiled graph launches, then the rows
 #   bash benchmarks/device/trainer_sweep.sh compiled-hf     # one GPU: seven compiled rows of earlier families, held out
 #                                                           # from the compiled host floor of one call a phase
 #   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
@@ -351,6 +352,12 @@ PY
         --out "$OUT/host_mix_launches.jsonl" --only "$LAUNCH_FAMILIES" 2>&1 | quiet | grep "blocks fwd\|Error\|error" \
         | cut -c1-200
     done ;;
+  launch-rate)  # the host's time per kernel a compiled graph launches (compiled_launch_rate.py), the speed probes
+                # first; then compiled-launch-rows
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    timeout 200 python benchmarks/compiled_launch_rate.py --out "$OUT/launch_rate.jsonl" 2>&1 | quiet | tail -8
+    bash "$0" compiled-launch-rows ;;
   compiled-launch-rows)  # the kernels each compiled block of the compiled sweep rows launches at their own sizes
     timeout 420 python benchmarks/profile_timeline.py --only "$LAUNCH_ROWS" --steps 2 --out "$OUT/timeline.jsonl" \
       --save-trace /tmp/launch_traces 2>&1 | quiet | grep '^{' | cut -c1-120
