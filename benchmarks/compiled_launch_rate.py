@@ -1,7 +1,7 @@
 """Host time per kernel a compiled graph launches (cost_models.host host_us_per_compiled_launch), apart from the
-rest of a block: a torch.compile'd chain of `n` centrings (x - mean(x): a reduction each, which no kernel can
-share with the next, its output allocated as in a block), forward and backward, on tensors small enough that the
-GPU never paces the host. Each graph's kernels are counted in one profiled call (profile_timeline.launch_regions);
+rest of a block: a torch.compile'd chain of `n` small linear layers with a ReLU (a cuBLAS GEMM and a Triton
+kernel each forward and backward, their outputs allocated as in a block: a block's own mix of launches), on
+tensors small enough that the GPU never paces the host. Each graph's kernels are counted in one profiled call (profile_timeline.launch_regions);
 the host time per call against them (interleaved, medians) has the per-launch rate as its slope and the graph
 call as its intercept; run beside `calibrate --trainer --rescale` to bring the rate to the base profile's host.
 
@@ -18,14 +18,15 @@ import time
 import numpy as np
 import torch
 
-COUNTS = (4, 8, 16, 32, 64)
+COUNTS = (2, 4, 8, 16, 32)
 
 
-def chain(n: int):
-    """n centrings, a kernel each forward and backward (a reduction and its epilogue)."""
+def chain(n: int, w: torch.Tensor):
+    """n GEMMs, each followed by a ReLU: two kernels a layer forward, two backward (the ReLU's mask times the
+    gradient, the input gradient's GEMM; `w` takes no gradient)."""
     def f(x: torch.Tensor) -> torch.Tensor:
-        for i in range(n):
-            x = (x - x.mean()) * (1.0 + 0.001 * i)
+        for _ in range(n):
+            x = torch.relu(x @ w)
         return x
     return f
 
@@ -50,8 +51,9 @@ def kernels(fn, x: torch.Tensor) -> tuple[float, float]:
 
 
 def measure(rounds: int, calls: int) -> list[dict]:
-    x = torch.randn(4096, device="cuda", requires_grad=True)
-    fns = {n: torch.compile(chain(n)) for n in COUNTS}
+    x = torch.randn(64, 64, device="cuda", requires_grad=True)
+    w = torch.randn(64, 64, device="cuda") / 8
+    fns = {n: torch.compile(chain(n, w)) for n in COUNTS}
     for fn in fns.values():  # compile, warm up
         for _ in range(3):
             fn(x).sum().backward()

@@ -357,7 +357,7 @@ PY
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
     timeout 200 python benchmarks/compiled_launch_rate.py --out "$OUT/launch_rate.jsonl" 2>&1 | quiet | tail -8
-    bash "$0" compiled-launch-rows ;;
+    [ -n "$RATE_ONLY" ] || bash "$0" compiled-launch-rows ;;
   compiled-launch-rows)  # the kernels each compiled block of the compiled sweep rows launches at their own sizes
     timeout 420 python benchmarks/profile_timeline.py --only "$LAUNCH_ROWS" --steps 2 --out "$OUT/timeline.jsonl" \
       --save-trace /tmp/launch_traces 2>&1 | quiet | grep '^{' | cut -c1-120
