@@ -291,10 +291,12 @@ def _op_kind(node: Any) -> str:
     return "view" if base in _VIEWS else "fused"
 
 
-def _groups(nodes: list, kind: dict, joins: Callable[[Any, Any], bool]) -> list[list]:
-    """The graph's fused, view and barrier nodes joined through their data edges where `joins(node, input)`,
-    as groups (union-find), those of views alone left out."""
-    parent = {n: n for n in nodes if kind[n] in ("fused", "view", "barrier")}
+def _groups(nodes: list, kind: dict, kinds: tuple[str, ...], joins: Callable[[Any, Any, Any, Any], bool],
+            merged: Callable[[Any, Any], None] | None = None) -> list[list]:
+    """The graph's nodes of `kinds` joined through their data edges (union-find) where `joins(node, input, the
+    input's group, the node's group)` (groups by their root node; `merged(root, into)` after each join), as
+    groups, those of views alone left out."""
+    parent = {n: n for n in nodes if kind[n] in kinds}
 
     def root(n: Any) -> Any:
         while parent[n] is not n:
@@ -304,8 +306,13 @@ def _groups(nodes: list, kind: dict, joins: Callable[[Any, Any], bool]) -> list[
 
     for n in parent:
         for u in n.all_input_nodes:
-            if u in parent and joins(n, u):
-                parent[root(u)] = root(n)
+            if u not in parent:
+                continue
+            a, b = root(u), root(n)
+            if a is not b and joins(n, u, a, b):
+                parent[a] = b
+                if merged is not None:
+                    merged(a, b)
     groups: dict[Any, list] = {}
     for n in parent:
         groups.setdefault(root(n), []).append(n)
@@ -327,7 +334,8 @@ def fused_bytes(gm: torch.fx.GraphModule) -> int:
     nodes = list(gm.graph.nodes)
     kind = {n: _op_kind(n) for n in nodes}
     total = 0
-    for members in _groups(nodes, kind, lambda n, u: "barrier" not in (kind[n], kind[u])):  # a barrier: its own
+    # a barrier is a group of its own
+    for members in _groups(nodes, kind, ("fused", "view", "barrier"), lambda n, u, *_: "barrier" not in (kind[n], kind[u])):
         inside = set(members)
         moved: set[StorageWeakRef] = set()
         for m in members:
@@ -349,6 +357,8 @@ def fused_bytes(gm: torch.fx.GraphModule) -> int:
 # gradient (a sum over the tokens) in another
 _REDUCTIONS = frozenset(("sum", "mean", "amax", "amin", "max", "min", "var_mean", "var", "std", "prod", "argmax",
                          "argmin", "any", "all", "logsumexp"))
+
+
 def _reduction_shape(node: Any) -> tuple[int, int, bool] | None:
     """(outputs, elements reduced into each, over the leading dimensions) of a reduction node, else None."""
     name = str(node.target)
@@ -378,42 +388,21 @@ def _kernel_groups(nodes: list, kind: dict) -> list[list]:
     bit = {n: 1 << i for i, n in enumerate(m for m in nodes if kind[m] in ("extern", "barrier"))}
     up: dict[Any, int] = {}
     for n in nodes:  # library kernels at or before each node
-        up[n] = bit.get(n, 0)
-        for u in n.all_input_nodes:
-            up[n] |= up[u]
+        up[n] = bit.get(n, 0) | functools.reduce(operator.or_, (up[u] for u in n.all_input_nodes), 0)
     down: dict[Any, int] = {}
     for n in reversed(nodes):  # ... at or after it
-        down[n] = bit.get(n, 0)
-        for w in n.users:
-            down[n] |= down.get(w, 0)
-    parent = {n: n for n in nodes if kind[n] in ("fused", "view")}
-    ups = {n: up[n] for n in parent}
-    downs = {n: down[n] for n in parent}
+        down[n] = bit.get(n, 0) | functools.reduce(operator.or_, (down[w] for w in n.users), 0)
 
-    def root(n: Any) -> Any:
-        while parent[n] is not n:
-            parent[n] = parent[parent[n]]
-            n = parent[n]
-        return n
+    def joins(_n: Any, u: Any, a: Any, b: Any) -> bool:
+        shared_view = kind[u] == "view" and len(u.users) > 1 and all(kind[w] != "fused" for w in u.all_input_nodes)
+        # joined, the group would hold a library kernel's input and its output
+        return not shared_view and not (down[a] & up[b] or down[b] & up[a])
 
-    def shared_view(u: Any) -> bool:
-        return kind[u] == "view" and len(u.users) > 1 and all(kind[w] != "fused" for w in u.all_input_nodes)
+    def merged(a: Any, b: Any) -> None:
+        up[b] |= up[a]
+        down[b] |= down[a]
 
-    for n in parent:
-        for u in n.all_input_nodes:
-            if u not in parent or shared_view(u):
-                continue
-            a, b = root(u), root(n)
-            # joined, the group would hold a kernel's input and output (a cycle through that kernel)
-            if a is b or downs[a] & ups[b] or downs[b] & ups[a]:
-                continue
-            parent[a] = b
-            ups[b] |= ups[a]
-            downs[b] |= downs[a]
-    groups: dict[Any, list] = {}
-    for n in parent:
-        groups.setdefault(root(n), []).append(n)
-    return [m for m in groups.values() if not all(kind[x] == "view" for x in m)]
+    return _groups(nodes, kind, ("fused", "view"), joins, merged)
 
 
 def launches(gm: torch.fx.GraphModule) -> Launches:

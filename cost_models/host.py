@@ -79,7 +79,7 @@ HOST_TERMS = ("host_us_per_op_dtensor", "host_us_per_tp_collective", "host_us_pe
 # keys measured per block (benchmarks/host_mix.py), which the probes cannot tell apart: per-op checkpointing's
 # work per op and per parameter tensor (the probes hold one per-op-checkpointed llama, whose two counts move
 # together), and a compiled block's host work per kernel beside its call (the two compiled probes launch about as
-# many kernels a block, 40 and 42 a micro-batch). The profile's values are held when `calibrate --trainer` fits the others; `--rescale` scales them
+# many kernels a block, 38 and 35 a micro-batch). The profile's values are held when `calibrate --trainer` fits the others; `--rescale` scales them
 # with the rest
 HELD_TERMS = ("host_us_per_op_sac", "host_us_per_sac_tensor", "host_us_per_compiled_launch")
 _FIELD = {"host_us_per_op_dtensor": "dtensor_op_s", "host_us_per_op_sac": "sac_op_s",

@@ -135,3 +135,24 @@ def test_repeated_measurements_are_scored_each_and_by_their_median(tmp_path, mon
     assert totals["within_10"] == 1 and totals["medians_within_10"] == 1
     assert totals["median_error_mean"] == pytest.approx(0.0)
     assert totals["own_mean_distance"] == pytest.approx((0 + 0.25 + 0.25) / 3)
+
+
+def test_launch_regions_counts_each_compiled_calls_launches_and_names_their_kernels():
+    """profile_timeline.launch_regions: per compiled region kind, the median call's host time and launches (the
+    runtime's and the driver's launch calls inside the call on its thread), and the kernels those launches issued,
+    matched by correlation id; a launch on another thread or outside the call is not the call's."""
+    import profile_timeline as pt
+
+    def x(name, cat, ts_, dur, tid, corr=None):
+        return {"ph": "X", "name": name, "cat": cat, "ts": ts_, "dur": dur, "tid": tid,
+                **({"args": {"correlation": corr}} if corr is not None else {})}
+    events = [x("Torch-Compiled Region: 0/0", "cpu_op", 0, 100, 1), x("Torch-Compiled Region: 0/0", "cpu_op", 200, 50, 1),
+              x("cudaLaunchKernel", "cuda_runtime", 10, 5, 1, 7), x("cuLaunchKernel", "cuda_driver", 20, 5, 1, 8),
+              x("cuLaunchKernel", "cuda_driver", 20, 5, 2, 9),      # another thread
+              x("cudaLaunchKernel", "cuda_runtime", 150, 5, 1, 10),  # between the calls
+              x("cudaLaunchKernel", "cuda_runtime", 210, 5, 1, 11),
+              x("nvjet_gemm", "kernel", 15, 5, 9, 7), x("triton_poi_fused_0", "kernel", 30, 5, 9, 8),
+              x("triton_red_fused_1", "kernel", 220, 5, 9, 11)]
+    got = pt.launch_regions({"traceEvents": events})["Torch-Compiled Region"]
+    assert got["calls"] == 2 and got["host_us"] == 75 and got["launches"] == 1.5
+    assert got["kernels"] == ["triton_red_fused_1"]  # the lower median call: one launch
