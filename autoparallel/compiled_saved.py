@@ -55,7 +55,7 @@ import torch
 from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from cost_models.compute import Launches
+from cost_models.graph import Launches
 
 __all__ = ["CompiledBlock", "compiled_block", "compiled_saved_bytes", "fused_bytes", "launches"]
 

@@ -38,8 +38,10 @@ if TYPE_CHECKING:
 ENV_DIR = "AUTOPARALLEL_CACHE_DIR"
 FORMAT = 3   # bump when the pickled layout of OpGraph changes in a way source hashes miss
 _PACKAGE = Path(__file__).resolve().parent
-# Sources whose code decides the traced graph of a spec-built model.
-_TRACER_SOURCES = ("tracer.py", "compiled_saved.py", "replicate.py", "graph.py", "specs.py", "plan.py", "hf.py", "models")
+# Sources whose code decides the traced graph of a spec-built model, and the module defining the pickled classes
+# (an OpGraph field added there would be missing from an older entry)
+_TRACER_SOURCES = ("tracer.py", "compiled_saved.py", "replicate.py", "graph.py", "specs.py", "plan.py", "hf.py", "models",
+                   "../cost_models/graph.py")
 
 
 def default_cache_dir() -> Path:

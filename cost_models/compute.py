@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -410,33 +409,6 @@ def compiled_times(times: np.ndarray, matmul: np.ndarray, moved: np.ndarray, pro
     return np.where(matmul, times, times * frac)
 
 
-# Inductor splits a reduction over the leading (token) dimensions into two kernels, partial sums over blocks of
-# rows and then their sum, when it has too few outputs to fill the GPU: fewer than 64 per multiprocessor (132 on
-# an H100 or H200) and more than 4 x 32 elements reduced into each (torch/_inductor/ir.py Reduction.num_splits,
-# choices.reduction_split_factor). That is every norm weight's and linear bias's gradient at a real micro-batch:
-# a 350M GPT block's compiled backward launched 25 kernels at 32 tokens a micro-batch and 42 at 16384 (s77)
-SPLIT_MAX_OUTPUTS = 64 * 132
-SPLIT_MIN_REDUCED = 4 * 32
-
-
-@dataclass(frozen=True)
-class Launches:
-    """The kernels one phase of a compiled block launches: `fixed`, those of its library kernels (GEMM,
-    attention), barriers and fused groups (one per reduction shape, one for a group without reductions), and
-    `outer`, (outputs, elements reduced into each per traced sample) of each reduction over the leading
-    dimensions: one more kernel where Inductor splits it (`at`)."""
-    fixed: int
-    outer: tuple[tuple[int, float], ...] = ()
-
-    def per_sample(self, batch: float) -> Launches:
-        """The same with `outer`'s reduced elements per sample of a trace at `batch` samples."""
-        return Launches(self.fixed, tuple((n, r / max(batch, 1.0)) for n, r in self.outer))
-
-    def at(self, samples: float) -> int:
-        """Kernels launched at `samples` samples (of a per-sample count) per call."""
-        return self.fixed + sum(1 for n, r in self.outer if n < SPLIT_MAX_OUTPUTS and r * samples > SPLIT_MIN_REDUCED)
-
-
 # A compiled block's forward call costs the host more than its backward's: at 32 tokens a row the forwards
 # of six families took 1.52 ms on average beyond their FSDP2 per-tensor work, the backwards 1.01 ms
 # (benchmarks/results/raw/host_mix_compiled_s36.jsonl). The calibrated per-call term is their mean; each
@@ -448,7 +420,7 @@ def compiled_host_floor(per_call_s: float, phase: str, per_launch_s: float = 0.0
     """Host time of one phase of a compiled block [s]: its graph call's guards and wrappers (cost_models.host
     host_us_per_compiled_call), the same for any op count (compiled, Gemma 3's blocks of 121 traced forward ops
     took the host about as long as a llama's of 63), and per kernel it launches (host_us_per_compiled_launch,
-    `Launches`) Inductor's generated launcher and the buffers around it: a 350M GPT block's compiled backward
+    graph.Launches) Inductor's generated launcher and the buffers around it: a 350M GPT block's compiled backward
     took 0.61 ms more host at 16384 tokens a micro-batch than at 32, for the 17 kernels of its split reductions
     (s77). Compiled steps of small models are host-bound too: the GPT's left its GPU idle 17-27 ms."""
     return per_call_s * COMPILED_CALL_SHARE[phase] + per_launch_s * launches

@@ -33,7 +33,7 @@ from typing import Any
 
 import networkx as nx
 
-from cost_models.compute import Launches, saved_under_op_sac
+from cost_models.compute import saved_under_op_sac
 
 __all__ = ["PARAM_KINDS", "ExpertGroup", "OpGraph", "ParamOp", "RegionCost"]
 
@@ -92,6 +92,34 @@ class RegionCost:
     saved_bytes: int = 0
     fwd_ops: int = 0
     bwd_ops: int = 0
+
+
+# Inductor splits a reduction over the leading (token) dimensions into two kernels, partial sums over blocks of
+# rows and then their sum, when it has too few outputs to fill the GPU: fewer than 64 per multiprocessor (132 on
+# an H100 or H200) and more than 4 x 32 elements reduced into each (torch/_inductor/ir.py Reduction.num_splits,
+# choices.reduction_split_factor). That is every norm weight's and linear bias's gradient at a real micro-batch:
+# a 350M GPT block's compiled backward launched 24 kernels at 32 tokens a micro-batch and 35 at 512 (s78, cuBLAS's
+# split-K reduce kernels aside), one more for each of its ten bias and LayerNorm parameter gradients
+SPLIT_MAX_OUTPUTS = 64 * 132
+SPLIT_MIN_REDUCED = 4 * 32
+
+
+@dataclass(frozen=True)
+class Launches:
+    """The kernels one phase of a compiled block launches: `fixed`, those of its library kernels (GEMM,
+    attention), barriers and fused groups (one per reduction shape, one for a group without reductions), and
+    `outer`, (outputs, elements reduced into each per traced sample) of each reduction over the leading
+    dimensions: one more kernel where Inductor splits it (`at`)."""
+    fixed: int
+    outer: tuple[tuple[int, float], ...] = ()
+
+    def per_sample(self, batch: float) -> Launches:
+        """The same with `outer`'s reduced elements per sample of a trace at `batch` samples."""
+        return Launches(self.fixed, tuple((n, r / max(batch, 1.0)) for n, r in self.outer))
+
+    def at(self, samples: float) -> int:
+        """Kernels launched at `samples` samples (of a per-sample count) per call."""
+        return self.fixed + sum(1 for n, r in self.outer if n < SPLIT_MAX_OUTPUTS and r * samples > SPLIT_MIN_REDUCED)
 
 
 @dataclass

@@ -50,7 +50,7 @@ drains the GPU queue. Each is one calibration term (microseconds), per unit of w
                                 they traced 38 ops (GPT) or 121 (Gemma 3), their eager forwards 1.3-3.5 ms
                                 (benchmarks/host_mix.py, docs/host_mix.md); per traced op, Gemma 3's compiled
                                 step was predicted host-paced at 542 ms and ran GPU-paced at 293
-  host_us_per_compiled_launch   per kernel a compiled block launches in a phase (compute.Launches: its library
+  host_us_per_compiled_launch   per kernel a compiled block launches in a phase (graph.Launches: its library
                                 kernels, fused groups and split reductions), on top of the call: Inductor's
                                 launcher and buffer handling around each. The probes cannot fit it (their two
                                 compiled blocks launch about as many kernels); the reductions Inductor splits at

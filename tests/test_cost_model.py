@@ -615,7 +615,7 @@ def test_a_compiled_block_pays_its_host_call_per_phase_whatever_its_op_count(mod
 
 def test_a_compiled_block_pays_per_kernel_it_launches_and_its_split_reductions_grow_with_the_micro_batch():
     """cost_models.host host_us_per_compiled_launch: beside its call, a compiled block's phase costs the host
-    per kernel it launches (compute.Launches, OpGraph.compiled_launches). A tiny llama block launches 14 kernels
+    per kernel it launches (graph.Launches, OpGraph.compiled_launches). A tiny llama block launches 14 kernels
     forward (7 GEMMs, attention, 6 fused groups) and 24 backward at 128 tokens a micro-batch (14 GEMMs, the
     attention backward's 3, 7 fused kernels); above 128 tokens Inductor splits the gradients of its two RMSNorm
     weights (sums over the tokens) into two kernels each: 26.
