@@ -81,6 +81,7 @@
 #                                                           # tokens a row); compiled-launch-rows: the compiled sweep
 #                                                           # rows' launches at their own sizes (profiled); launch-rate:
 #                                                           # host per kernel a compiled graph launches, then the rows
+#   bash benchmarks/device/trainer_sweep.sh compiled-check  # one GPU: five host-paced compiled rows, held out
 #   bash benchmarks/device/trainer_sweep.sh compiled-hf     # one GPU: seven compiled rows of earlier families, held out
 #                                                           # from the compiled host floor of one call a phase
 #   bash benchmarks/device/trainer_sweep.sh timeline        # one GPU: this VM's host factor, then the step
@@ -115,6 +116,8 @@ FAMILIES12=$FAMILIES12,1g-granitemoe-mb4x2-op,1g-glm4-eager,1g-glm4-compiled,1g-
 # compiled-launches: host_mix's families (its MODELS names), the six of host-mix-compiled first; compiled-launch-rows
 LAUNCH_FAMILIES=llama-1.3b,gpt-350m,llama3.2-1b,gemma3-1b,pythia-1.4b,phi2-16l,qwen3-1.7b,olmo2-1b,gpt2-xl,granite-3-2b,stablelm-2-1.6b,moe-1.2b-8e,qwen2.5-1.5b
 LAUNCH_SEQS=${LAUNCH_SEQS:-32 512}
+# compiled-check: host-paced compiled rows predicted with the per-kernel launch term before they ran (s80)
+COMPILED_CHECK=1g-gpt-auto,1g-gpt-mb4x2-compiled,1g-moe-auto,1g-llama-mb4x2-compiled,1g-gpt-b16-compiled
 LAUNCH_ROWS=1g-gpt-auto,1g-llama-auto,1g-qwen3-compiled,1g-phi3-compiled,1g-gemma3-compiled,1g-pythia-compiled,1g-olmo2-compiled,1g-gpt2xl-compiled,1g-moe-auto,1g-granite-compiled
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES11,$FAMILIES12
 FAMILIES13=1g-gemma2-eager,1g-gemma2-compiled,1g-gemma2-mb2x4-op,1g-exaone4-eager,1g-exaone4-compiled
@@ -363,6 +366,7 @@ PY
       --save-trace /tmp/launch_traces 2>&1 | quiet | grep '^{' | cut -c1-120
     python benchmarks/profile_timeline.py --regions-of /tmp/launch_traces/*.json.gz \
       --out "$OUT/launch_regions.jsonl" 2>&1 | cut -c1-300 ;;
+  compiled-check) held_out compiled_check "$COMPILED_CHECK" 140 ;;  # host-paced compiled rows after the launch term
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
   *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|host-mix|host-mix-compiled|host-mix-sac|compiled-hf" >&2
