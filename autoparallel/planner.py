@@ -533,7 +533,9 @@ class Planner:
             tp, sp, ep, mb, tp_span, ep_span, cp, cp_span = prefix
             t = {r: self.cm.segment_cost(key, name, tp, ep, sp, mb, "none", tp_span, ep_span, self.compile, cp, cp_span,
                                          r).total_s for r in ("none", self.fp8)}
-            hit = self._fp8_choice[prefix, name] = self.fp8 if t[self.fp8] < t["none"] else "none"
+            # a tie (a host-paced block: the same floor either way, its times equal up to rounding) keeps bf16,
+            # the precision a user gives up only for speed
+            hit = self._fp8_choice[prefix, name] = self.fp8 if t[self.fp8] < t["none"] * (1 - 1e-9) else "none"
         return hit
 
     # ---- bounds -------------------------------------------------------------------------------------------
