@@ -82,6 +82,9 @@ class HFParts:
     # the blocks take a dict into which a layer of each type stores its keys and values (Gemma 4's
     # `shared_kv_states`, written whether or not a later layer reuses them): a fresh one every forward
     kv_store: bool = False
+    # layer types the config gives no rotary parameters: their blocks get position_embeddings None (Ergo's full
+    # attention, no position embedding), as the base model's forward passes them
+    unrotated_types: tuple[str, ...] = ()
 
 
 # torchao's (one warning per optional CUDA extension its build cannot load: "Failed to load ..._C_mxfp8...so"),
@@ -284,8 +287,7 @@ def hf_parts(model: nn.Module) -> HFParts:
         raise UserError(f"{type(model).__name__}: {conv} is a convolution inside a block (a state-space or "
                         f"convolution mixer) whose layer type transformers gives no padding mask of its own, which "
                         f"autoparallel's Hugging Face forward does not run; pass a package.module:callable")
-    if by_type:
-        _check_rotary_tables(model, rotary, rotary_mod, full(layers_name), layer_types)
+    unrotated = _check_rotary_tables(model, rotary, rotary_mod, full(layers_name), layer_types) if by_type else ()
     # hyper-connections (DeepSeek V4's, HY-V4's, Qwen4-Exp's): the forward widens the embeddings into several
     # residual streams before the blocks (`inputs_embeds.unsqueeze(..)`, `hidden_states.repeat(1, 1, hc_count)`),
     # and the blocks take and return that stack; causal_lm_forward runs one stream (the trainer failed on the shapes)
@@ -339,7 +341,7 @@ def hf_parts(model: nn.Module) -> HFParts:
                    # Doge's forward builds the causal mask even where SDPA's is_causal would do: its attention adds
                    # to it; DeepSeek V3.2's indexer reads it (a keyword, or a key of the mask's kwargs dict)
                    explicit_mask=re.search(r"allow_is_causal_skip['\"]?\s*[=:]\s*False", source) is not None,
-                   padding_mask_types=padding_types, kv_store=kv_store)
+                   padding_mask_types=padding_types, kv_store=kv_store, unrotated_types=unrotated)
 
 
 def _head_path(model: nn.Module, base_path: str) -> str:
@@ -369,18 +371,24 @@ def _rotary_tables(rotary: nn.Module) -> list[str]:
 
 
 def _check_rotary_tables(model: nn.Module, rotary: str, rotary_mod: nn.Module, layers: str,
-                         kinds: list[str | None]) -> None:
-    """causal_lm_forward gives each block the rotary table of its layer type; a block whose type has none is one
-    error (DeepSeek V4's attention picks "main" or "compress" itself from a dict its base model passes)."""
+                         kinds: list[str | None]) -> tuple[str, ...]:
+    """causal_lm_forward gives each block the rotary table of its layer type. The layer types the config gives no
+    rotary parameters (`rope_parameters[type]` None: Ergo's full-attention layers use no position embedding, and
+    its base model passes them None) are returned; a block of any other type without a table is one error
+    (DeepSeek V4's attention picks "main" or "compress" itself from a dict its base model passes)."""
     from autoparallel.errors import UserError
 
     tables = _rotary_tables(rotary_mod)
+    params = getattr(getattr(rotary_mod, "config", None), "rope_parameters", None)
+    unrotated = tuple(sorted({k for k in kinds if k not in tables and isinstance(params, dict) and k in params
+                              and params[k] is None}))
     for i, kind in enumerate(kinds):
-        if kind not in tables:
+        if kind not in tables and kind not in unrotated:
             raise UserError(f"{type(model).__name__}: {layers}.{i} is a layer of type {kind!r}, for which {rotary} "
                             f"({type(rotary_mod).__name__}) holds no rotary table (it holds {tables}); autoparallel's "
                             f"Hugging Face forward gives each block the table of its layer type, so this architecture "
                             f"is not supported there; pass a package.module:callable")
+    return unrotated
 
 
 def _padding_mask_types(kinds: list[str | None]) -> tuple[str, ...]:
@@ -739,8 +747,8 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     for layer in layers if layers is not None else ():
         kind = _layer_type(layer) if parts.rotary_by_layer_type or parts.padding_mask_types or by_kind else None
         if rotary is not None and parts.rotary_by_layer_type:
-            if kind not in tables:
-                tables[kind] = rotary(h, positions[None], kind)
+            if kind not in tables:  # a layer type without rotary parameters takes none (Ergo's full attention)
+                tables[kind] = None if kind in parts.unrotated_types else rotary(h, positions[None], kind)
             kwargs["position_embeddings"] = tables[kind]
         if "attention_mask" in kwargs:  # a recurrent layer zeroes padded tokens by the [B, S] mask itself (HF's)
             if kind in parts.padding_mask_types:

@@ -124,6 +124,10 @@ def config(name: str):
     if name == "rwkv":
         return T.RwkvConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, attention_hidden_size=64,
                             intermediate_size=128, context_length=64)
+    if name == "ergo":  # transformers >= 5.25: its full-attention layers take no position embedding (NoPE)
+        return T.ErgoConfig(**_KW, first_dense_intermediate_size=64, moe_intermediate_size=32,
+                            shared_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                            global_attention_every_n_layers=2, sliding_window=64)
     if name == "deepseek_v4":
         return T.DeepseekV4Config(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                   num_key_value_heads=2, head_dim=8, qk_rope_head_dim=8, q_lora_rank=32,

@@ -428,6 +428,29 @@ def test_training_forward_equals_the_models_own(name):
         assert torch.equal(mine(ids, left)[valid], model(input_ids=ids, attention_mask=left).logits[valid])
 
 
+def test_a_layer_type_without_rotary_parameters_gets_no_position_embedding():
+    """Ergo's config gives its full-attention layers no rotary parameters (`rope_parameters["full_attention"]`
+    None) and its base model passes them position_embeddings None; autoparallel's forward does the same (it had
+    refused the model: no rotary table for that layer type), with the model's own logits."""
+    import copy
+
+    import transformers
+
+    from autoparallel.hf import hf_parts, install_forward
+
+    if not hasattr(transformers, "ErgoConfig"):
+        pytest.skip("Ergo is in transformers >= 5.25")
+    model = HF.build("ergo")
+    parts = hf_parts(model)
+    assert model.config.layer_types == ["sliding_attention", "full_attention"]
+    assert parts.rotary_by_layer_type and parts.unrotated_types == ("full_attention",)
+    ids = HF.batches(1)[0]["input_ids"]
+    mine = copy.deepcopy(model)
+    install_forward(mine, parts)
+    with torch.no_grad():
+        assert torch.equal(mine(ids), model(input_ids=ids).logits)
+
+
 @pytest.mark.parametrize("name, message", [
     ("ctrl", r"transformer holds \['pos_encoding'\] itself"),
     ("xglm", r"runs \['embed_positions'\] \(XGLMSinusoidalPositionalEmbedding\) before its blocks"),
