@@ -26,11 +26,13 @@ file of a model_type the catalog does not implement, given to the CLI) imports i
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import inspect
 import logging
 import re
+import textwrap
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -322,6 +324,16 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"forward does not pass between blocks; this architecture is not supported there (set it "
                         f"to 0 for a model whose layers each compute their own); pass a package.module:callable")
     none_args = _required_block_args(model, blocks[0], rotary is not None) if len(blocks) else ()
+    if "shared" in (getattr(config, "indexer_types", None) or ()):
+        # GLM-5's DSA: a "shared" layer reuses the top-k of the layer before it, which its base forward passes as
+        # `prev_topk_indices` from layer to layer (and no pipeline stage could); "full" layers select their own
+        raise UserError(f"{type(model).__name__}: config.indexer_types has 'shared' layers, which reuse an earlier "
+                        f"layer's top-k selection that autoparallel's Hugging Face forward does not pass between "
+                        f"blocks; this architecture is not supported there (every layer 'full' is); pass a "
+                        f"package.module:callable")
+    inputs = set(inspect.signature(type(base).forward).parameters)
+    for block in {type(b): b for b in blocks}.values():
+        _check_passed_block_args(model, block, source, none_args, inputs)
     table = kinds[positions] if positions is not None else None
     takes_all = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     # a table whose forward takes position ids by keyword beside other arguments (OPT's and BioGPT's, the mask
@@ -467,6 +479,47 @@ def _required_block_args(model: nn.Module, block: nn.Module, rotary: bool) -> tu
             raise UserError(f"{type(model).__name__}: its blocks require the argument {name!r}, which autoparallel's "
                             f"Hugging Face path does not compute ({why})")
     return missing
+
+
+# block arguments a base model passes that carry no value the forward needs: the generation cache and its flags
+# (causal_lm_forward trains without a cache), and the dict of Gemma 4's shared keys and values (HFParts.kv_store)
+# (and GLM-5's `prev_topk_indices`, which only its "shared" indexer layers read: those are refused by config)
+_UNNEEDED_BLOCK_ARGS = frozenset(("cache", "past_key_values", "past_key_value", "layer_past", "use_cache",
+                                  "output_attentions", "output_router_logits", "cache_position", "shared_kv_states",
+                                  "prev_topk_indices"))
+
+
+def _check_passed_block_args(model: nn.Module, block: nn.Module, source: str, none_args: tuple[str, ...],
+                             inputs: set[str]) -> None:
+    """A block argument with a default that the base model's forward (`source`) computes and passes by keyword
+    (Beam's `attention_scaling`, its NoPE layers' position-dependent query scale) would take its default in
+    causal_lm_forward, which passes BLOCK_ARGS only: a silently different model, so one error. An argument the
+    base forward only hands on from its own `inputs` (GPT-2's `encoder_hidden_states`) is None in a causal LM's
+    training step, as the default is."""
+    from autoparallel.errors import UserError
+
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return
+    calls: dict[str, list[ast.expr]] = {}  # keyword -> the values the forward's calls pass it
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            for kw in node.keywords:
+                if kw.arg is not None:
+                    calls.setdefault(kw.arg, []).append(kw.value)
+    params = list(inspect.signature(block.forward).parameters.values())[1:]
+    for p in params:
+        if p.kind not in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
+            continue
+        if p.name in BLOCK_ARGS or p.name in none_args or p.name in _UNNEEDED_BLOCK_ARGS:
+            continue
+        if any(not (isinstance(v, ast.Name) and v.id in inputs or isinstance(v, ast.Constant) and v.value is None)
+               for v in calls.get(p.name, ())):
+            raise UserError(f"{type(model).__name__}: its base model passes its blocks ({type(block).__name__}) the "
+                            f"argument {p.name!r}, which autoparallel's Hugging Face forward does not compute (the "
+                            f"blocks would take its default: a different model); this architecture is not "
+                            f"supported there; pass a package.module:callable")
 
 
 def computes(module: nn.Module) -> bool:

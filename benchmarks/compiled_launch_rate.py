@@ -34,19 +34,11 @@ def chain(n: int, w: torch.Tensor):
 def kernels(fn, x: torch.Tensor) -> tuple[float, float]:
     """Kernels one call of compiled `fn` launches in its forward graph and its backward graph (one profiled call)."""
     import sys
-    import tempfile
     from pathlib import Path
 
-    from torch.profiler import ProfilerActivity, profile
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from profile_timeline import LAUNCH_REGIONS, launch_regions
-    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-        fn(x).sum().backward()
-        torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        regions = launch_regions(json.loads(path.read_text()))
+    from profile_timeline import LAUNCH_REGIONS, regions_of_call
+    regions = regions_of_call(lambda: fn(x).sum().backward())
     return tuple(regions.get(k, {}).get("launches", float("nan")) for k in LAUNCH_REGIONS[:2])
 
 

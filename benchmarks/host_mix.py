@@ -104,18 +104,8 @@ def launches_of(trainer: Any, batch: Any) -> dict[str, dict[str, float]]:
     """One profiled step: per compiled region kind (a block's graph call, its CompiledFunctionBackward), the
     calls and per call the kernels it launched (profile_timeline.launch_regions). Counted apart from the timed
     steps: the profiler's own host work is not the step's."""
-    import tempfile
-
-    import torch
-    from profile_timeline import launch_regions
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-        trainer.step(batch)
-        torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        return launch_regions(json.loads(path.read_text()))
+    from profile_timeline import regions_of_call
+    return regions_of_call(lambda: trainer.step(batch))
 
 
 def measure_one(model: str, compile_: bool, steps: int, recompute: str = "none",

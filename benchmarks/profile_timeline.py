@@ -115,6 +115,19 @@ def launch_regions(trace: dict) -> dict[str, dict[str, float]]:
     return out
 
 
+def regions_of_call(fn: Any) -> dict[str, dict[str, float]]:
+    """`launch_regions` of one profiled call of `fn` (CPU and CUDA activity, the device synchronized after)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        return launch_regions(json.loads(path.read_text()))
+
+
 def summarize(trace: dict, steps: int) -> dict[str, Any]:
     kernels = sorted(_kernels(trace), key=lambda e: e["ts"])
     if not kernels:

@@ -118,7 +118,7 @@ class Launches:
         return Launches(self.fixed, tuple((n, r / max(batch, 1.0)) for n, r in self.outer))
 
     def at(self, samples: float) -> int:
-        """Kernels launched at `samples` samples (of a per-sample count) per call."""
+        """Kernels launched by one call on `samples` samples (`outer` per sample, as `per_sample` leaves it)."""
         return self.fixed + sum(1 for n, r in self.outer if n < SPLIT_MAX_OUTPUTS and r * samples > SPLIT_MIN_REDUCED)
 
 

@@ -53,9 +53,10 @@ drains the GPU queue. Each is one calibration term (microseconds), per unit of w
   host_us_per_compiled_launch   per kernel a compiled block launches in a phase (graph.Launches: its library
                                 kernels, fused groups and split reductions), on top of the call: Inductor's
                                 launcher and buffer handling around each. The probes cannot fit it (their two
-                                compiled blocks launch about as many kernels); the reductions Inductor splits at
-                                real token counts (a GPT block's norm and bias gradients: 17 more kernels a
-                                backward) set it: a HELD_TERMS entry, measured (benchmarks/host_mix.py --launches)
+                                compiled blocks launch about as many kernels); a GPT block's backward, which
+                                launches 17 more at 16384 tokens a micro-batch than at 32 (its norm and bias
+                                gradients split, cuBLAS's split-K), sets it: a HELD_TERMS entry, measured
+                                (benchmarks/host_mix.py --launches, profile_timeline.py --regions-of)
 
 Profiles without these keys (every uncalibrated one) charge nothing for them. `autoparallel calibrate
 --trainer` fits them, with the per-op rates, from AutoParallelTrainer's own steps on small host-bound
@@ -79,8 +80,8 @@ HOST_TERMS = ("host_us_per_op_dtensor", "host_us_per_tp_collective", "host_us_pe
 # keys measured per block (benchmarks/host_mix.py), which the probes cannot tell apart: per-op checkpointing's
 # work per op and per parameter tensor (the probes hold one per-op-checkpointed llama, whose two counts move
 # together), and a compiled block's host work per kernel beside its call (the two compiled probes launch about as
-# many kernels a block, 38 and 35 a micro-batch). The profile's values are held when `calibrate --trainer` fits the others; `--rescale` scales them
-# with the rest
+# many kernels a block, 38 and 35 a micro-batch). The profile's values are held when `calibrate --trainer` fits
+# the others; `--rescale` scales them with the rest
 HELD_TERMS = ("host_us_per_op_sac", "host_us_per_sac_tensor", "host_us_per_compiled_launch")
 _FIELD = {"host_us_per_op_dtensor": "dtensor_op_s", "host_us_per_op_sac": "sac_op_s",
           "host_us_per_tp_collective": "tp_collective_s", "host_us_per_fsdp_collective": "fsdp_collective_s",

@@ -451,6 +451,38 @@ def test_a_layer_type_without_rotary_parameters_gets_no_position_embedding():
         assert torch.equal(mine(ids), model(input_ids=ids).logits)
 
 
+def test_a_block_argument_the_base_model_computes_is_one_error():
+    """Beam's full-attention layers take no position embedding, as Ergo's, but its base model also computes a
+    position-dependent query scale for them and passes it as `attention_scaling`, which causal_lm_forward would
+    not (a different model: benchmarks/hf_coverage.py measured its logits 2.6e-4 apart): one error naming the
+    argument. An argument the base model only hands on from its own inputs (GPT-2's `encoder_hidden_states`,
+    None in a causal LM) keeps the model running as its own; GLM-5's "shared" indexer layers, which read the top-k
+    the layer before them returns, are refused by their config."""
+    import sys
+    from pathlib import Path
+
+    import transformers
+
+    from autoparallel.errors import UserError
+    from autoparallel.hf import hf_parts
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import hf_coverage
+    if not hasattr(transformers, "BeamConfig"):
+        pytest.skip("Beam is in transformers >= 5.25")
+    beam = hf_coverage.check("beam")
+    assert beam["result"] == "refused" and "the argument 'attention_scaling'" in beam["detail"], beam
+    assert hf_coverage.check("gpt2")["result"] == "same"
+    if hasattr(transformers, "GlmMoeDsaConfig"):
+        cfg = hf_coverage.tiny_config("glm_moe_dsa")
+        assert hf_coverage.check("glm_moe_dsa")["result"] == "same"  # every indexer layer "full"
+        cfg.indexer_types = ["full", "shared"] * (cfg.num_hidden_layers // 2) + ["full"] * (cfg.num_hidden_layers % 2)
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(cfg)
+        with pytest.raises(UserError, match="config.indexer_types has 'shared' layers"):
+            hf_parts(model)
+
+
 @pytest.mark.parametrize("name, message", [
     ("ctrl", r"transformer holds \['pos_encoding'\] itself"),
     ("xglm", r"runs \['embed_positions'\] \(XGLMSinusoidalPositionalEmbedding\) before its blocks"),
