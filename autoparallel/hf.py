@@ -332,8 +332,9 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"blocks; this architecture is not supported there (every layer 'full' is); pass a "
                         f"package.module:callable")
     inputs = set(inspect.signature(type(base).forward).parameters)
+    passed = _passed_keywords(source)
     for block in {type(b): b for b in blocks}.values():
-        _check_passed_block_args(model, block, source, none_args, inputs)
+        _check_passed_block_args(model, block, passed, none_args, inputs)
     table = kinds[positions] if positions is not None else None
     takes_all = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     # a table whose forward takes position ids by keyword beside other arguments (OPT's and BioGPT's, the mask
@@ -489,25 +490,30 @@ _UNNEEDED_BLOCK_ARGS = frozenset(("cache", "past_key_values", "past_key_value", 
                                   "prev_topk_indices"))
 
 
-def _check_passed_block_args(model: nn.Module, block: nn.Module, source: str, none_args: tuple[str, ...],
-                             inputs: set[str]) -> None:
-    """A block argument with a default that the base model's forward (`source`) computes and passes by keyword
-    (Beam's `attention_scaling`, its NoPE layers' position-dependent query scale) would take its default in
-    causal_lm_forward, which passes BLOCK_ARGS only: a silently different model, so one error. An argument the
-    base forward only hands on from its own `inputs` (GPT-2's `encoder_hidden_states`) is None in a causal LM's
-    training step, as the default is."""
-    from autoparallel.errors import UserError
-
+def _passed_keywords(source: str) -> dict[str, list[ast.expr]]:
+    """keyword -> the values the calls in a base model's forward (`source`) pass it ({} where it does not parse)."""
     try:
         tree = ast.parse(textwrap.dedent(source))
     except SyntaxError:
-        return
-    calls: dict[str, list[ast.expr]] = {}  # keyword -> the values the forward's calls pass it
+        return {}
+    calls: dict[str, list[ast.expr]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             for kw in node.keywords:
                 if kw.arg is not None:
                     calls.setdefault(kw.arg, []).append(kw.value)
+    return calls
+
+
+def _check_passed_block_args(model: nn.Module, block: nn.Module, calls: dict[str, list[ast.expr]],
+                             none_args: tuple[str, ...], inputs: set[str]) -> None:
+    """A block argument with a default that the base model's forward computes and passes by keyword (`calls`,
+    `_passed_keywords`: Beam's `attention_scaling`, its NoPE layers' position-dependent query scale) would take
+    its default in causal_lm_forward, which passes BLOCK_ARGS only: a silently different model, so one error. An
+    argument the base forward only hands on from its own `inputs` (GPT-2's `encoder_hidden_states`) is None in a
+    causal LM's training step, as the default is."""
+    from autoparallel.errors import UserError
+
     params = list(inspect.signature(block.forward).parameters.values())[1:]
     for p in params:
         if p.kind not in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
