@@ -122,10 +122,15 @@ def regions_of_call(fn: Any) -> dict[str, dict[str, float]]:
     with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
         fn()
         torch.cuda.synchronize()
+    return launch_regions(json.loads(_chrome_trace(prof)))
+
+
+def _chrome_trace(prof: Any) -> str:
+    """A finished profiler's Chrome trace, as text (torch exports only to a file)."""
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "trace.json"
         prof.export_chrome_trace(str(path))
-        return launch_regions(json.loads(path.read_text()))
+        return path.read_text()
 
 
 def summarize(trace: dict, steps: int) -> dict[str, Any]:
@@ -194,14 +199,12 @@ def profile_config(cfg: Any, warmup: int, steps: int, save_trace: Path | None = 
             trainer.step(batches[i % 2])
         torch.cuda.synchronize()
         profiled = (time.perf_counter() - t) / steps
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "trace.json"
-        prof.export_chrome_trace(str(path))
-        trace = json.loads(path.read_text())
-        if save_trace is not None:  # the whole trace, for questions the summary does not answer
-            save_trace.mkdir(parents=True, exist_ok=True)
-            with gzip.open(save_trace / f"{cfg.name}.json.gz", "wt") as f:
-                f.write(path.read_text())
+    text = _chrome_trace(prof)
+    trace = json.loads(text)
+    if save_trace is not None:  # the whole trace, for questions the summary does not answer
+        save_trace.mkdir(parents=True, exist_ok=True)
+        with gzip.open(save_trace / f"{cfg.name}.json.gz", "wt") as f:
+            f.write(text)
     out = {"step_ms": round(1e3 * sorted(times)[len(times) // 2], 2), "profiled_step_ms": round(1e3 * profiled, 2),
            **summarize(trace, steps)}
     if sources:
