@@ -81,6 +81,7 @@
 #                                                           # tokens a row); compiled-launch-rows: the compiled sweep
 #                                                           # rows' launches at their own sizes (profiled); launch-rate:
 #                                                           # host per kernel a compiled graph launches, then the rows
+#   bash benchmarks/device/trainer_sweep.sh graph-breaks    # one GPU: Dynamo's graph breaks in BREAK_ROWS, named
 #   bash benchmarks/device/trainer_sweep.sh compiled-check  # one GPU: five host-paced compiled rows, held out
 #   bash benchmarks/device/trainer_sweep.sh compiled-hf     # one GPU: seven compiled rows of earlier families, held out
 #                                                           # from the compiled host floor of one call a phase
@@ -366,9 +367,13 @@ PY
       --save-trace /tmp/launch_traces 2>&1 | quiet | grep '^{' | cut -c1-120
     python benchmarks/profile_timeline.py --regions-of /tmp/launch_traces/*.json.gz \
       --out "$OUT/launch_regions.jsonl" 2>&1 | cut -c1-300 ;;
+  graph-breaks)  # Dynamo's graph breaks in compiled sweep rows (graph_breaks.py), each break's user stack logged
+    TORCH_LOGS=graph_breaks timeout 300 python benchmarks/graph_breaks.py --only "${BREAK_ROWS:-1g-moe-auto,1g-llama-auto}" \
+      --out "$OUT/graph_breaks.jsonl" > "$OUT/graph_breaks.log" 2>&1
+    grep '^{' "$OUT/graph_breaks.log" | cut -c1-600 ;;
   compiled-check) held_out compiled_check "$COMPILED_CHECK" 140 ;;  # host-paced compiled rows after the launch term
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|host-mix|host-mix-compiled|host-mix-sac|compiled-hf" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks" >&2
      exit 2 ;;
 esac
