@@ -14,6 +14,7 @@ from torch import nn
 
 from autoparallel.errors import UserError
 from autoparallel.models import GroupedExperts, MoE, build_model
+from autoparallel.models.moe import _autocast_dtype
 from autoparallel.specs import load_model, load_model_spec, parameter_count
 
 TINY = ["tiny-gpt", "tiny-llama", "tiny-moe"]
@@ -314,6 +315,33 @@ def test_grouped_experts_follow_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = ge(torch.randn(6, 8), torch.tensor([4, 2]))
     assert out.dtype == torch.bfloat16
+
+
+def test_compiled_moe_block_is_one_graph_under_autocast():
+    """The trainer compiles each block under autocast: the experts' autocast query must not split the block
+    (torch 2.11's Dynamo broke the graph at torch.amp.is_autocast_available: six graphs a block on the GPU).
+    A graph recompiled when autocast's state changes, so the constant the query folds to is never stale."""
+    import torch._dynamo as dynamo
+
+    model = make("tiny-moe", seed=3)
+    block = next(b for b in model.layers.values() if isinstance(b.mlp, MoE))
+    h = block.mlp.router.gate.in_features
+    x = torch.randn(2, 16, h)
+    dynamo.reset()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        explained = dynamo.explain(block)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+
+    def cast(t):
+        dtype = _autocast_dtype(t.device.type)
+        return t if dtype is None else t.to(dtype)
+
+    compiled = torch.compile(cast, backend="eager")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert compiled(x).dtype == torch.bfloat16
+    assert compiled(x).dtype == torch.float32
+    assert _autocast_dtype("meta") is None  # the tracer's device: no autocast there
+    dynamo.reset()
 
 
 def test_load_model_catalog_and_callable(tmp_path, monkeypatch):

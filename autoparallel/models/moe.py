@@ -47,6 +47,17 @@ def _local(w: torch.Tensor) -> torch.Tensor:
     return w.to_local() if hasattr(w, "to_local") else w
 
 
+@torch.compiler.assume_constant_result
+def _autocast_dtype(device: str) -> torch.dtype | None:
+    """Autocast's dtype on `device`, None where it is off or does not exist (the meta device). A constant to
+    Dynamo: torch 2.11 cannot trace torch.amp.is_autocast_available, and the graph break it made split each
+    compiled MoE block into six graphs on the GPU (benchmarks/graph_breaks.py, s81). Dynamo guards the autocast
+    state a graph was traced under, so a constant here is never stale."""
+    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return None
+
+
 class GroupedExperts(nn.Module):
     """E SwiGLU experts with stacked weights w1 [E, f, h] (gate), w2 [E, h, f] (down), w3 [E, f, h] (up)."""
 
@@ -68,10 +79,9 @@ class GroupedExperts(nn.Module):
         synchronization, since the group boundaries stay on the device as offsets. On meta tensors only
         the shapes matter (the FLOPs of all groups together do not depend on the split)."""
         w1, w2, w3 = _local(self.w1), _local(self.w2), _local(self.w3)
-        device = x.device.type
-        if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
+        dtype = _autocast_dtype(x.device.type)
+        if dtype is not None:
             # _grouped_mm is not on autocast's list: cast as autocast casts the inputs of F.linear.
-            dtype = torch.get_autocast_dtype(device)
             x, w1, w2, w3 = (t.to(dtype) for t in (x, w1, w2, w3))
         offs = torch.cumsum(num_tokens_per_expert, dim=0, dtype=torch.int32)
         gate = torch._grouped_mm(x, w1.transpose(-2, -1), offs=offs)
