@@ -374,12 +374,16 @@ PY
     TORCH_LOGS=graph_breaks timeout 300 python benchmarks/graph_breaks.py --only "${BREAK_ROWS:-1g-moe-auto,1g-llama-auto}" \
       --out "$OUT/graph_breaks.jsonl" > "$OUT/graph_breaks.log" 2>&1
     grep '^{' "$OUT/graph_breaks.log" | cut -c1-600 ;;
+  micro-batches)  # one and two micro-batches of the 1.3B llama, eager and compiled, profiled: what a second
+                  # micro-batch adds (the sweep's pairs: ~312 / 256 ms against 291 / 233 predicted)
+    timeout 400 python benchmarks/profile_timeline.py --only 1g-llama-auto,1g-llama-b16-compiled,1g-llama-eager,1g-llama-b16-mb8x2 \
+      --steps 2 --out "$OUT/timeline.jsonl" 2>&1 | quiet | grep '^{' | cut -c1-200 ;;
   moe-compiled)  # the catalog MoE's compiled rows once its blocks are one graph each (s82), then their breaks again
     held_out moe_compiled "$MOE_COMPILED" 330
     BREAK_ROWS=1g-moe-auto bash "$0" graph-breaks ;;
   compiled-check) held_out compiled_check "$COMPILED_CHECK" 140 ;;  # host-paced compiled rows after the launch term
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches" >&2
      exit 2 ;;
 esac
