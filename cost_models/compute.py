@@ -64,7 +64,8 @@ joins the floor; under torch.compile the non-matrix ops move a calibrated fracti
 bytes (`compiled_times`) and the floor is the compiled graph's own (`compiled_host_floor`).
 
 Optimizer step: `fsdp_update_time` for AutoParallelTrainer (FSDP2 mixed precision: the fused AdamW
-at calibration.memory_fraction.adamw, FSDP's copies at calibration.fsdp_copy_fraction), `update_time` for
+at calibration.memory_fraction.adamw, FSDP's copies at calibration.fsdp_copy_fraction, its fp32 gradient
+accumulation over micro-batches at calibration.fsdp_accumulate_fraction), `update_time` for
 Megatron-LM's layout: the mixed-precision update of a runtime that keeps fp32 master weights
 and a persistent gradient buffer (Megatron-LM's layout; CostModel._memory's accounting), per step:
     N (28 / m + (4 + p) / m_cast + g / m) / BW          fused Adam(W): reads p, g, m, v, writes p, m, v in
@@ -507,23 +508,47 @@ def fp8_gemm_times(flops: np.ndarray, cast_elements: np.ndarray, profile: Hardwa
 # FSDP2 mixed precision, bytes per unsharded local parameter and per micro-batch (d = FSDP group size):
 # an unshard casts the fp32 shard into the bf16 all-gather buffer (4/d read + 2/d written) and copies the
 # gathered bf16 parameters out (2 + 2); a gradient reduction concatenates the bf16 gradients into the
-# fp32 reduce-scatter input (2 + 4) and adds the reduced shard into the fp32 gradient (12/d); a
-# micro-batch without reduction (ZeRO 0/1 before the last) accumulates the unsharded bf16 gradient (6).
+# fp32 reduce-scatter input (2 + 4) and adds the reduced shard into the fp32 gradient (12/d).
 FSDP_GATHER_BYTES = (6.0, 4.0)       # (per 1/d, fixed)
 FSDP_REDUCE_BYTES = (12.0, 6.0)
-FSDP_ACCUMULATE_BYTES = 6.0
+# Gradients kept over micro-batches without a reduction (ZeRO 0/1 before the last, every backward but the
+# last under a pipeline), with a reduce dtype wider than the parameters' (the trainer's bf16 / fp32): FSDP2
+# upcasts the first one into an fp32 accumulator (FSDPParam.to_accumulated_grad_if_needed: 2 read + 4
+# written), adds each later one into it (accumulate_unsharded_grad_if_needed: 4 + 2 read, 4 written) and
+# reduces from fp32 (4 + 4 where a bf16 gradient's cast is 2 + 4). Without the upcast (equal dtypes)
+# autograd adds each later gradient into the p-byte one (3 p).
+FSDP_ACCUMULATE_BYTES = (6.0, 10.0, 2.0)  # (upcast, add, wider reduce input)
+
+
+def fsdp_accumulate_bytes(micro_batches: int, reductions: int, param_bytes: int, reduce_bytes: int) -> float:
+    """Bytes per unsharded local parameter that keeping gradients over micro-batches moves in a step
+    (FSDP_ACCUMULATE_BYTES): M micro-batches in M_r reduction windows; a window of one micro-batch
+    reduces its gradient as it comes.
+
+        M_r (6 + 2) + (M - M_r) 10      reduce dtype wider than the parameters' (FSDP2's fp32 accumulator)
+        (M - M_r) 3 p                   otherwise (autograd's accumulation in place)
+    """
+    kept = micro_batches - reductions
+    if kept <= 0:
+        return 0.0
+    upcast, add, reduce_input = FSDP_ACCUMULATE_BYTES
+    if reduce_bytes > param_bytes:
+        return reductions * (upcast + reduce_input) + kept * add
+    return kept * 3.0 * param_bytes
 
 
 def fsdp_update_time(optimizer_params: float, d: int, schedule: DpSchedule, micro_batches: int,
-                     profile: HardwareProfile) -> float:
+                     profile: HardwareProfile, param_bytes: int = 2, reduce_bytes: int = 4) -> float:
     """Optimizer step + FSDP2's per-micro-batch parameter and gradient copies, per unsharded local
     parameter [s] (AutoParallelTrainer's runtime; `update_time` is Megatron-LM's):
 
-        optimizer_params * 28 / m_adamw + (M_g * gather + M_r * reduce + (M - M_r) * 6) / m_copy   bytes, / BW
-        gather = 6/d + 4, reduce = 12/d + 6   (FSDP_*_BYTES)
+        optimizer_params * 28 / m_adamw + (M_g * gather + M_r * reduce) / m_copy + accumulate / m_acc   bytes, / BW
+        gather = 6/d + 4, reduce = 12/d + 6   (FSDP_*_BYTES), accumulate = fsdp_accumulate_bytes
         M_g, M_r = the schedule's unshards and reductions (comm.trainer_dp_schedule: without a pipeline M
         unshards, 2M under ZeRO-3, and M reductions under ZeRO 2/3, else 1)
-        m_adamw = calibration.memory_fraction.adamw, m_copy = calibration.fsdp_copy_fraction
+        m_adamw = calibration.memory_fraction.adamw, m_copy = calibration.fsdp_copy_fraction,
+        m_acc = calibration.fsdp_accumulate_fraction (FSDP2's upcast and add are unvectorized casting
+        kernels, about half the bandwidth; m_copy where the profile has none)
 
     The fused Adam(W) updates the fp32 shard in place (the bf16 copy is made by the next unshard) and
     the gradients are freed by zero_grad(set_to_none=True), so there is neither a master-weight copy nor
@@ -534,9 +559,10 @@ def fsdp_update_time(optimizer_params: float, d: int, schedule: DpSchedule, micr
     bw = profile.memory_bandwidth
     frac = calibrated(profile, "fsdp_copy_fraction", memory_fraction(profile, "cast"))
     copies = (schedule.unshards * (FSDP_GATHER_BYTES[0] / d + FSDP_GATHER_BYTES[1])
-              + schedule.reductions * (FSDP_REDUCE_BYTES[0] / d + FSDP_REDUCE_BYTES[1])
-              + (micro_batches - schedule.reductions) * FSDP_ACCUMULATE_BYTES)
-    return optimizer_params * ADAM_BYTES / (bw * memory_fraction(profile, "adamw")) + copies / (bw * frac)
+              + schedule.reductions * (FSDP_REDUCE_BYTES[0] / d + FSDP_REDUCE_BYTES[1]))
+    accumulate = fsdp_accumulate_bytes(micro_batches, schedule.reductions, param_bytes, reduce_bytes)
+    return (optimizer_params * ADAM_BYTES / (bw * memory_fraction(profile, "adamw")) + copies / (bw * frac)
+            + accumulate / (bw * calibrated(profile, "fsdp_accumulate_fraction", frac)))
 
 
 def update_time(params: float, accumulate_params: float, micro_batches: int, param_bytes: int, grad_bytes: int,

@@ -963,7 +963,7 @@ class CostModel:
         for the trainer, Megatron's (compute.update_time) otherwise; d = the data-parallel group size."""
         if self.runtime == "trainer":
             return fsdp_update_time(1.0 / (d if zero >= 1 else 1), d, self.dp_schedule(zero, micro_batches, pp),
-                                    micro_batches, self.profile)
+                                    micro_batches, self.profile, pb, gb)
         return update_time(1.0 / (d if zero >= 1 else 1), 1.0 / (d if zero >= 2 else 1), micro_batches, pb, gb,
                            self.profile)
 

@@ -667,20 +667,33 @@ def test_a_profile_with_the_retired_per_op_compiled_term_is_one_clear_error(tmp_
 def test_the_trainer_update_prices_adamw_and_fsdp_copies_at_their_own_fractions():
     """compute.fsdp_update_time: 28 B of AdamW per optimizer parameter at memory_fraction.adamw, and
     FSDP2's copies at fsdp_copy_fraction: at d = 4, ZeRO-3, two micro-batches, 2 x 2 unshards of
-    6/4 + 4 B, 2 reductions of 12/4 + 6 B (40 B); at ZeRO-0 one reduction, the other micro-batch
-    accumulating 6 B."""
+    6/4 + 4 B, 2 reductions of 12/4 + 6 B (40 B), nothing kept between micro-batches; at ZeRO-0 one
+    reduction, the first micro-batch's bf16 gradient upcast into FSDP2's fp32 accumulator (6 B), the
+    second's added to it (10 B) and the reduction reading fp32 (+2 B), 18 B at fsdp_accumulate_fraction;
+    with a bf16 reduction autograd adds the second gradient into the first (3 x 2 B)."""
     from cost_models.comm import trainer_dp_schedule
     from cost_models.compute import fsdp_update_time
     base = load_profile("h200")
-    prof = replace(base, calibration={**base.calibration, "fsdp_copy_fraction": 0.5,
+    prof = replace(base, calibration={**base.calibration, "fsdp_copy_fraction": 0.5, "fsdp_accumulate_fraction": 0.4,
                                       "memory_fraction": {**base.calibration["memory_fraction"], "adamw": 0.25}})
     bw = prof.memory_bandwidth
     assert fsdp_update_time(0.25, 4, trainer_dp_schedule(3, 2, False), 2, prof) == pytest.approx(0.25 * 28 / (bw * 0.25) + 40 / (bw * 0.5))
-    assert fsdp_update_time(1.0, 4, trainer_dp_schedule(0, 2, False), 2, prof) == pytest.approx(28 / (bw * 0.25) + (2 * 5.5 + 9 + 6) / (bw * 0.5))
-    # without a measured AdamW fraction the step runs at memory_bound
-    plain = replace(prof, calibration={k: v for k, v in prof.calibration.items() if k != "memory_fraction"})
+    zero0 = trainer_dp_schedule(0, 2, False)
+    assert fsdp_update_time(1.0, 4, zero0, 2, prof) == pytest.approx(
+        28 / (bw * 0.25) + (2 * 5.5 + 9) / (bw * 0.5) + 18 / (bw * 0.4))
+    assert fsdp_update_time(1.0, 4, zero0, 2, prof, reduce_bytes=2) == pytest.approx(
+        28 / (bw * 0.25) + (2 * 5.5 + 9) / (bw * 0.5) + 6 / (bw * 0.4))
+    # four micro-batches under a pipeline (one unshard, one reduction): three adds
+    assert fsdp_update_time(1.0, 1, trainer_dp_schedule(1, 4, True), 4, prof) == pytest.approx(
+        28 / (bw * 0.25) + (10 + 18) / (bw * 0.5) + (8 + 3 * 10) / (bw * 0.4))
+    # without a measured AdamW fraction the step runs at memory_bound, without an accumulation fraction the
+    # copies' one prices it
+    plain = replace(prof, calibration={k: v for k, v in prof.calibration.items()
+                                       if k not in ("memory_fraction", "fsdp_accumulate_fraction")})
     assert fsdp_update_time(1.0, 1, trainer_dp_schedule(0, 1, False), 1, plain) == pytest.approx(
         28 / (bw * prof.efficiency.memory_bound) + 28 / (bw * 0.5))
+    assert fsdp_update_time(1.0, 1, trainer_dp_schedule(0, 2, False), 2, plain) == pytest.approx(
+        28 / (bw * prof.efficiency.memory_bound) + (2 * 10 + 18) / (bw * 0.5) + 18 / (bw * 0.5))
 
 
 def test_a_gemm_on_fp32_inputs_runs_at_the_fp32_rate():
