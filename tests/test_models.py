@@ -343,6 +343,12 @@ def test_compiled_moe_block_is_one_graph_under_autocast():
     assert _autocast_dtype("meta") is None  # the tracer's device: no autocast there
     dynamo.reset()
 
+    def unmarked():
+        return None
+
+    marked = dict(vars(torch.compiler.assume_constant_result(unmarked)))
+    assert marked and vars(_autocast_dtype).items() >= marked.items()  # the public API's mark, set by hand
+
 
 def test_load_model_catalog_and_callable(tmp_path, monkeypatch):
     with torch.device("meta"):
