@@ -125,6 +125,13 @@ MOE_COMPILED=1g-moe-auto,1g-moe-b16-compiled,1g-qwen3moe-compiled,1g-mixtral-com
 # accumulate-check: rows of several micro-batches predicted with FSDP2's fp32 accumulation priced (s84)
 ACCUMULATE_CHECK=1g-llama-b16-mb8x2,1g-llama-b16-mb4x4,1g-llama-mb4x2,1g-llama-b16-compiled,1g-moe-b16-mb8x2
 ACCUMULATE_CHECK=$ACCUMULATE_CHECK,1g-moe-b16-compiled,1g-moonlight-eager,1g-dsv2-eager,1g-flexolmo-eager
+# single-check: the one-GPU sweep of record (its 1.3B llama, 350M GPT and MoE rows; SKIP_SINGLE left out)
+SINGLE_CHECK=1g-llama-auto,1g-llama-eager,1g-llama-mb4x2,1g-llama-selective,1g-llama-full,1g-llama-mb2x4-full
+SINGLE_CHECK=$SINGLE_CHECK,1g-llama-op,1g-llama-b16,1g-gpt-auto,1g-gpt-eager,1g-gpt-selective,1g-moe-eager,1g-moe-full
+SINGLE_CHECK=$SINGLE_CHECK,1g-moe-auto,1g-llama-mb2x4,1g-gpt-mb2x4-op,1g-gpt-b16,1g-moe-b16,1g-llama-b16-mb8x2
+SINGLE_CHECK=$SINGLE_CHECK,1g-llama-b16-mb4x4,1g-llama-b16-full,1g-llama-b16-compiled,1g-gpt-b16-mb8x2
+SINGLE_CHECK=$SINGLE_CHECK,1g-gpt-b16-compiled,1g-moe-b16-mb8x2,1g-moe-b16-compiled,1g-gpt-mb4x2,1g-gpt-mb4x2-compiled
+SINGLE_CHECK=$SINGLE_CHECK,1g-gpt-full,1g-llama-mb4x2-compiled
 LAUNCH_ROWS=1g-gpt-auto,1g-llama-auto,1g-qwen3-compiled,1g-phi3-compiled,1g-gemma3-compiled,1g-pythia-compiled,1g-olmo2-compiled,1g-gpt2xl-compiled,1g-moe-auto,1g-granite-compiled
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES11,$FAMILIES12
 FAMILIES13=1g-gemma2-eager,1g-gemma2-compiled,1g-gemma2-mb2x4-op,1g-exaone4-eager,1g-exaone4-compiled
@@ -381,6 +388,7 @@ PY
                   # micro-batch adds (the sweep's pairs: ~312 / 256 ms against 291 / 233 predicted)
     timeout 400 python benchmarks/profile_timeline.py --only 1g-llama-auto,1g-llama-b16-compiled,1g-llama-eager,1g-llama-b16-mb8x2 \
       --steps 2 --out "$OUT/timeline.jsonl" 2>&1 | quiet | grep '^{' | cut -c1-200 ;;
+  single-check) held_out single_check "$SINGLE_CHECK" 420 ;;  # the one-GPU sweep's 30 rows, held out (s85)
   accumulate-check) held_out accumulate_check "$ACCUMULATE_CHECK" 400 ;;  # several micro-batches, held out (s84)
   moe-compiled)  # the catalog MoE's compiled rows once its blocks are one graph each (s82), then their breaks again
     held_out moe_compiled "$MOE_COMPILED" 330
@@ -388,6 +396,6 @@ PY
   compiled-check) held_out compiled_check "$COMPILED_CHECK" 140 ;;  # host-paced compiled rows after the launch term
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check|single-check" >&2
      exit 2 ;;
 esac
