@@ -27,7 +27,7 @@ Memory per device d (bytes):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING
 
@@ -339,6 +339,16 @@ class CostModel:
             self._launches(seg, 1, b, tp, sp, cp) if compiled else 0)
         if overlap:
             tp_comm_fwd, tp_comm_bwd = fwd_exposed, bwd_exposed
+        # the backward's replay of a checkpointed block's forward ops: the same kernels at the replay's own host
+        # floor (`_phase_times` replay), without FSDP2's hooks, which return early in the backward (on an H200
+        # the MoE's FSDP::pre_forward took 26.0 ms over two forwards and their replays, 12.0 over one forward)
+        rec_t, rec_host_s = fwd_t, fwd_host_s - fsdp
+        if checkpointed:
+            rec_t, _, _, rec_host_s, _, _ = self._phase_times(
+                seg.fwd, "fwd", tp, ep, sp, b, compiled, replace(fwd_host, fsdp_s=0.0), fp8, cp,
+                a2a + (0.0 if overlap else tp_comm_fwd), self._fused_share(seg, 0) if compiled else None,
+                (tp_comm_fwd, tp) if overlap else (0.0, 1), self._launches(seg, 0, b, tp, sp, cp) if compiled else 0,
+                replay=True)
 
         cp_comm_fwd = cp_comm_bwd = 0.0
         if cp > 1 and seg.attn_kv_bytes:
@@ -375,18 +385,18 @@ class CostModel:
         act_all = float(saved.sum())
         input_bytes = seg.input_bytes * b / (tp if sp else 1)
         if recompute == "full":
-            recompute_s, rec_flops = fwd_s, float(fwd_flops.sum())
+            recompute_s, rec_flops = fwd_s - fwd_t.sum() + rec_t.sum(), float(fwd_flops.sum())
             act, working = input_bytes, act_all
         elif recompute == "selective":
             redo = ~seg.fwd.keep_selective
-            recompute_s, rec_flops = float(fwd_t[redo].sum()), float(fwd_flops[redo].sum())
+            recompute_s, rec_flops = float(rec_t[redo].sum()), float(fwd_flops[redo].sum())
             act = float(saved[~redo].sum())
             working = float(saved[redo].sum())
         elif recompute == "op":
             # per-op SAC stores every output of a saved op (needed by backward or not) and the block's
             # input (the checkpoint's argument); what backward needs from other ops is recomputed
             redo = ~self._keep_op(seg)
-            recompute_s, rec_flops = float(fwd_t[redo].sum()), float(fwd_flops[redo].sum())
+            recompute_s, rec_flops = float(rec_t[redo].sum()), float(fwd_flops[redo].sum())
             act = float((seg.fwd.out_bytes * b / fwd_div)[~redo].sum()) + input_bytes
             working = float(saved[redo].sum())
         else:
@@ -414,11 +424,11 @@ class CostModel:
         softmax_bwd = seg.bwd.op_class == CLASS_CODE["softmax_backward"]
         if name not in ("pre", "post") and softmax_bwd.any():
             working += 2 * float((seg.bwd.out_bytes * b / bwd_div)[softmax_bwd].max())
-        # host time of the replay: the forward's, in the share of its (stretched) time the replay re-runs
-        fwd_sum = float(fwd_t.sum())
-        replay = 1.0 if recompute == "full" else (float(recompute_s) / fwd_sum if fwd_sum > 0 else 0.0)
-        host_s = (fwd_host_s - fsdp) * (1.0 + replay) + fsdp + bwd_host_s  # FSDP's hooks are not replayed
-        idle = fwd_idle * (1.0 + replay) + bwd_idle
+        # host time of the replay: the replay floor's, in the share of its (stretched) time a mode re-runs
+        rec_sum = float(rec_t.sum())
+        replay = 1.0 if recompute == "full" else (float(recompute_s) / rec_sum if rec_sum > 0 else 0.0)
+        host_s = fwd_host_s + rec_host_s * replay + bwd_host_s
+        idle = fwd_idle + max(0.0, rec_sum - (float(fwd_t.sum()) - fwd_idle)) * replay + bwd_idle
         # how far the host runs ahead of the GPU over the segment; an expert layer's token-count read-back
         # drains the GPU queue in every forward, so only its backward (no read-back) builds a lead
         synced = ep > 1 and seg.ep_alltoall_bytes > 0 and not compiled and h.ep_sync_s > 0
@@ -508,7 +518,7 @@ class CostModel:
     def _phase_times(self, ops, phase: str, tp: int, ep: int, sp: bool, b: float, compiled: bool = False,
                      host: HostWork | None = None, fp8: str = "none", cp: int = 1, comm_s: float = 0.0,
                      fused_share: float | None = None, overlapped: tuple[float, int] = (0.0, 1),
-                     launches: int = 0):
+                     launches: int = 0, replay: bool = False):
         """Per-op times [s], per-op FLOPs, the per-op divisor (tp for sharded work), the phase's host time
         [s] (its floor), the exposed part of its `overlapped` collectives [s] and the time the GPU waits for the
         host in it [s] (what the floor adds to the ops and collectives); eager ops pay the
@@ -520,7 +530,11 @@ class CostModel:
         collectives that run beside the phase's GEMMs (Megatron's --tp-comm-overlap), of which only the part
         comm.overlapped_collective_exposure leaves joins the in-line ones. `fused_share`: the compiled
         block's fused bytes over its eager memory-bound bytes in this phase (`_fused_share`); `launches`: the
-        kernels it launches in this phase (`_launches`)."""
+        kernels it launches in this phase (`_launches`). `replay`: the phase is a checkpointed forward replayed in
+        the backward, whose eager ops issue at the dense forward rate, in expert blocks too (benchmarks/host_mix.py,
+        s42 against s36: a replayed op of the catalog MoE's block took the host 18 us, of Qwen3-MoE's and
+        DeepSeek-V2's 18, of the dense families' 6-32, where the MoE forward's calibrated rate is twice the dense
+        one), and whose expert GEMMs meet no new shapes (the forward just ran them)."""
         expert = ops.expert
         # sharded ops run 1/tp; replicated ones 1/tp of the sequence under SP; experts run whole
         div = np.where(ops.tp_sharded, tp, np.where(expert, 1, tp if sp else 1)).astype(float)
@@ -568,8 +582,8 @@ class CostModel:
             t = compiled_times(t, ops.matmul, moved, self.profile, fused_share)
         else:
             extra = n_fp8 * FP8_EAGER_KERNELS[fp8] if n_fp8 else 0.0
-            floor = host_floor(len(t), self.profile, phase, expert, dynamic_gemm, host.per_op_s,
-                               host.extra_s + host.fsdp_s, extra)
+            floor = host_floor(len(t), self.profile, phase, None if replay else expert,
+                               None if replay else dynamic_gemm, host.per_op_s, host.extra_s + host.fsdp_s, extra)
         # the GPU waits for the host this long within the phase (the ops' stretch)
         idle = max(0.0, floor - comm_s - float(t.sum()))
         return stretch_to(t, floor - comm_s), flops, div, floor, exposed, idle

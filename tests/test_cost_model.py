@@ -527,6 +527,31 @@ def test_expert_groups_are_units_of_their_own_where_the_trainer_wraps_them_so():
     assert cm.fsdp_units(block, replace(one, tp=1, ep=2, micro_batch=2, placements={})) == 2
 
 
+def test_a_full_recompute_replays_the_forward_at_the_dense_host_rate_without_fsdp_hooks():
+    """The replay of a fully recomputed block issues its forward ops again, but not FSDP2's unshard hooks (they
+    return early in the backward) and, in an MoE block, at the dense per-op rate: the host per replayed op
+    measured alike for MoE and dense blocks (benchmarks/host_mix.py, s42 against s36: 18 us an op for the
+    catalog MoE's, 6-32 for the dense families'), where the MoE's forward rate is twice the dense one. At 128
+    tokens on an H200 every phase is host-bound, so the phase times are their floors exactly."""
+    from cost_models.compute import host_seconds_per_op
+    ctx = context("tiny-moe", "h200", 1, 128)
+    cm, prof = ctx.cost_model, ctx.cluster.profile
+    plan = Plan(model="tiny-moe", hardware="h200", gpus=1, gpus_per_node=1, global_batch=1, seq_len=128)
+    key = cm.segments_key(cm.placements_for(plan), False)
+    block = cm.block_rep(0)
+    seg = cm.segments(cm.placements_for(plan), False)[block]
+    assert seg.fwd.expert.any()
+    n = len(seg.fwd.flops)
+    fsdp = 0.5 * cm.host.fsdp_tensor_s * seg.param_tensors
+    none = cm.segment_cost(key, block, 1, 1, False, 1, "none", "intra", "intra")
+    full = cm.segment_cost(key, block, 1, 1, False, 1, "full", "intra", "intra")
+    assert none.fwd_s == pytest.approx(n * host_seconds_per_op(prof, "fwd", expert=True) + fsdp)
+    assert full.recompute_s == pytest.approx(n * host_seconds_per_op(prof, "fwd"))
+    assert full.recompute_s < full.fwd_s - fsdp
+    # the backward pays the checkpoint region and the per-op replay term on top
+    assert full.bwd_s == pytest.approx(none.bwd_s + cm.host.checkpoint_s + cm.host.recompute_op_s * n)
+
+
 def _with_calibration(ctx, key: str, value: float):
     """A cost model of ctx's graph on one device of ctx's profile with calibration[key] = value."""
     from autoparallel.api import make_cluster
