@@ -253,6 +253,17 @@ def _calibrated_entry(profile: HardwareProfile, table: str, key: str, default: f
     return float(value) if isinstance(value, (int, float)) and value > 0 else default
 
 
+def stream_gap_seconds(profile: HardwareProfile, compiled: bool) -> float:
+    """The GPU's idle time between two kernels of a GPU-paced step beyond the kernel_overhead_us every kernel is
+    charged [s]: calibration.stream_gap_us, a pair (eager, compiled), else 0. Kernels issued one by one from the
+    host leave the stream idle longer than a CUDA graph's replay does, where calibrate timed them
+    (benchmarks/stream_gaps.py: on an H200 3.2 us a kernel eager, 4.3 compiled, against 1.05 replayed)."""
+    pair = profile.calibration.get("stream_gap_us") if profile.calibration else None
+    if isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, (int, float)) and x >= 0 for x in pair):
+        return float(pair[compiled]) * 1e-6
+    return 0.0
+
+
 def memory_fraction(profile: HardwareProfile, cls: str) -> float:
     """Achieved fraction of memory bandwidth of a kernel class (calibrated, else memory_bound)."""
     return _calibrated_entry(profile, "memory_fraction", cls, profile.efficiency.memory_bound)

@@ -63,6 +63,7 @@ from cost_models.compute import (
     host_floor,
     memory_fraction,
     op_times,
+    stream_gap_seconds,
     stretch_to,
     update_time,
 )
@@ -569,17 +570,25 @@ class CostModel:
             n_fp8 = 0 if fused else int(sel.sum())
         dynamic_gemm = expert & ops.matmul & (ops.op_class != CLASS_CODE["gemm_grouped"])
         host = host or HostWork()
-        exposed = overlapped_collective_exposure(overlapped[0], float(t[ops.matmul].sum()), overlapped[1]) \
-            if overlapped[0] > 0 else 0.0
-        comm_s += exposed
         # Under torch.compile a block whose experts run as grouped GEMMs (static shapes) compiles whole: on an
         # H200 the 1.2B MoE's compiled step fused its elementwise work, experts' included, from 59 to 23 ms of
         # kernels while the grouped GEMMs stayed the same (benchmarks/results/raw/timeline_h200_d.jsonl).
         # A per-expert loop's data-dependent GEMMs break the graph, and such a block is priced as eager.
-        if compiled and not dynamic_gemm.any():
+        # Either way each kernel leaves the stream idle a little (`stream_gap_seconds`): per kernel eager (an
+        # op that moves bytes or does FLOPs), per launch compiled, spread over the phase's ops.
+        inductor = compiled and not dynamic_gemm.any()
+        if inductor:
+            t = compiled_times(t, ops.matmul, moved, self.profile, fused_share)
+            if len(t):
+                t = t + stream_gap_seconds(self.profile, True) * launches / len(t)
+        else:
+            t = t + np.where((flops > 0) | (moved > 0), stream_gap_seconds(self.profile, False), 0.0)
+        exposed = overlapped_collective_exposure(overlapped[0], float(t[ops.matmul].sum()), overlapped[1]) \
+            if overlapped[0] > 0 else 0.0
+        comm_s += exposed
+        if inductor:
             floor = compiled_host_floor(self.host.compiled_call_s, phase, self.host.compiled_launch_s, launches) \
                 + host.fsdp_s
-            t = compiled_times(t, ops.matmul, moved, self.profile, fused_share)
         else:
             extra = n_fp8 * FP8_EAGER_KERNELS[fp8] if n_fp8 else 0.0
             floor = host_floor(len(t), self.profile, phase, None if replay else expert,

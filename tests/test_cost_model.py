@@ -552,6 +552,35 @@ def test_a_full_recompute_replays_the_forward_at_the_dense_host_rate_without_fsd
     assert full.bwd_s == pytest.approx(none.bwd_s + cm.host.checkpoint_s + cm.host.recompute_op_s * n)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_gpu_paced_phase_pays_the_streams_gap_per_kernel(compiled):
+    """calibration.stream_gap_us (eager, compiled): the stream's idle between kernels issued from the host, per
+    kernel beyond kernel_overhead_us. Without a host floor a block's phase grows by exactly the gap times its
+    kernels: eager, each op that moves bytes or does FLOPs (views launch none); compiled, each launch of the
+    block's graph (graph.Launches)."""
+    from autoparallel.api import make_cluster
+    from autoparallel.sharding import cost_model
+    from cost_models.compute import stream_gap_seconds
+    ctx = context("tiny-llama", "h200", 1, 128)
+    prof = _without_host_terms(ctx.cluster.profile)
+    no_floor = {k: v for k, v in prof.calibration.items() if not k.startswith("host_us_per_op")}
+    gaps = [2.0, 3.0]
+    cms = [cost_model(ctx.graph, make_cluster(replace(prof, calibration={**no_floor, "stream_gap_us": g}), 1))
+           for g in ([0.0, 0.0], gaps)]
+    assert stream_gap_seconds(cms[1].profile, compiled) == pytest.approx(gaps[compiled] * 1e-6)
+    assert stream_gap_seconds(load_profile("mi300x"), compiled) == 0.0  # not measured there: no gap
+    plan = Plan(model="tiny-llama", hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=128)
+    cm = cms[0]
+    seg = cm.segments(cm.placements_for(plan), False)[cm.block_rep(0)]
+    for phase, ops, i in (("fwd", seg.fwd, 0), ("bwd", seg.bwd, 1)):
+        launches = cm._launches(seg, i, 4.0, 1, False, 1) if compiled else 0
+        t0, t1 = (float(c._phase_times(ops, phase, 1, 1, False, 4.0, compiled, launches=launches)[0].sum())
+                  for c in cms)
+        kernels = launches if compiled else int(np.count_nonzero((ops.flops > 0) | (ops.act_bytes + ops.param_bytes > 0)))
+        assert kernels > 0
+        assert t1 - t0 == pytest.approx(gaps[compiled] * 1e-6 * kernels, rel=1e-9)
+
+
 def _with_calibration(ctx, key: str, value: float):
     """A cost model of ctx's graph on one device of ctx's profile with calibration[key] = value."""
     from autoparallel.api import make_cluster
