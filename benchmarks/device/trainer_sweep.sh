@@ -136,6 +136,10 @@ SINGLE_CHECK=$SINGLE_CHECK,1g-gpt-full,1g-llama-mb4x2-compiled
 MOE_REPLAY=1g-moe-full,1g-qwen3moe-full,1g-dsv2-mb2x4-full,1g-moonlight-mb2x4-full,1g-gemma4moe-mb2x4-full
 MOE_REPLAY=$MOE_REPLAY,1g-minimax-mb2x2-full,1g-lfm2moe-mb2x4-full,1g-gptoss-mb2x4-full,1g-granitemoe-mb4x2-op
 MOE_REPLAY=$MOE_REPLAY,1g-olmoe-mb4x2-op,1g-dots1-mb1x8-op,1g-phimoe-mb2x4-op
+# moe-check: MoE rows eager, compiled and under recompute after the MoE's per-op rates from the trainer's blocks (s90)
+MOE_CHECK=1g-moe-eager,1g-moe-full,1g-moe-b16-mb8x2,1g-moe-auto,1g-dsv2-eager,1g-moonlight-eager,1g-olmoe-eager
+MOE_CHECK=$MOE_CHECK,1g-granitemoesh-eager,1g-granitemoesh-mb2x4-op,1g-ernie45-mb2x4-op,1g-glm47flash-mb2x4-op
+MOE_CHECK=$MOE_CHECK,1g-llama4-mb1x2-op,1g-lfm2moe-eager,1g-gptoss-eager,1g-qwen15moe-eager,1g-mixtral-mb2x2-op
 LAUNCH_ROWS=1g-gpt-auto,1g-llama-auto,1g-qwen3-compiled,1g-phi3-compiled,1g-gemma3-compiled,1g-pythia-compiled,1g-olmo2-compiled,1g-gpt2xl-compiled,1g-moe-auto,1g-granite-compiled
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES11,$FAMILIES12
 FAMILIES13=1g-gemma2-eager,1g-gemma2-compiled,1g-gemma2-mb2x4-op,1g-exaone4-eager,1g-exaone4-compiled
@@ -392,6 +396,7 @@ PY
                   # micro-batch adds (the sweep's pairs: ~312 / 256 ms against 291 / 233 predicted)
     timeout 400 python benchmarks/profile_timeline.py --only 1g-llama-auto,1g-llama-b16-compiled,1g-llama-eager,1g-llama-b16-mb8x2 \
       --steps 2 --out "$OUT/timeline.jsonl" 2>&1 | quiet | grep '^{' | cut -c1-200 ;;
+  moe-check) held_out moe_check "$MOE_CHECK" 440 ;;  # MoE rows under the trainer-measured MoE rates, held out (s90)
   moe-replay) held_out moe_replay "$MOE_REPLAY" 420 ;;  # MoE rows that replay their blocks, held out (s89)
   single-check) held_out single_check "$SINGLE_CHECK" 420 ;;  # the one-GPU sweep's 30 rows, held out (s85)
   accumulate-check) held_out accumulate_check "$ACCUMULATE_CHECK" 400 ;;  # several micro-batches, held out (s84)
@@ -401,6 +406,6 @@ PY
   compiled-check) held_out compiled_check "$COMPILED_CHECK" 140 ;;  # host-paced compiled rows after the launch term
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check|single-check|moe-replay" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check|single-check|moe-replay|moe-check" >&2
      exit 2 ;;
 esac
