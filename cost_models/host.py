@@ -36,8 +36,9 @@ drains the GPU queue. Each is one calibration term (microseconds), per unit of w
                                 block forward on one VM (benchmarks/host_rate.py)
   host_us_per_checkpoint        per checkpointed region (a block under full/op, the attention core under
                                 selective) per micro-batch, charged to the backward phase that recomputes it
-  host_us_per_recompute_op      per op the region re-runs, on top of its forward rate (saved-tensor
-                                unpacking, the replayed module calls): a whole-block replay costs more host
+  host_us_per_recompute_op      per op the region re-runs, on top of the replay's own rate (the dense forward
+                                rate, expert blocks too: CostModel._phase_times' replay) for saved-tensor
+                                unpacking and the replayed module calls: a whole-block replay costs more host
                                 than an attention-core one
   host_us_per_pipeline_action   per forward or backward action of one virtual stage on one micro-batch
   host_us_per_ep_sync           per forward of an expert-parallel MoE layer: the device-to-host read of the
