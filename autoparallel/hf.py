@@ -163,7 +163,7 @@ def is_hf_causal_lm(model: nn.Module) -> bool:
 
 def mixed_layer_list(model: nn.Module) -> str | None:
     """The path of a Hugging Face causal LM's block list where its blocks are of more than one class (Jamba's
-    attention and Mamba layers), else None. structure.find_layout and tracer.find_blocks take the blocks as the
+    attention and Mamba layers), else None. structure.find_layout and blocks.find_blocks take the blocks as the
     children of one class; a hybrid's layer list is its blocks all the same (hf_parts found it)."""
     from autoparallel.errors import UserError
 

@@ -570,3 +570,42 @@ def test_a_sequence_longer_than_planned_is_one_error_and_shorter_runs():
         trainer.step(longer)
     assert trainer.steps == 0
     assert math.isfinite(trainer.step(longer[:, : plan.seq_len // 2 + 1]))
+
+
+class _SequentialBlocks(nn.Module):
+    """Blocks in an nn.Sequential, beside a longer list of parameter-free modules: the planner's tracer and the
+    trainer must take the same four blocks (autoparallel.blocks.find_blocks, one rule for both)."""
+
+    def __init__(self, vocab: int = 64, h: int = 16) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, h)
+        self.acts = nn.ModuleList(nn.GELU() for _ in range(6))
+        self.layers = nn.Sequential(*(nn.Sequential(nn.LayerNorm(h), nn.Linear(h, h)) for _ in range(4)))
+        self.head = nn.Linear(h, vocab)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.acts[0](self.layers(self.emb(input_ids))))
+
+
+def test_the_trainer_runs_the_blocks_the_tracer_planned():
+    """A model whose layers are an nn.Sequential (the trainer once took only ModuleDict / ModuleList containers
+    and refused the planner's per-block recompute for them): both sides find the same blocks, and a plan that
+    recomputes every block trains as the plan without recompute does (the same sums in the same order)."""
+    from autoparallel.blocks import find_blocks
+    from autoparallel.tracer import trace
+    from autoparallel.trainer.structure import find_layout
+    torch.manual_seed(0)
+    model = _SequentialBlocks()
+    blocks = [f"layers.{i}" for i in range(4)]
+    assert find_blocks(model) == blocks and list(find_layout(model).block_paths) == blocks
+    assert trace(model, batch=2, seq_len=8).blocks == blocks
+    ids = torch.randint(0, 64, (H.GLOBAL_BATCH, H.SEQ))
+    losses = {}
+    for mode in ("none", "full"):
+        torch.manual_seed(0)
+        m = _SequentialBlocks()
+        plan = Plan(model="_SequentialBlocks", hardware="cpu", gpus=1, gpus_per_node=1, global_batch=H.GLOBAL_BATCH,
+                    seq_len=H.SEQ, micro_batch=4, recompute=(mode,) * 4, grad_reduce_dtype="fp32", param_dtype="fp32")
+        trainer = AutoParallelTrainer(m, torch.optim.AdamW(m.parameters(), lr=H.LR, eps=H.EPS), plan=plan)
+        losses[mode] = [trainer.step({"input_ids": ids, "labels": ids}) for _ in range(2)]
+    assert losses["full"] == pytest.approx(losses["none"], rel=H.LOSS_RTOL)

@@ -3,7 +3,8 @@ tied parameters, and stable parameter names (FQNs) that survive wrappers.
 
 The catalog models follow docs/architecture.md (`tok_embeddings [pos_embeddings] layers norm lm_head`,
 blocks in a ModuleDict). A user model is handled the same way when it has one repeated-block
-container (ModuleDict or ModuleList, at the root or nested like Hugging Face's `model.layers`);
+container (ModuleDict, ModuleList or Sequential, at the root or nested like Hugging Face's `model.layers`: the
+blocks the planner traced, `autoparallel.blocks.find_blocks`);
 pipeline parallelism additionally needs a forward that skips submodules set to None (the torchtitan
 convention; Hugging Face models get one from autoparallel/hf.py).
 """
@@ -46,32 +47,16 @@ class ModelLayout:
         return tuple(self.block_path(k) for k in self.blocks)
 
 
-def _param_count(m: nn.Module) -> int:
-    return sum(p.numel() for p in m.parameters())
-
-
 def find_layout(model: nn.Module) -> ModelLayout:
-    """The largest ModuleDict/ModuleList whose children all share one class: the transformer blocks (a
-    Hugging Face hybrid's layer list whatever their classes: hf.mixed_layer_list)."""
-    from autoparallel.hf import mixed_layer_list
+    """The blocks the planner traced (`blocks.find_blocks`: one rule for both, so a plan's per-block fields name
+    the blocks run here), their container and what runs before and after it."""
+    from autoparallel.blocks import find_blocks
 
-    best: tuple[int, str, nn.Module] | None = None
-    if (mixed := mixed_layer_list(model)) is not None:
-        best = (0, mixed, get_submodule(model, mixed))
-    for path, mod in model.named_modules() if best is None else ():
-        if not isinstance(mod, (nn.ModuleDict, nn.ModuleList)) or len(mod) == 0:
-            continue
-        children = list(mod.children())
-        if len({type(c) for c in children}) != 1 or not any(True for _ in children[0].parameters()):
-            continue
-        n = _param_count(mod)
-        if best is None or n > best[0]:
-            best = (n, path, mod)
-    if best is None:
+    paths = find_blocks(model)
+    if not paths:
         return ModelLayout(None, (), (), ())
-    _, path, container = best
-    keys = tuple(container.keys()) if isinstance(container, nn.ModuleDict) else tuple(
-        str(i) for i in range(len(container)))
+    path = paths[0].rpartition(".")[0]
+    keys = tuple(p.rpartition(".")[2] for p in paths)
     pre, post = _around(model, path)
     return ModelLayout(path, keys, pre, post)
 
