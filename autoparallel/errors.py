@@ -6,9 +6,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from hardware_profiles.errors import UserError
+from hardware_profiles.errors import UserError, did_you_mean
 
-__all__ = ["UserError", "exit_on_user_error"]
+__all__ = ["UserError", "did_you_mean", "exit_on_user_error"]
 
 
 def exit_on_user_error(main: Callable[[], object]) -> None:

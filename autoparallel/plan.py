@@ -22,7 +22,6 @@ Placement values (module path -> value), applied by the trainer with DTensor:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from autoparallel.errors import UserError
+from autoparallel.errors import UserError, did_you_mean
 from autoparallel.limits import (
     MAX_GLOBAL_BATCH,
     MAX_GPUS,
@@ -361,10 +360,8 @@ class Plan:
         # silently keep its default (`micro_bach: 4` planned micro-batches of 1)
         unknown = sorted(str(k) for k in d if k not in names and k not in DERIVED_KEYS)
         if unknown:
-            near = difflib.get_close_matches(unknown[0], sorted(names), n=1)
-            raise UserError(f"{where}: unknown field {unknown[0]!r}"
-                            + (f" (did you mean {near[0]!r}?)" if near else "")
-                            + "; write plan files with `autoparallel plan --output FILE`")
+            raise UserError(f"{where}: unknown field {unknown[0]!r}{did_you_mean(unknown[0], names)}; write plan "
+                            f"files with `autoparallel plan --output FILE`")
         kw = {k: v for k, v in d.items() if k in names}
         for key, kind in (("recompute", list), ("stage_layers", list), ("fp8", list), ("placements", dict)):
             value = kw.get(key, kind())

@@ -4,9 +4,18 @@ prints its message as one line and exits 2. `autoparallel.errors` re-exports it.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class UserError(Exception):
     """Bad input from the user: the message says what is wrong, where, and how to fix it."""
+
+
+def did_you_mean(word: object, choices: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the choice closest to a mistyped key, or '' where none is close."""
+    close = difflib.get_close_matches(str(word), sorted(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 MAX_NAME_CHARS = 255           # one path component (NAME_MAX on Linux / macOS)

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from hardware_profiles import units
-from hardware_profiles.errors import UserError, check_reference
+from hardware_profiles.errors import UserError, check_reference, did_you_mean
 from hardware_profiles.profile import Efficiency, HardwareProfile
 
 PROFILE_DIR = Path(__file__).resolve().parent
@@ -197,9 +197,7 @@ SCHEMA: dict[str, dict[str, _Field] | _Field] = {
 
 
 def _unknown(field: str, key: object, allowed: list[str]) -> _FieldError:
-    close = difflib.get_close_matches(str(key), allowed, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return _FieldError(field, f"unknown field {key!r}{hint}", f"one of {', '.join(allowed)}")
+    return _FieldError(field, f"unknown field {key!r}{did_you_mean(key, allowed)}", f"one of {', '.join(allowed)}")
 
 
 def _validate(data: object) -> dict[str, Any]:
