@@ -2,7 +2,8 @@
 autograd runs for `w[idx]` (aten index's backward), across destination rows R, gathered rows N and row widths D
 (device run).
 
-    python benchmarks/index_backward.py --out $OUT/index_backward.json
+    python benchmarks/index_backward.py --out $OUT/index_backward.json                  # on a GPU
+    python benchmarks/index_backward.py fit --raw benchmarks/results/raw/index_backward_h200_s57.json
 
 CUDA's accumulating index_put sorts the indices and gives each distinct destination row to one warp, which adds
 that row's duplicates one after another: with N/R duplicates a row (an MoE's expert biases gathered per routed
@@ -58,7 +59,30 @@ def measure(out: Path) -> int:
     return 0
 
 
+def fit(raw: Path, bandwidth: float) -> dict[str, float]:
+    """calibration.index_put_terms from measured rows: t = bytes / (fraction x bandwidth) + duplicate_us x N / R +
+    fixed_us, least squares of the relative error (each row weighs alike, microseconds or milliseconds)."""
+    import numpy as np
+
+    rows = [r for r in json.loads(raw.read_text())["rows"] if "seconds" in r]
+    t = np.array([r["seconds"] for r in rows])
+    x = np.array([[r["bytes"], r["gathered"] / r["rows"], 1.0] for r in rows])
+    coef, *_ = np.linalg.lstsq(x / t[:, None], np.ones(len(t)), rcond=None)
+    err = np.abs(x @ coef / t - 1)
+    print(f"{len(rows)} shapes: mean |error| {err.mean():.1%}, max {err.max():.1%}")
+    return {"fraction": round(float(1 / (coef[0] * bandwidth)), 3), "duplicate_us": round(float(coef[1] * 1e6), 3),
+            "fixed_us": round(float(coef[2] * 1e6), 1)}
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["fit"]:
+        ap = argparse.ArgumentParser(description="fit calibration.index_put_terms from a measured JSON")
+        ap.add_argument("--raw", type=Path, required=True)
+        ap.add_argument("--profile", default="h200", help="whose memory bandwidth the fraction is of")
+        args = ap.parse_args(sys.argv[2:])
+        from hardware_profiles import load_profile
+        print(f"index_put_terms: {fit(args.raw, load_profile(args.profile).memory_bandwidth)}")
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="measure on this machine's GPU, write JSON here")
     return measure(ap.parse_args().out)

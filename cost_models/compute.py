@@ -253,6 +253,31 @@ def _calibrated_entry(profile: HardwareProfile, table: str, key: str, default: f
     return float(value) if isinstance(value, (int, float)) and value > 0 else default
 
 
+def gathered_per_row(out_shape: tuple[int, ...], out_bytes: float, bytes_read: float) -> float:
+    """Source rows an accumulating index_put (the backward of a row gather `w[idx]`) adds into each of its R
+    destination rows on average, N / R, from the op's traced sizes: it reads its destination (R rows), the N
+    gathered rows and their int64 indices."""
+    rows = int(out_shape[0]) if out_shape else 0
+    if rows <= 0 or out_bytes <= 0:
+        return 0.0
+    row_bytes = out_bytes / rows
+    return max(bytes_read - out_bytes, 0.0) / (row_bytes + 8) / rows
+
+
+def index_put_times(moved: np.ndarray, per_row: np.ndarray, profile: HardwareProfile) -> np.ndarray | None:
+    """GPU seconds of accumulating index_puts that move `moved` bytes and add `per_row` source rows into each
+    destination row, from calibration.index_put_terms {fraction, duplicate_us, fixed_us}; None where the
+    profile has none. CUDA's kernel sorts the indices and gives each destination row to one warp, which adds
+    that row's duplicates one after another, so an expert table gathered per routed token (32 rows, 16384
+    token-slots) takes the time of its duplicates, not of its bytes (benchmarks/index_backward.py)."""
+    terms = profile.calibration.get("index_put_terms") if profile.calibration else None
+    if not isinstance(terms, dict) or not all(isinstance(terms.get(k), (int, float)) and terms[k] > 0
+                                              for k in ("fraction", "duplicate_us", "fixed_us")):
+        return None
+    return (moved / (profile.memory_bandwidth * terms["fraction"]) + per_row * terms["duplicate_us"] * 1e-6
+            + terms["fixed_us"] * 1e-6)
+
+
 def stream_gap_seconds(profile: HardwareProfile, compiled: bool) -> float:
     """The GPU's idle time between two kernels of a GPU-paced step beyond the kernel_overhead_us every kernel is
     charged [s]: calibration.stream_gap_us, a pair (eager, compiled), else 0. Kernels issued one by one from the

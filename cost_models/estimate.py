@@ -61,6 +61,7 @@ from cost_models.compute import (
     fp8_gemm_times,
     fsdp_update_time,
     host_floor,
+    index_put_times,
     memory_fraction,
     op_times,
     stream_gap_seconds,
@@ -557,6 +558,15 @@ class CostModel:
             if at is not None:
                 t = t.copy()
                 t[attn] = at
+        if len(ops.gathered_per_row) == len(t) and ops.gathered_per_row.any():
+            # an accumulating index_put takes the time of its duplicates (compute.index_put_times); a table gathered
+            # per token (a weight-shaped destination: expert biases) gets more of them as the micro-batch grows
+            sel = ops.gathered_per_row > 0
+            per_row = ops.gathered_per_row[sel] * np.where(ops.weight_sized[sel], b / self.graph.batch, 1.0)
+            timed = index_put_times(moved[sel], per_row, self.profile)
+            if timed is not None:
+                t = t.copy()
+                t[sel] = timed
         n_fp8 = 0
         if fp8 != "none" and len(ops.fp8_gemm) == len(t) and ops.fp8_gemm.any():
             sel = ops.fp8_gemm

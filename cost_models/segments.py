@@ -33,6 +33,7 @@ from cost_models.compute import (
     CLASS_CODE,
     classify_node,
     copy_bytes_of,
+    gathered_per_row,
     is_matmul,
     moved_bytes,
     op_sac_keep,
@@ -71,6 +72,8 @@ class PhaseOps:
     loss: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # bool: an op of the loss (fwd)
     # bool: a fused attention kernel given a mask rather than is_causal, which computes every score
     masked_attention: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    # an accumulating index_put's (bwd) source rows per destination row at the traced batch (compute.gathered_per_row)
+    gathered_per_row: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def expert(self) -> np.ndarray:
@@ -266,6 +269,9 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             * per_sample,
             loss=np.array([bool(a.get("loss")) for a in attrs], dtype=bool),
             masked_attention=np.array([a.get("causal") is False for a in attrs], dtype=bool),
+            gathered_per_row=np.array([gathered_per_row(a["out_shapes"][0], _out_bytes(a), a.get("bytes_read", 0))
+                                       if phase == "bwd" and classify_node(a) == CLASS_CODE["index_put"]
+                                       and a.get("out_shapes") else 0.0 for a in attrs], dtype=float),
         )
         setattr(seg, phase, ops)
         if phase == "fwd":

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from torch import nn
 
 from autoparallel.api import context, estimate_plan
 from autoparallel.errors import UserError
@@ -579,6 +581,56 @@ def test_a_gpu_paced_phase_pays_the_streams_gap_per_kernel(compiled):
         kernels = launches if compiled else int(np.count_nonzero((ops.flops > 0) | (ops.act_bytes + ops.param_bytes > 0)))
         assert kernels > 0
         assert t1 - t0 == pytest.approx(gaps[compiled] * 1e-6 * kernels, rel=1e-9)
+
+
+class _GatheredTable(nn.Module):
+    """A table of R rows gathered once per token (an MoE's expert biases, gpt-oss's): the gather's backward is
+    an accumulating index_put of batch x seq source rows into R destination rows."""
+
+    def __init__(self, vocab: int = 64, h: int = 64, rows: int = 8) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, h)
+        self.table = nn.Parameter(torch.zeros(rows, h))
+        self.layers = nn.ModuleList(nn.Linear(h, h) for _ in range(2))
+        self.head = nn.Linear(h, vocab)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.emb(ids) + self.table[ids % self.table.shape[0]]
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def test_an_accumulating_index_put_takes_the_time_of_its_duplicates():
+    """calibration.index_put_terms: an index_put adding N source rows into R destination rows takes bytes /
+    (fraction x BW) + duplicate_us x N / R + fixed_us (compute.index_put_times); the segment reads N / R from the
+    op's traced sizes (compute.gathered_per_row), and a weight-shaped destination's ratio grows with the
+    micro-batch (its N is the tokens, its R fixed)."""
+    from autoparallel.api import make_cluster
+    from autoparallel.sharding import cost_model
+    from autoparallel.tracer import trace
+    from cost_models.compute import gathered_per_row, index_put_times
+    assert gathered_per_row((32, 2880), 32 * 2880 * 2, 32 * 2880 * 2 + 16384 * (2880 * 2 + 8)) == pytest.approx(512)
+    seq, batch = 128, 2
+    graph = trace(_GatheredTable(), batch=batch, seq_len=seq)
+    prof = _without_host_terms(load_profile("h200"))  # no host floor: the phase is its kernels
+    prof = replace(prof, calibration={k: v for k, v in prof.calibration.items() if not k.startswith("host_us_per_op")})
+    cm = cost_model(graph, make_cluster(prof, 1))
+    plan = Plan(model="m", hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=seq)
+    pre = cm.segments(cm.placements_for(plan), False)["pre"]
+    sel = pre.bwd.gathered_per_row > 0
+    assert sel.sum() == 1 and pre.bwd.weight_sized[sel].all()
+    assert pre.bwd.gathered_per_row[sel][0] == pytest.approx(batch * seq / 8)
+    terms = prof.calibration["index_put_terms"]
+    for mb in (1.0, 4.0):
+        t = cm._phase_times(pre.bwd, "bwd", 1, 1, False, mb)[0]
+        moved = float((pre.bwd.act_bytes * graph.batch)[sel][0])  # a weight-shaped op keeps its traced bytes
+        per_row = batch * seq / 8 * mb / graph.batch
+        want = float(index_put_times(np.array([moved]), np.array([per_row]), prof)[0])
+        assert want == pytest.approx(moved / (prof.memory_bandwidth * terms["fraction"])
+                                     + (per_row * terms["duplicate_us"] + terms["fixed_us"]) * 1e-6)
+        assert float(t[sel][0]) == pytest.approx(want + prof.calibration["stream_gap_us"][0] * 1e-6)
+    assert index_put_times(np.array([1.0]), np.array([1.0]), load_profile("mi300x")) is None
 
 
 def _with_calibration(ctx, key: str, value: float):
