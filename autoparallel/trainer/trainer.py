@@ -535,7 +535,8 @@ class AutoParallelTrainer:
                             f"re-plan with `autoparallel plan` for this model")
         if (plan.recompute or plan.pp > 1) and layout.container is None:
             raise UserError(f"plan asks for {'pipeline stages' if plan.pp > 1 else 'per-block recompute'} but "
-                            f"{type(self._model).__name__} has no repeated-block container (a ModuleDict, ModuleList or Sequential of same-class blocks)")
+                            f"{type(self._model).__name__} has no repeated-block container (a ModuleDict, ModuleList "
+                            f"or Sequential of same-class blocks)")
         known = {n for n, _ in self._model.named_modules()}
         unknown = sorted(p for p in plan.placements if p not in known)
         if unknown:
