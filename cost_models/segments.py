@@ -247,6 +247,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
         pbytes = np.array([a.get("param_bytes", 0) for a in attrs], dtype=float)
         moved = np.array([moved_bytes(a) for a in attrs], dtype=float)
         act = np.maximum(moved - pbytes, 0.0) * per_sample
+        op_class = np.array([classify_node(a) for a in attrs], dtype=np.int8)
         ops = PhaseOps(
             flops=flops, act_bytes=act, param_bytes=pbytes,
             matmul=np.array([is_matmul(a.get("op", "")) for a in attrs], dtype=bool),
@@ -255,7 +256,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             saved_bytes=np.array([a.get("saved_bytes", 0) for a in attrs], dtype=float) * per_sample,
             keep_selective=np.array([_keep_under_selective(a, graph.seq_len, graph.batch) for a in attrs],
                                     dtype=bool),
-            op_class=np.array([classify_node(a) for a in attrs], dtype=np.int8),
+            op_class=op_class,
             copy_bytes=np.array([copy_bytes_of(a.get("op", ""), _out_bytes(a)) for a in attrs], dtype=float)
             * per_sample,
             weight_sized=np.array([phase == "bwd" and not is_matmul(a.get("op", "")) and bool(a.get("out_shapes"))
@@ -270,8 +271,8 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             loss=np.array([bool(a.get("loss")) for a in attrs], dtype=bool),
             masked_attention=np.array([a.get("causal") is False for a in attrs], dtype=bool),
             gathered_per_row=np.array([gathered_per_row(a["out_shapes"][0], _out_bytes(a), a.get("bytes_read", 0))
-                                       if phase == "bwd" and classify_node(a) == CLASS_CODE["index_put"]
-                                       and a.get("out_shapes") else 0.0 for a in attrs], dtype=float),
+                                       if phase == "bwd" and c == CLASS_CODE["index_put"] and a.get("out_shapes")
+                                       else 0.0 for a, c in zip(attrs, op_class)], dtype=float),
         )
         setattr(seg, phase, ops)
         if phase == "fwd":
