@@ -27,6 +27,15 @@ RAW = ROOT / "benchmarks" / "results" / "raw"
 GPU_PACED = 0.05  # long gaps (>= 50 us) under this share of the kernel time
 
 
+def _compiled(name: str) -> bool:
+    """Whether the sweep configuration `name` ran compiled blocks: its plan file's `compile`."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import trainer_sweep as ts
+
+    cfg = next(c for c in ts.CONFIGS if c.name == name)
+    return bool(ts._plan(cfg.plan_file, cfg.plan_file.stat().st_mtime_ns).compile)
+
+
 def gaps(raw: Path = RAW) -> list[tuple[str, str, bool, float]]:
     """(file, configuration, compiled, short-gap us per kernel) of each GPU-paced one-GPU step."""
     out = []
@@ -39,8 +48,7 @@ def gaps(raw: Path = RAW) -> list[tuple[str, str, bool, float]]:
             if r["compute_idle_ms"] >= GPU_PACED * busy:
                 continue
             short = (r["compute_span_ms"] - busy - r["compute_idle_ms"]) * 1e3 / r["kernel_count"]
-            compiled = "compiled" in r["name"] or r["name"].endswith("-auto")
-            out.append((f.name, r["name"], compiled, short))
+            out.append((f.name, r["name"], _compiled(r["name"]), short))
     return out
 
 

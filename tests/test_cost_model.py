@@ -233,6 +233,12 @@ def _without_host_terms(profile):
                                          if k not in HOST_TERMS + HELD_TERMS})
 
 
+def _kernels_only(profile):
+    """The profile without any host floor (the host terms and the per-op rates): a phase is its kernels."""
+    prof = _without_host_terms(profile)
+    return replace(prof, calibration={k: v for k, v in prof.calibration.items() if not k.startswith("host_us_per_op")})
+
+
 def test_op_recompute_keeps_matmul_outputs_and_redoes_the_rest(gpt_ctx):
     """Per-op selective checkpointing: activations between none and full (the matmul and attention
     outputs stay), and its recompute is the forward time of exactly the ops it does not save. On the
@@ -564,10 +570,9 @@ def test_a_gpu_paced_phase_pays_the_streams_gap_per_kernel(compiled):
     from autoparallel.sharding import cost_model
     from cost_models.compute import stream_gap_seconds
     ctx = context("tiny-llama", "h200", 1, 128)
-    prof = _without_host_terms(ctx.cluster.profile)
-    no_floor = {k: v for k, v in prof.calibration.items() if not k.startswith("host_us_per_op")}
+    prof = _kernels_only(ctx.cluster.profile)
     gaps = [2.0, 3.0]
-    cms = [cost_model(ctx.graph, make_cluster(replace(prof, calibration={**no_floor, "stream_gap_us": g}), 1))
+    cms = [cost_model(ctx.graph, make_cluster(replace(prof, calibration={**prof.calibration, "stream_gap_us": g}), 1))
            for g in ([0.0, 0.0], gaps)]
     assert stream_gap_seconds(cms[1].profile, compiled) == pytest.approx(gaps[compiled] * 1e-6)
     assert stream_gap_seconds(load_profile("mi300x"), compiled) == 0.0  # not measured there: no gap
@@ -613,8 +618,7 @@ def test_an_accumulating_index_put_takes_the_time_of_its_duplicates():
     assert gathered_per_row((32, 2880), 32 * 2880 * 2, 32 * 2880 * 2 + 16384 * (2880 * 2 + 8)) == pytest.approx(512)
     seq, batch = 128, 2
     graph = trace(_GatheredTable(), batch=batch, seq_len=seq)
-    prof = _without_host_terms(load_profile("h200"))  # no host floor: the phase is its kernels
-    prof = replace(prof, calibration={k: v for k, v in prof.calibration.items() if not k.startswith("host_us_per_op")})
+    prof = _kernels_only(load_profile("h200"))
     cm = cost_model(graph, make_cluster(prof, 1))
     plan = Plan(model="m", hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=seq)
     pre = cm.segments(cm.placements_for(plan), False)["pre"]
