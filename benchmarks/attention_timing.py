@@ -3,6 +3,7 @@
     python benchmarks/attention_timing.py --out $OUT/attention.json
     python benchmarks/attention_timing.py --masked --out $OUT/attention_masked.json
     python benchmarks/attention_timing.py --backend flash --out $OUT/attention_flash.json
+    python benchmarks/attention_timing.py --head-dims --out $OUT/attention_head_dims.json
     python benchmarks/attention_timing.py --fit benchmarks/results/raw/attention_flash_h200_s60.json   # terms, CPU
 
 --masked: causal attention through an explicit additive mask instead of `is_causal`, as autoparallel's Hugging
@@ -19,6 +20,10 @@ the GPU's time alone (`calibrate._device_seconds`: graph replays, as in a step w
 picked on Hopper until its bundled cuDNN crossed 9.15 (pytorch#138522 made cuDNN opt-in for 2.5.1, #162073 preferred
 it again on sm90/sm100 from 2.9, gated on that cuDNN): what published torch-native runs of 2023-2025 ran. Fitted into
 the calibration's attention_flash_{fwd,bwd}_terms (cost_models.estimate.RuntimeVariant.attention).
+
+--head-dims: HEAD_DIM_SHAPES, five shapes at each of the head dimensions Hugging Face families use (64, 80: Phi-2,
+CodeGen; 96: Phi-3; 128; 192; 256: Gemma), with the kernel torch picks and, at 80, 96 and 128, the flash backend:
+whether a head dimension between the kernels' tile sizes costs the FLOPs of the tile it is padded to.
 
 The shapes are the full calibration's (calibrate.ATTENTION_SHAPES: the sweep models' own, 1.3B llama 16/4
 heads x 128, 350M GPT 16 x 64, 1.2B MoE 16/8 x 64, 7B llama 32/8 x 128, at several micro-batches, and short
@@ -41,6 +46,14 @@ sys.path.insert(0, str(ROOT))
 
 MASKED_EXTRA = ((4, 4, 1, 2048, 256), (8, 4, 1, 2048, 256), (2, 8, 4, 4096, 256), (1, 32, 8, 8192, 128),
                 (2, 32, 8, 8192, 128))
+
+
+HEAD_DIMS = (64, 80, 96, 128, 192, 256)
+# Phi-2's (8, 32, 32, 2048, 80) and Phi-3-mini's (4, 32, 32, 4096, 96) trainer rows among them
+HEAD_DIM_SHAPES = tuple((b, h, hkv, s, d) for d in HEAD_DIMS
+                        for b, h, hkv, s in ((2, 32, 32, 2048), (8, 32, 32, 2048), (4, 32, 32, 4096),
+                                             (2, 32, 8, 4096), (1, 16, 16, 8192)))
+HEAD_DIM_FLASH = tuple(x for x in HEAD_DIM_SHAPES if x[4] in (80, 96, 128) and x[3] == 2048)
 
 
 def time_shape(b: int, h: int, hkv: int, s: int, d: int, plan, masked: bool = False, backend: str = "default") -> dict:
@@ -76,13 +89,33 @@ def time_shape(b: int, h: int, hkv: int, s: int, d: int, plan, masked: bool = Fa
 
     ff, fb = _sdpa_flops((b, h, s, d), (b, hkv, s, d))
     return {"shape": [b, h, hkv, s, d], "masked": masked, "backend": backend, "fwd_flops": ff, "bwd_flops": fb,
+            "kernels": _kernel_names(fwd_bwd) if backend == "default" else [],
             "event_fwd_s": time_call(lambda: fwd().detach(), device, plan.reps, plan.warmup),
             "event_fwd_bwd_s": time_call(fwd_bwd, device, plan.reps, plan.warmup),
             "device_fwd_s": _device_seconds(lambda: fwd().detach(), device, plan),
             "device_fwd_bwd_s": _device_seconds(fwd_bwd, device, plan)}
 
 
-def measure(out: Path, masked: bool = False, backend: str = "default") -> int:
+def _kernel_names(call) -> list[str]:
+    """The GPU kernels one call of `call` launches, longest first (which library ran: cuDNN, flash, ...)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    torch.cuda.synchronize()
+    if not hasattr(torch.autograd, "DeviceType"):
+        return []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    spent: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            spent[e.name] = spent.get(e.name, 0.0) + e.device_time
+    return [name[:160] for name, _ in sorted(spent.items(), key=lambda kv: -kv[1])[:4]]
+
+
+def measure(out: Path, masked: bool = False, backend: str = "default", head_dims: bool = False) -> int:
     import torch
 
     from autoparallel.calibrate import ATTENTION_SHAPES, CalibrationPlan
@@ -90,9 +123,12 @@ def measure(out: Path, masked: bool = False, backend: str = "default") -> int:
     plan = CalibrationPlan.quick()
     rows = []
     extra = MASKED_EXTRA if masked else (MASKED_EXTRA[-2:] if backend == "flash" else ())  # + 8192-token rows
-    for b, h, hkv, s, d in ATTENTION_SHAPES + extra:
+    todo = [(x, backend) for x in ATTENTION_SHAPES + extra]
+    if head_dims:
+        todo = [(x, "default") for x in HEAD_DIM_SHAPES] + [(x, "flash") for x in HEAD_DIM_FLASH]
+    for (b, h, hkv, s, d), kind in todo:
         try:
-            rec = time_shape(b, h, hkv, s, d, plan, masked, backend)
+            rec = time_shape(b, h, hkv, s, d, plan, masked, kind)
         except RuntimeError as e:  # one shape's failure must not lose the others
             rec = {"shape": [b, h, hkv, s, d], "error": str(e).splitlines()[0][:200]}
         torch.cuda.empty_cache()
@@ -100,7 +136,8 @@ def measure(out: Path, masked: bool = False, backend: str = "default") -> int:
         if "error" in rec:
             print(f"B{b} H{h}/{hkv} S{s} D{d}: {rec['error']}", flush=True)
             continue
-        print(f"B{b} H{h}/{hkv} S{s} D{d}: fwd {1e3 * rec['event_fwd_s']:.3f} / {1e3 * rec['device_fwd_s']:.3f} ms, "
+        print(f"B{b} H{h}/{hkv} S{s} D{d} {kind}: fwd {1e3 * rec['event_fwd_s']:.3f} / "
+              f"{1e3 * rec['device_fwd_s']:.3f} ms, "
               f"fwd+bwd {1e3 * rec['event_fwd_bwd_s']:.3f} / {1e3 * rec['device_fwd_bwd_s']:.3f} ms (event / device)",
               flush=True)
     out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
@@ -142,6 +179,8 @@ def main() -> int:
     ap.add_argument("--masked", action="store_true", help="causal attention through an explicit additive mask")
     ap.add_argument("--backend", choices=("default", "flash"), default="default",
                     help="the kernel torch picks, or SDPA's flash backend (FlashAttention-2) pinned")
+    ap.add_argument("--head-dims", action="store_true",
+                    help="HEAD_DIM_SHAPES: five shapes at each of head dims 64-256 (and the flash backend at 80-128)")
     ap.add_argument("--fit", type=Path, default=None, help="fit the four terms to a raw file's rows (no GPU)")
     args = ap.parse_args()
     if args.fit is not None:
@@ -151,7 +190,9 @@ def main() -> int:
         ap.error("give --out")
     if args.masked and args.backend != "default":
         ap.error("--masked times the kernel torch picks for a mask; drop --backend")
-    return measure(args.out, args.masked, args.backend)
+    if args.head_dims and (args.masked or args.backend != "default"):
+        ap.error("--head-dims picks its own kernels; drop --masked and --backend")
+    return measure(args.out, args.masked, args.backend, args.head_dims)
 
 
 if __name__ == "__main__":
