@@ -65,7 +65,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +75,7 @@ import torch
 from autoparallel.errors import UserError
 from autoparallel.limits import load_document
 from cost_models.comm import COLLECTIVES, collective_terms
-from cost_models.compute import ATTENTION_TERMS
+from cost_models.compute import ATTENTION_TERMS, attention_times, padded_head_dim
 
 Say = Callable[[str], None]
 # Causal attention's counted FLOPs (flop_counter counts the masked half too) can be done at up to twice the
@@ -933,6 +933,39 @@ def fit_attention_terms(samples: list[AttentionSample], phase: str, peak: float,
     x[keep] = np.maximum(coef, 0.0)
     flop_max = 1.0 / (x[0] * peak) if x[0] > 0 else 1e3  # no FLOP term: an unbounded rate
     return flop_max, x[1] * 1e12, x[2] * bw, x[3] * 1e6
+
+
+def fit_attention_tile_scale(samples: list[AttentionSample], profile: Any
+                             ) -> dict[str, list[float]]:
+    """calibration.attention_tile_flop_scale: per head-dim tile past 128 (compute.padded_head_dim) that
+    `samples` reach, the (forward, backward) factor on the profile's causal FLOP rate that fits them, the
+    other three terms held: least squares in relative error of t = A / s + R (A the FLOP term at s = 1, R the
+    rest), closed form in 1 / s. The causal terms are fitted at heads of 64 and 128; an H200's 192- and
+    256-wide kernels ran the same FLOPs 17-49% slower (benchmarks/results/raw/attention_head_dims_h200_s94.json)."""
+    base = {k: v for k, v in profile.calibration.items() if k != "attention_tile_flop_scale"}
+    at_one = replace(profile, calibration=base)
+    tiles: dict[int, list[AttentionSample]] = {}
+    for x in samples:
+        tiles.setdefault(padded_head_dim(x.head_dim, at_one), []).append(x)
+    out: dict[str, list[float]] = {}
+    for tile, xs in sorted(tiles.items()):
+        if tile <= 128:
+            continue
+        pair = []
+        for phase in ("fwd", "bwd"):
+            terms = base[f"attention_{phase}_terms"]
+            no_flops = replace(profile, calibration={**base, f"attention_{phase}_terms": [1e30, *terms[1:]]})
+            t = np.array([x.fwd_seconds if phase == "fwd" else x.bwd_seconds for x in xs])
+            f = np.array([x.fwd_flops if phase == "fwd" else x.bwd_flops for x in xs])
+            full = np.array([attention_times(f[i:i + 1], phase, x.seq, x.head_dim, at_one, "bf16")[0]
+                             for i, x in enumerate(xs)])
+            rest = np.array([attention_times(f[i:i + 1], phase, x.seq, x.head_dim, no_flops, "bf16")[0]
+                             for i, x in enumerate(xs)])
+            a = (full - rest) / t
+            inv = float(np.sum(a * (1 - rest / t)) / np.sum(a * a))
+            pair.append(round(1.0 / inv, 3) if inv > 0 else 1.0)
+        out[str(tile)] = pair
+    return out
 
 
 def fit_collectives(samples: list[CollectiveSample], link_bandwidth: float) -> tuple[float, float]:

@@ -394,24 +394,60 @@ def attention_terms(profile: HardwareProfile, phase: str, masked: bool = False, 
     return flop_max / full, score_ps * full * 1e-12, row_bytes, fixed_us * 1e-6
 
 
+def padded_head_dim(head_dim: int, profile: HardwareProfile, kernel: str = "default") -> int:
+    """The head dimension a fused attention kernel computes with: `head_dim` rounded up to the kernel's tile
+    (calibration.attention_head_dim_tile, attention_flash_head_dim_tile for `kernel` "flash"); `head_dim`
+    itself where the profile names no tile. An H200's default kernel (cuDNN's sm90 flash fprop/bprop) ran
+    heads of 80 and 96 in its 128-wide kernels, within 8% of 128's time, and FlashAttention-2 (templates every 32)
+    ran 80 as 96 (benchmarks/results/raw/attention_head_dims_h200_s94.json: the kernel names and times)."""
+    cal = profile.calibration or {}
+    tile = cal.get("attention_flash_head_dim_tile" if kernel == "flash" else "attention_head_dim_tile")
+    if not isinstance(tile, int) or tile <= 0:
+        return head_dim
+    return -(-head_dim // tile) * tile
+
+
+def attention_tile_scale(profile: HardwareProfile, padded: int, phase: str) -> float:
+    """The default causal kernel's FLOP rate at a padded head dimension beyond those its terms were fitted at,
+    relative to the terms (calibration.attention_tile_flop_scale {tile: [fwd, bwd]}; a tile past the largest
+    listed takes the largest's); 1 elsewhere. On an H200 the 192- and 256-wide kernels ran their FLOPs at
+    0.83 / 0.79 of the fitted rate forward and 0.51 / 0.60 backward (s94, five shapes each)."""
+    table = (profile.calibration or {}).get("attention_tile_flop_scale")
+    if not isinstance(table, dict) or not table:
+        return 1.0
+    tiles = sorted((int(k), v) for k, v in table.items())
+    fitted = [v for k, v in tiles if k <= padded]
+    if not fitted or padded < tiles[0][0]:
+        return 1.0
+    pair = fitted[-1]
+    return float(pair[phase == "bwd"]) if isinstance(pair, list) and len(pair) == 2 else 1.0
+
+
 def attention_times(flops: np.ndarray, phase: str, seq: int, head_dim: int, profile: HardwareProfile,
                     dtype: str, masked: np.ndarray | None = None, kernel: str = "default") -> np.ndarray | None:
     """Seconds of fused attention ops of `phase` that run `flops` (flop_counter FLOPs, on one rank) over
     sequences of `seq` keys with heads of `head_dim`: the four-term sum of the module docstring, its score
-    and query elements read off the FLOPs (S2 = F / (k D), E = S2 D / S_k); `masked` (bool per op): the
-    kernels given a mask; `kernel`: the causal kernel (ATTENTION_KERNELS, `attention_terms`). None without
-    the terms."""
+    and query elements read off the FLOPs (S2 = F / (k D), E = S2 D / S_k) with the FLOPs and query elements
+    of the head dimension the kernel pads to (`padded_head_dim`), the FLOP term at the tile's own rate
+    (`attention_tile_scale`, the default kernel); `masked` (bool per op): the kernels given a mask (padded as
+    the default kernel); `kernel`: the causal kernel (ATTENTION_KERNELS, `attention_terms`). None without the
+    terms."""
     causal = attention_terms(profile, phase, kernel=kernel)
     if causal is None or seq <= 0 or head_dim <= 0:
         return None
     scores = flops / (ATTENTION_FLOPS_PER_SCORE[phase] * head_dim)
-    rows = scores * head_dim / seq
     masked = np.zeros_like(flops, dtype=bool) if masked is None else masked
     out = np.zeros_like(flops, dtype=float)
-    for sel, terms in ((~masked, causal), (masked, attention_terms(profile, phase, masked=True))):
+    # the masked kernels' own terms were fitted up to 256-wide heads (attention_timing.py MASKED_EXTRA): no scale
+    for sel, terms, which, scaled in ((~masked, causal, kernel, kernel == "default"),
+                                      (masked, attention_terms(profile, phase, masked=True), "default", False)):
         flop_max, score_s, row_bytes, fixed_s = terms
-        out = np.where(sel & (flops > 0), flops / (profile.peak(dtype) * flop_max) + scores * score_s
-                       + rows * row_bytes / profile.memory_bandwidth + fixed_s, out)
+        padded = padded_head_dim(head_dim, profile, which)
+        scale = attention_tile_scale(profile, padded, phase) if scaled else 1.0
+        padded_flops = scores * ATTENTION_FLOPS_PER_SCORE[phase] * padded
+        out = np.where(sel & (flops > 0), padded_flops / (profile.peak(dtype) * flop_max * scale)
+                       + scores * score_s + scores * padded / seq * row_bytes / profile.memory_bandwidth + fixed_s,
+                       out)
     return out
 
 

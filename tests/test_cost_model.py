@@ -351,6 +351,54 @@ def test_flash_attention_variant_prices_the_flash_kernel():
         RuntimeVariant(attention="flash3")
 
 
+def test_a_head_between_kernel_tiles_costs_the_tile_it_is_padded_to():
+    """The fused kernels compute a head at their tile's width (compute.padded_head_dim): on the h200 profile a
+    head of 80 or 96 takes exactly a 128-wide head's time over the same scores (cuDNN's 128-wide kernel ran
+    them, s94), 80 takes 96's under FlashAttention-2 (tiles every 32), and a 256-wide head's FLOP term runs at
+    attention_tile_flop_scale of the fitted rate. A profile without tiles prices the FLOPs as traced."""
+    from cost_models.compute import attention_times, padded_head_dim
+    h200 = load_profile("h200")
+
+    def at(d: int, prof=h200, kernel: str = "default", phase: str = "fwd") -> float:
+        flops = np.array([4 * 8 * 32 * 2048 * 2048 * float(d)])  # (8, 32, 2048, d): the same scores at every d
+        return float(attention_times(flops, phase, 2048, d, prof, "bf16", kernel=kernel)[0])
+
+    assert [padded_head_dim(d, h200) for d in (32, 64, 80, 96, 128, 160, 256)] == [64, 64, 128, 128, 128, 192, 256]
+    assert padded_head_dim(80, h200, "flash") == 96
+    assert at(80) == pytest.approx(at(128)) and at(96) == pytest.approx(at(128)) and at(64) < 0.9 * at(128)
+    assert at(80, kernel="flash") == pytest.approx(at(96, kernel="flash"))
+    assert at(96, kernel="flash") < at(128, kernel="flash")
+    tiles = ("attention_head_dim_tile", "attention_flash_head_dim_tile", "attention_tile_flop_scale")
+    bare = replace(h200, calibration={k: v for k, v in h200.calibration.items() if k not in tiles})
+    assert at(80, bare) < at(96, bare) < at(128, bare)
+    assert at(128, bare) == pytest.approx(at(128))
+    # the 256-wide kernel: the FLOP term alone grows by 1 / scale, the score, row and fixed terms stay
+    for phase, scale in zip(("fwd", "bwd"), h200.calibration["attention_tile_flop_scale"]["256"]):
+        flop_max = h200.calibration[f"attention_{phase}_terms"][0]
+        flop_s = 4 * 8 * 32 * 2048 * 2048 * 256.0 / (h200.peak("bf16") * flop_max)  # at()'s FLOPs, either phase
+        assert at(256, phase=phase) - at(256, bare, phase=phase) == pytest.approx(flop_s * (1 / scale - 1))
+
+
+def test_the_tile_scale_fit_recovers_the_scale_it_was_given():
+    """calibrate.fit_attention_tile_scale on times the model itself produced with a known scale at the 192- and
+    256-wide tiles gets those scales back (closed-form least squares in 1 / s, the other terms held)."""
+    from autoparallel.calibrate import AttentionSample, _sdpa_flops, fit_attention_tile_scale
+    from cost_models.compute import attention_times
+    h200 = load_profile("h200")
+    truth = {"192": [0.7, 0.5], "256": [0.9, 0.6]}
+    given = replace(h200, calibration={**h200.calibration, "attention_tile_flop_scale": truth})
+    samples = []
+    for b, h, s, d in ((2, 32, 2048, 192), (4, 32, 4096, 192), (8, 16, 2048, 256), (1, 16, 8192, 256),
+                       (2, 32, 2048, 128)):
+        ff, fb = _sdpa_flops((b, h, s, d), (b, h, s, d))
+        tf, tb = (float(attention_times(np.array([f]), ph, s, d, given, "bf16")[0])
+                  for f, ph in ((ff, "fwd"), (fb, "bwd")))
+        samples.append(AttentionSample(b, h, h, s, d, ff, fb, tf, tb, "default"))
+    fitted = fit_attention_tile_scale(samples, h200)
+    assert set(fitted) == {"192", "256"}  # the 128-wide tile is the terms' own: no scale
+    for tile, pair in truth.items():
+        assert fitted[tile] == pytest.approx(pair, abs=1e-3)  # rounded to 3 places
+
 def test_overlapped_collective_exposure_is_the_chunked_ring():
     """Chunked ring overlap of n-rank collectives (time c) with GEMMs (time g): all hidden while the n - 1
     transfers fit under the n chunks, c - g (n - 1) / n exposed once they set the pace."""
