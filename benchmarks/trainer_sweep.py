@@ -538,6 +538,35 @@ DOTS1_2L = {"name": "dots1-2l", "hf": True, "model_type": "dots1", "vocab_size":
             "num_key_value_heads": 32, "n_routed_experts": 128, "n_shared_experts": 2, "num_experts_per_tok": 6,
             "first_k_dense_replace": 1, "norm_topk_prob": True, "routed_scaling_factor": 2.5,
             "max_position_embeddings": 8192, "tie_word_embeddings": False}
+# four families no fit has seen (FAMILIES27, thirty-second session), predicted before the run: Nemotron-Mini-4B's
+# widths (squared-ReLU MLP without a gate, rotary on half of each head, LayerNorm1P; 8 of 32 layers), Hunyuan-7B's
+# (qk-norm, 4096 wide, 14336 MLP; 8 of 32 layers), ERNIE 4.5 0.3B whole (Ernie4_5Config's defaults: 18 layers of
+# 1024, heads of 128, a tied 103k vocabulary) and Qwen3-Next's layout (gated DeltaNet linear attention in three layers
+# of four, gated full attention in the fourth, heads of 256; 4 layers with 64 of its 512 experts of 512, top 10, one
+# shared, so that AdamW's state fits one GPU), each as transformers 5.17 builds it (the DeltaNet and its short
+# convolution in their torch fallbacks: the device has neither flash-linear-attention nor causal-conv1d).
+# JetMoE-8B was a candidate: its router calls expert_size.tolist(), so the meta trace stops at it (a lower bound)
+NEMOTRON_MINI_8L = {"name": "nemotron-mini-8l", "hf": True, "model_type": "nemotron", "vocab_size": 256000,
+                    "hidden_size": 3072, "intermediate_size": 9216, "num_hidden_layers": 8, "num_attention_heads": 24,
+                    "num_key_value_heads": 8, "head_dim": 128, "hidden_act": "relu2", "partial_rotary_factor": 0.5,
+                    "max_position_embeddings": 4096, "norm_eps": 1e-5, "tie_word_embeddings": False,
+                    "bos_token_id": 2, "eos_token_id": 3}
+ERNIE45_0_3B = {"name": "ernie4.5-0.3b", "hf": True, "model_type": "ernie4_5", "vocab_size": 103424,
+                "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 18, "num_attention_heads": 16,
+                "num_key_value_heads": 2, "head_dim": 128, "max_position_embeddings": 131072,
+                "tie_word_embeddings": True}
+HUNYUAN_7B_8L = {"name": "hunyuan-7b-8l", "hf": True, "model_type": "hunyuan_v1_dense", "vocab_size": 128256,
+                 "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 8, "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5,
+                 "tie_word_embeddings": True}
+QWEN3_NEXT_4L = {"name": "qwen3-next-4l", "hf": True, "model_type": "qwen3_next", "vocab_size": 151936,
+                 "hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 2,
+                 "head_dim": 256, "linear_num_value_heads": 32, "linear_num_key_heads": 16,
+                 "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+                 "full_attention_interval": 4, "num_experts": 64, "num_experts_per_tok": 10,
+                 "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "decoder_sparse_step": 1,
+                 "norm_topk_prob": True, "intermediate_size": 5120, "max_position_embeddings": 32768,
+                 "tie_word_embeddings": False}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -550,7 +579,8 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  GPT_OSS_20B_4L, COHERE2_R7B_8L, MISTRAL_7B_8L, GEMMA3_4B_8L, GPT_NEO_1_3B, BIOGPT,
                                  INTERNLM3_8B_8L, OLMO_7B_8L, GPT_NEOX_JA_2_7B, FLEX_OLMO_4L, MINIMAX_2L,
                                  GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L, VAULTGEMMA_1B, DOGE_320M, GLM_9B_8L,
-                                 LFM2_1_2B, LFM2_MOE_8L, DOTS1_2L)}
+                                 LFM2_1_2B, LFM2_MOE_8L, DOTS1_2L, NEMOTRON_MINI_8L, ERNIE45_0_3B, HUNYUAN_7B_8L,
+                                 QWEN3_NEXT_4L)}
 
 
 @dataclass(frozen=True)
@@ -796,6 +826,10 @@ CONFIGS = [
     *_trio("1g-lfm2", "lfm2-1.2b", 8, 4, (2, "op")),
     *_trio("1g-lfm2moe", "lfm2-moe-8l", 8, 4, (2, "full")),
     *_trio("1g-dots1", "dots1-2l", 8, 2, (1, "op")),
+    *_trio("1g-nemotron", "nemotron-mini-8l", 8, 4, (2, "op")),
+    *_trio("1g-ernie45d", "ernie4.5-0.3b", 8, 8, (2, "full")),
+    *_trio("1g-hunyuan", "hunyuan-7b-8l", 8, 4, (2, "op")),
+    *_trio("1g-qwen3next", "qwen3-next-4l", 8, 4, (2, "full")),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),
