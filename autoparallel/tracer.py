@@ -570,6 +570,33 @@ def _grouped_mm_flops(mat_a: torch.Tensor, mat_b: torch.Tensor, *args: Any, out_
     return 2.0 * out_val.numel() * mat_a.shape[-1]
 
 
+def _is_depthwise(packet: Any, args: tuple) -> bool:
+    """A convolution (or its backward) with one input channel a group: PyTorch runs it in its own
+    depthwise kernels (conv_depthwise2d, for a conv1d too), which move bytes, not FLOPs
+    (compute.classify: conv_depthwise)."""
+    if packet is torch.ops.aten.convolution:
+        weight, groups = args[1], args[8] if len(args) > 8 else 1
+    elif packet is torch.ops.aten.convolution_backward:
+        weight, groups = args[2], args[9] if len(args) > 9 else 1
+    else:
+        return False
+    return int(groups) > 1 and isinstance(weight, torch.Tensor) and weight.dim() >= 2 and weight.shape[1] == 1
+
+
+def _conv_backward_flops(grad_out: Any, x: Any, w: Any, bias: Any, stride: Any, padding: Any, dilation: Any,
+                         transposed: bool, output_padding: Any, groups: int, output_mask: list[bool], *,
+                         out_val: Any, **kwargs: Any) -> float:
+    """flop_counter's convolution_backward formula with its weight gradient divided by `groups`: the formula
+    takes no groups (torch 2.11-2.13), and its weight gradient, a convolution of the input and the output's
+    gradient, counts every input channel against every output channel. A depthwise convolution (Qwen3-Next's
+    and LFM2's short convolutions: 8192 groups) had its backward counted at 8192x its forward."""
+    f = flop_registry[torch.ops.aten.convolution_backward]
+    args = (grad_out, x, w, bias, stride, padding, dilation, transposed, output_padding, groups)
+    grad_input = f(*args, [output_mask[0], False, False], out_val=out_val) if output_mask[0] else 0
+    grad_weight = f(*args, [False, output_mask[1], False], out_val=out_val) if output_mask[1] else 0
+    return float(grad_input) + float(grad_weight) / max(int(groups), 1)
+
+
 class _Tracer:
     """Holds the state of one traced step; nodes are plain dicts, edges (src, dst) pairs."""
 
@@ -692,7 +719,8 @@ class _Tracer:
                         params[info[0]] = (n, n * t.element_size())
         flops = 0.0
         packet = getattr(func, "_overloadpacket", func)
-        f = _grouped_mm_flops if packet is torch.ops.aten._grouped_mm else flop_registry.get(packet)
+        f = {torch.ops.aten._grouped_mm: _grouped_mm_flops,
+             torch.ops.aten.convolution_backward: _conv_backward_flops}.get(packet) or flop_registry.get(packet)
         if f is not None:
             try:
                 flops = float(f(*_gqa_expanded(packet, args), **kwargs, out_val=out))
@@ -764,6 +792,8 @@ class _Tracer:
         causal = _is_causal(func, args, kwargs)
         if causal is not None:
             self.nodes[nid]["causal"] = causal
+        if _is_depthwise(packet, args):
+            self.nodes[nid]["depthwise"] = True
         if self.pending_saved and self.phase == "fwd":
             self.nodes[nid]["saved_bytes"] += self.pending_saved
             self.pending_saved = 0

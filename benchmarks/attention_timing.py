@@ -7,7 +7,8 @@
     python benchmarks/attention_timing.py --head-dims --masked --out $OUT/attention_head_dims_masked.json
     python benchmarks/attention_timing.py --fit benchmarks/results/raw/attention_flash_h200_s60.json   # terms, CPU
     python benchmarks/attention_timing.py --fit-tiles benchmarks/results/raw/attention_head_dims_h200_s94.json \
-        --doc docs/attention_head_dims.md     # the head-dim tiles' FLOP scales and each head dim's error, CPU
+        benchmarks/results/raw/attention_head_dims_masked_h200_s95.json --doc docs/attention_head_dims.md
+        # the head-dim tiles' FLOP scales and each head dim's error, CPU
 
 --masked: causal attention through an explicit additive mask instead of `is_causal`, as autoparallel's Hugging
 Face forward passes one beyond a sliding window or with padding (autoparallel.hf.causal_mask: a [1, 1, S, S]
@@ -178,20 +179,20 @@ def fit(raw: Path, profile: str = "h200") -> dict:
     return out
 
 
-def _samples(raw: Path, backend: str) -> list:
+def _samples(raws: list[Path], backend: str, masked: bool = False) -> list:
     from autoparallel.calibrate import AttentionSample
 
     return [AttentionSample(*r["shape"], r["fwd_flops"], r["bwd_flops"], r["device_fwd_s"],
                             max(r["device_fwd_bwd_s"] - r["device_fwd_s"], 1e-9), r.get("backend", "default"),
                             bool(r.get("masked")))
-            for r in json.loads(raw.read_text())["rows"]
-            if "error" not in r and r.get("backend", "default") == backend and not r.get("masked")]
+            for raw in raws for r in json.loads(raw.read_text())["rows"]
+            if "error" not in r and r.get("backend", "default") == backend and bool(r.get("masked")) == masked]
 
 
-def fit_tiles(raw: Path, doc: Path | None, profile: str = "h200") -> str:
-    """calibrate.fit_attention_tile_scale on a --head-dims file's default-kernel rows, and each head dim's
+def fit_tiles(raws: list[Path], doc: Path | None, profile: str = "h200") -> str:
+    """calibrate.fit_attention_tile_scale on --head-dims files' causal default-kernel rows, and each head dim's
     mean error (forward / backward) under the profile as shipped, without the head-dim tiles (the terms at the
-    head dim as traced), and with the fitted scales; both kernels."""
+    head dim as traced), and with the fitted scales; both causal kernels and the masked one (--masked rows)."""
     from autoparallel.calibrate import fit_attention_tile_scale
     from cost_models.compute import attention_times
     from hardware_profiles import load_profile
@@ -199,27 +200,27 @@ def fit_tiles(raw: Path, doc: Path | None, profile: str = "h200") -> str:
     prof = load_profile(profile)
     tile_keys = ("attention_head_dim_tile", "attention_flash_head_dim_tile", "attention_tile_flop_scale")
     bare = dataclasses.replace(prof, calibration={k: v for k, v in prof.calibration.items() if k not in tile_keys})
-    scales = fit_attention_tile_scale(_samples(raw, "default"), prof)
+    scales = fit_attention_tile_scale(_samples(raws, "default"), prof)
     fitted = dataclasses.replace(prof, calibration={**prof.calibration, "attention_tile_flop_scale": scales})
     lines = [f"`calibrate.fit_attention_tile_scale`: attention_tile_flop_scale {json.dumps(scales)}", "",
              "| kernel | head dim | shapes | no tiles fwd / bwd | padded, fitted scales fwd / bwd |",
              "|---|---:|---:|---:|---:|"]
-    for backend in ("default", "flash"):
+    for backend, masked in (("default", False), ("flash", False), ("default", True)):
         by_dim: dict[int, list] = {}
-        for x in _samples(raw, backend):
+        for x in _samples(raws, backend, masked):
             by_dim.setdefault(x.head_dim, []).append(x)
         for d, xs in sorted(by_dim.items()):
             cells = []
             for p in (bare, fitted):
                 err = {ph: np.mean([attention_times(np.array([x.fwd_flops if ph == "fwd" else x.bwd_flops]), ph,
-                                                    x.seq, x.head_dim, p, "bf16", kernel=backend)[0]
+                                                    x.seq, x.head_dim, p, "bf16", np.array([masked]), backend)[0]
                                     / (x.fwd_seconds if ph == "fwd" else x.bwd_seconds) - 1 for x in xs])
                        for ph in ("fwd", "bwd")}
                 cells.append(f"{100 * err['fwd']:+.1f}% / {100 * err['bwd']:+.1f}%")
-            lines.append(f"| {backend} | {d} | {len(xs)} | {cells[0]} | {cells[1]} |")
+            lines.append(f"| {'masked' if masked else backend} | {d} | {len(xs)} | {cells[0]} | {cells[1]} |")
     table = "\n".join(lines)
     if doc is not None:
-        cmd = f"python benchmarks/attention_timing.py --fit-tiles {raw} --doc {doc}"
+        cmd = f"python benchmarks/attention_timing.py --fit-tiles {' '.join(map(str, raws))} --doc {doc}"
         doc.write_text(f"# Attention across head dimensions (H200)\n\nCommand: `{cmd}`\n\n{DOC_INTRO}\n\n{table}\n")
     return table
 
@@ -227,7 +228,8 @@ def fit_tiles(raw: Path, doc: Path | None, profile: str = "h200") -> str:
 DOC_INTRO = """Causal SDPA timed as the GPU spends it (graph replays) at five shapes for each head dimension a Hugging
 Face family uses (`--head-dims`: 64; 80, Phi-2's and CodeGen's; 96, Phi-3's; 128; 192; 256, Gemma's), the
 kernel torch 2.11 picks on an H200 (cuDNN's sm90 flash kernels: the raw file lists each shape's kernels) and,
-at 80-128, SDPA's flash backend (FlashAttention-2). The kernels' names carry their head-dim tile: cuDNN ran
+at 80-128, SDPA's flash backend (FlashAttention-2); `--head-dims --masked` the kernel given an additive mask at
+64-128 (the same cuDNN kernels, s95). The kernels' names carry their head-dim tile: cuDNN ran
 heads of 80 and 96 in the 128-wide kernels (`..._64x128x128_...`), within 8% of 128's time, where the FLOPs
 say 0.63 and 0.75 of it; FlashAttention-2 ran 80 as 96 (its templates every 32). The profile's
 `attention_head_dim_tile` (64) and `attention_flash_head_dim_tile` (32) price a head at the width its kernel
@@ -246,8 +248,8 @@ def main() -> int:
     ap.add_argument("--head-dims", action="store_true",
                     help="HEAD_DIM_SHAPES: five shapes at each of head dims 64-256 (and the flash backend at 80-128)")
     ap.add_argument("--fit", type=Path, default=None, help="fit the four terms to a raw file's rows (no GPU)")
-    ap.add_argument("--fit-tiles", type=Path, default=None,
-                    help="fit the head-dim tiles' FLOP scales to a --head-dims raw file (no GPU)")
+    ap.add_argument("--fit-tiles", type=Path, nargs="+", default=None,
+                    help="fit the head-dim tiles' FLOP scales to --head-dims raw files (no GPU)")
     ap.add_argument("--doc", type=Path, default=None, help="with --fit-tiles: write the table here")
     args = ap.parse_args()
     if args.fit_tiles is not None:

@@ -567,6 +567,23 @@ QWEN3_NEXT_4L = {"name": "qwen3-next-4l", "hf": True, "model_type": "qwen3_next"
                  "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "decoder_sparse_step": 1,
                  "norm_topk_prob": True, "intermediate_size": 5120, "max_position_embeddings": 32768,
                  "tie_word_embeddings": False}
+# and three more after this session's attention and convolution terms (FAMILIES28), predicted before the run:
+# StableLM-3B-4E1T's widths (heads of 80, which cuDNN runs in its 128-wide kernels; 16 of 32 layers), Gemma 7B's
+# (heads of 256 without a window, the 256-wide kernels' own rate; 8 of 28 layers) and SmolLM2-360M whole (32 thin
+# layers of 960: a host-paced model). Bamba-9B's layout was a candidate: its Mamba-2 mixers' torch fallback (no
+# mamba_ssm on the device) was predicted at 15 s a step eager, too long for the device time left
+STABLELM_3B_16L = {"name": "stablelm-3b-16l", "hf": True, "model_type": "stablelm", "vocab_size": 50304,
+                   "hidden_size": 2560, "intermediate_size": 6912, "num_hidden_layers": 16, "num_attention_heads": 32,
+                   "num_key_value_heads": 32, "partial_rotary_factor": 0.25, "max_position_embeddings": 4096,
+                   "layer_norm_eps": 1e-5, "use_qkv_bias": False, "tie_word_embeddings": False}
+GEMMA_7B_8L = {"name": "gemma-7b-8l", "hf": True, "model_type": "gemma", "vocab_size": 256000, "hidden_size": 3072,
+               "intermediate_size": 24576, "num_hidden_layers": 8, "num_attention_heads": 16,
+               "num_key_value_heads": 16, "head_dim": 256, "max_position_embeddings": 8192,
+               "hidden_act": "gelu_pytorch_tanh"}
+SMOLLM2_360M = {"name": "smollm2-360m", "hf": True, "model_type": "llama", "vocab_size": 49152, "hidden_size": 960,
+                "intermediate_size": 2560, "num_hidden_layers": 32, "num_attention_heads": 15,
+                "num_key_value_heads": 5, "max_position_embeddings": 8192, "rope_theta": 100000.0,
+                "rms_norm_eps": 1e-5, "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -580,7 +597,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  INTERNLM3_8B_8L, OLMO_7B_8L, GPT_NEOX_JA_2_7B, FLEX_OLMO_4L, MINIMAX_2L,
                                  GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L, VAULTGEMMA_1B, DOGE_320M, GLM_9B_8L,
                                  LFM2_1_2B, LFM2_MOE_8L, DOTS1_2L, NEMOTRON_MINI_8L, ERNIE45_0_3B, HUNYUAN_7B_8L,
-                                 QWEN3_NEXT_4L)}
+                                 QWEN3_NEXT_4L, STABLELM_3B_16L, GEMMA_7B_8L, SMOLLM2_360M)}
 
 
 @dataclass(frozen=True)
@@ -830,6 +847,9 @@ CONFIGS = [
     *_trio("1g-ernie45d", "ernie4.5-0.3b", 8, 8, (2, "full")),
     *_trio("1g-hunyuan", "hunyuan-7b-8l", 8, 4, (2, "op")),
     *_trio("1g-qwen3next", "qwen3-next-4l", 8, 4, (2, "full")),
+    *_trio("1g-stablelm3b", "stablelm-3b-16l", 8, 4, (2, "op")),
+    *_trio("1g-gemma7b", "gemma-7b-8l", 8, 4, (2, "op")),
+    *_trio("1g-smollm2", "smollm2-360m", 8, 8, (2, "full")),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),

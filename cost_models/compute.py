@@ -43,7 +43,9 @@ profile written by `autoparallel calibrate` may carry measured per-class values 
   throughout and along leading or trailing dimensions only, broadcast_binary_fp32: a Hugging Face RMSNorm's
   products in its fp32 compute), strided (an elementwise op, cast or concatenation that reads through gaps
   or transposes: a slice of a fused qkv or gate_up projection, heads made contiguous; both run
-  TensorIterator's non-vectorized path)
+  TensorIterator's non-vectorized path), conv_depthwise (a convolution, or its backward, with one input channel
+  a group: the short convolutions of LFM2 and of linear-attention layers, which PyTorch runs in its own
+  depthwise kernels, conv_depthwise2d, at a few percent of the bandwidth)
                     m = calibration.memory_fraction[class]           measured kernel families, on the
                     bytes the tracer counts for the op (its inputs read, its outputs written)
   other             m = memory_bound
@@ -91,7 +93,7 @@ MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution"
 MEMORY_CLASSES = ("softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "cast", "dropout",
                   "dropout_backward", "layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
                   "rms_norm_narrow", "rms_norm_narrow_backward", "index", "index_put", "broadcast_binary",
-                  "broadcast_binary_fp32", "strided")
+                  "broadcast_binary_fp32", "strided", "conv_depthwise")
 NARROW_NORM = 256  # RMSNorm over at most this many features (qk-norm over one head): a kernel of its own
 CLASSES = ("other", "gemm", "gemm_unaligned", "gemm_grouped", "gemm_fp32", "attention_fwd",
            "attention_bwd") + MEMORY_CLASSES + ("gemm_align2",)
@@ -124,13 +126,15 @@ def is_matmul(op_name: str) -> bool:
 
 def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: float = 0.0,
              broadcast: bool = False, strided: bool = False, fp32_broadcast: bool = False,
-             fp32_out: bool = False) -> int:
+             fp32_out: bool = False, depthwise: bool = False) -> int:
     """Kernel class code (CLASS_CODE) of one traced op (see the module docstring); `broadcast`: the
     tracer saw an elementwise op with an input broadcast to its output; `strided`: one that reads an
     input with gaps or laid out unlike its output, or writes into a slice; `fp32_broadcast`: a broadcast
     in fp32 throughout, along leading or trailing dimensions only; `fp32_out`: its output is fp32 (a GEMM
-    then ran on fp32 inputs)."""
+    then ran on fp32 inputs); `depthwise`: a convolution with one input channel a group."""
     base = _base(op_name)
+    if depthwise and base in ("convolution", "convolution_backward"):
+        return CLASS_CODE["conv_depthwise"]
     if "attention" in base or "scaled_dot_product" in base:
         return CLASS_CODE["attention_bwd" if "backward" in base else "attention_fwd"]
     if base in _GEMM_BASES:
@@ -157,7 +161,8 @@ def classify_node(attrs: dict) -> int:
     dtypes = attrs.get("out_dtypes") or ()
     return classify(attrs.get("op", ""), attrs.get("out_shapes", ()), attrs.get("flops", 0.0),
                     attrs.get("broadcast", False), attrs.get("strided", False),
-                    attrs.get("fp32_broadcast", False), bool(dtypes) and dtypes[0] == "float32")
+                    attrs.get("fp32_broadcast", False), bool(dtypes) and dtypes[0] == "float32",
+                    bool(attrs.get("depthwise")))
 
 
 def _alignment(out_shapes: Sequence[Sequence[int]], flops: float) -> int:
@@ -315,6 +320,10 @@ def _class_tables(profile: HardwareProfile, dtype: str) -> tuple[np.ndarray, np.
     peak_max[CLASS_CODE["gemm_fp32"]] = (
         _calibrated_entry(profile, "gemm_best_fraction_by_dtype", "fp32", eff.gemm_max) * fp32_peak / peak
         if fp32_peak != peak else eff.gemm_max)
+    # its half-size in proportion: the curve's fixed time, half / (peak x max), is the kernel's (launch, the
+    # last wave), not the units'. At bf16's half-size a 134 MFLOP fp32 bmm took 39 us where an H200 ran Qwen3-Next's
+    # DeltaNet fallback's 2330 small fp32 bmms in 13.7 us each (s96's profiled step)
+    half[CLASS_CODE["gemm_fp32"]] = eff.gemm_half_flops * peak_max[CLASS_CODE["gemm_fp32"]] / eff.gemm_max
     half[CLASS_CODE["gemm_grouped"]] = calibrated(profile, "gemm_grouped_half_flops", eff.gemm_half_flops)
     for phase in ("fwd", "bwd"):
         code = CLASS_CODE[f"attention_{phase}"]

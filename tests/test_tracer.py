@@ -39,6 +39,34 @@ def test_linear_flops_are_2mnk_and_weight_grad_only_in_backward():
     assert all(a["fwd_node"] is not None for a in bwd_mm)
 
 
+def test_a_depthwise_convolution_is_its_own_class_with_a_backward_of_twice_its_forward():
+    """A short convolution (one input channel a group, as LFM2's and Qwen3-Next's): the tracer marks its forward and
+    backward depthwise (compute class conv_depthwise: PyTorch's depthwise kernels, bandwidth-bound), and counts
+    the backward as the input's and the weight's gradients, each the forward's FLOPs (flop_counter's formula
+    ignores the groups and counted the weight gradient at channels x that)."""
+    from cost_models.compute import CLASS_CODE, classify_node
+    channels, seq, k = 64, 128, 4
+
+    class Scaled(nn.Module):  # a parameter before the convolution: its input needs a gradient too
+        def __init__(self, groups: int) -> None:
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(channels, 1))
+            self.conv = nn.Conv1d(channels, channels, k, groups=groups, padding=k - 1, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.conv(x * self.scale)
+
+    for module, depthwise in ((Scaled(channels), True), (Scaled(1), False)):
+        g = trace(module, example_inputs=torch.randn(2, channels, seq), dtype=torch.float32)
+        (fwd,) = _fwd(g, "aten.convolution.default")
+        (bwd,) = [a for _, a in g.nodes(phase="bwd") if a["op"] == "aten.convolution_backward.default"]
+        assert bool(fwd.get("depthwise")) == bool(bwd.get("depthwise")) == depthwise
+        assert fwd["flops"] == 2 * 2 * channels * (seq + k - 1) * k * (1 if depthwise else channels)
+        assert bwd["flops"] == 2 * fwd["flops"]  # grad_input and grad_weight, each the forward's
+        want = CLASS_CODE["conv_depthwise"] if depthwise else CLASS_CODE["gemm"]
+        assert classify_node(fwd) == classify_node(bwd) == want
+
+
 @pytest.fixture(scope="module")
 def gpt3_175b() -> OpGraph:
     return trace("gpt3-175b", batch=1, seq_len=2048)

@@ -75,6 +75,8 @@
 #   bash benchmarks/device/trainer_sweep.sh families26      # LFM2-MoE (8 layers), dots1's first two layers
 #   bash benchmarks/device/trainer_sweep.sh families27a     # Nemotron-Mini-4B's and Hunyuan-7B's widths (FAMILIES27A)
 #   bash benchmarks/device/trainer_sweep.sh families27b     # ERNIE 4.5 0.3B, Qwen3-Next's layout (FAMILIES27B)
+#   bash benchmarks/device/trainer_sweep.sh families28      # host_op_kinds.py, then StableLM-3B's, Gemma 7B's widths
+#                                                           # and SmolLM2-360M (FAMILIES28)
 #   bash benchmarks/device/trainer_sweep.sh host-mix        # one GPU: host factor, then the host time per block of the
 #                                                           # sweep's families at 32 tokens a row (host_mix.py;
 #                                                           # host-mix-compiled: six of them compiled)
@@ -199,6 +201,9 @@ FAMILIES27A=$FAMILIES27A,1g-hunyuan-mb2x4-op
 FAMILIES27B=1g-ernie45d-eager,1g-ernie45d-compiled,1g-ernie45d-mb2x4-full,1g-qwen3next-eager,1g-qwen3next-compiled
 FAMILIES27B=$FAMILIES27B,1g-qwen3next-mb2x4-full
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES27A,$FAMILIES27B
+FAMILIES28=1g-stablelm3b-eager,1g-stablelm3b-compiled,1g-stablelm3b-mb2x4-op,1g-gemma7b-eager,1g-gemma7b-compiled
+FAMILIES28=$FAMILIES28,1g-gemma7b-mb2x4-op,1g-smollm2-eager,1g-smollm2-compiled,1g-smollm2-mb2x4-full
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES28
 SKIP_SINGLE=$SKIP_SINGLE,1g-gpt-s64-mb4x2,1g-llama-s64-mb4x2,1g-smollm3-s64-mb2x4-full,1g-smollm3-s64-mb2x4
 SKIP_SINGLE=$SKIP_SINGLE,1g-smollm3-s64-mb2x4-op
 # held_out NAME ROWS SECONDS [MEASURE FLAGS]: this VM's host factor, the rows into $OUT/NAME.jsonl, the factor again
@@ -311,6 +316,9 @@ case "${1:-}" in
   families26) held_out families26 "$FAMILIES26" 480 --profile-all ;;
   families27a) held_out families27a "$FAMILIES27A" 460 --profile-all ;;
   families27b) held_out families27b "$FAMILIES27B" 460 --profile-all ;;
+  families28)
+    python benchmarks/host_op_kinds.py --out "$OUT/host_op_kinds.json" 2>&1 | quiet
+    held_out families28 "$FAMILIES28" 420 --profile-all ;;
   isolate)  # the host-paced one-GPU rows in one process, each in a fresh process, in one process again (ABA):
             # does an earlier configuration of the sweep's process slow a later host-paced step?
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
@@ -415,6 +423,6 @@ PY
   compiled-check) held_out compiled_check "$COMPILED_CHECK" 140 ;;  # host-paced compiled rows after the launch term
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|families26|families27a|families27b|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check|single-check|moe-replay|moe-check" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|families26|families27a|families27b|families28|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check|single-check|moe-replay|moe-check" >&2
      exit 2 ;;
 esac
