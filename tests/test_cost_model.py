@@ -885,6 +885,24 @@ def test_a_gemm_on_fp32_inputs_runs_at_the_fp32_rate():
     assert fp32_model[0] == fp32_model[1]
 
 
+def test_a_depthwise_convolution_moves_its_bytes_at_its_own_fraction():
+    """PyTorch's depthwise kernels (conv_depthwise2d) run a short convolution bandwidth-bound at
+    memory_fraction.conv_depthwise of the bandwidth (0.0848 on an H200: nine profiled steps, 0.074-0.087), not on
+    the GEMM curve every other convolution takes: Qwen3-Next's (4 x 8192 channels x 2051, kernel 4; s96) took
+    0.71 ms forward where the GEMM curve said 0.13."""
+    from hardware_profiles import load_profile
+    profile = load_profile("h200")
+    flops = np.array([2.0 * 4 * 8192 * 2051 * 4])
+    moved = np.array([2.0 * 4 * 8192 * 2051 * 2 + 8192 * 4 * 2])  # bf16 input and output, the weight
+    mm = np.array([True])
+    depthwise = op_times(flops, moved, mm, profile, "bf16", np.array([CLASS_CODE["conv_depthwise"]]))[0]
+    fraction = profile.calibration["memory_fraction"]["conv_depthwise"]
+    assert depthwise == pytest.approx(moved[0] / (profile.memory_bandwidth * fraction)
+                                      + profile.efficiency.kernel_overhead_s, rel=1e-9)
+    assert 0.6e-3 < depthwise < 0.8e-3  # the measured 0.71 ms
+    assert op_times(flops, moved, mm, profile, "bf16", np.array([CLASS_CODE["gemm"]]))[0] < 0.3 * depthwise
+
+
 def test_a_gemm_is_priced_by_the_alignment_its_dims_allow():
     """An LM head of an even vocabulary that is not a multiple of 8 (OLMo 3's 100278) runs 2-element-aligned
     kernels at 0.279 of an H200's peak, an odd one (GPT-2's 50257) 1-element-aligned ones at about half that,
