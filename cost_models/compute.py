@@ -424,11 +424,8 @@ def attention_tile_scale(profile: HardwareProfile, padded: int, phase: str) -> f
     table = (profile.calibration or {}).get("attention_tile_flop_scale")
     if not isinstance(table, dict) or not table:
         return 1.0
-    tiles = sorted((int(k), v) for k, v in table.items())
-    fitted = [v for k, v in tiles if k <= padded]
-    if not fitted or padded < tiles[0][0]:
-        return 1.0
-    pair = fitted[-1]
+    fitted = [v for k, v in sorted((int(k), v) for k, v in table.items()) if k <= padded]
+    pair = fitted[-1] if fitted else None
     return float(pair[phase == "bwd"]) if isinstance(pair, list) and len(pair) == 2 else 1.0
 
 
