@@ -692,6 +692,20 @@ def _class_kernels(rows: int, device: torch.device) -> dict[str, tuple[Callable[
         return (gate * up, F.silu(gate), torch.cat((up, gate), -1), heads.transpose(0, 1).contiguous())
     out["strided"] = (strided, nh * 2.0 * (3 + 2 + 4 + 2))
 
+    # a short depthwise convolution (LFM2's, a linear-attention layer's; PyTorch's conv_depthwise2d kernels) over
+    # channels-last activations made [batch, channels, tokens] by a transpose, as the models do; forward and
+    # backward, bytes as the tracer counts them (inputs read, outputs written; the output 3 tokens longer). An
+    # H200's profiled trainer steps ran them at 7-9% of the bandwidth (benchmarks/depthwise_conv.py)
+    kc = 4
+    xc = xh.detach().unsqueeze(0).transpose(1, 2).requires_grad_(True)   # [1, h, rows_h]
+    wc = torch.randn(h, 1, kc, device=device, dtype=bf, requires_grad=True)
+    conv = F.conv1d(xc, wc, padding=kc - 1, groups=h)
+    gc = torch.randn_like(conv)
+    io = nh * 2.0 + conv.numel() * 2.0 + wc.numel() * 2.0
+    out["conv_depthwise"] = (lambda: (F.conv1d(xc.detach(), wc.detach(), padding=kc - 1, groups=h),
+                                      torch.autograd.grad(conv, (xc, wc), gc, retain_graph=True)),
+                             io + io + (nh + wc.numel()) * 2.0)  # backward: io and the input's, weight's gradients
+
     bias = torch.randn(1, s_attn, s_attn, device=device, dtype=bf)  # baddbmm's broadcast additive input
     batch = max(1, n // (s_attn * s_attn))
     dst = torch.empty(batch, s_attn, s_attn, device=device, dtype=bf)
