@@ -697,14 +697,15 @@ def _class_kernels(rows: int, device: torch.device) -> dict[str, tuple[Callable[
     # backward, bytes as the tracer counts them (inputs read, outputs written; the output 3 tokens longer). An
     # H200's profiled trainer steps ran them at 7-9% of the bandwidth (benchmarks/depthwise_conv.py)
     kc = 4
-    xc = xh.detach().unsqueeze(0).transpose(1, 2).requires_grad_(True)   # [1, h, rows_h]
+    seq_c = min(rows_h, s_attn)  # rows of 2048 tokens (at most): the kernel is slower on one long row
+    xc = xh.detach()[: rows_h // seq_c * seq_c].reshape(-1, seq_c, h).transpose(1, 2).requires_grad_(True)
     wc = torch.randn(h, 1, kc, device=device, dtype=bf, requires_grad=True)
     conv = F.conv1d(xc, wc, padding=kc - 1, groups=h)
     gc = torch.randn_like(conv)
-    io = nh * 2.0 + conv.numel() * 2.0 + wc.numel() * 2.0
+    io = xc.numel() * 2.0 + conv.numel() * 2.0 + wc.numel() * 2.0
     out["conv_depthwise"] = (lambda: (F.conv1d(xc.detach(), wc.detach(), padding=kc - 1, groups=h),
                                       torch.autograd.grad(conv, (xc, wc), gc, retain_graph=True)),
-                             io + io + (nh + wc.numel()) * 2.0)  # backward: io and the input's, weight's gradients
+                             io + io + (xc.numel() + wc.numel()) * 2.0)  # backward: io and the input's, weight's gradients
 
     bias = torch.randn(1, s_attn, s_attn, device=device, dtype=bf)  # baddbmm's broadcast additive input
     batch = max(1, n // (s_attn * s_attn))

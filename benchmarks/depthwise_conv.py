@@ -9,8 +9,11 @@ kernel 4) took 0.71 ms forward and 1.02 ms backward, where the FLOP curve the co
 convolution said 0.13 ms. The profiled steps of the sweep record each aten op's own device time
 (benchmarks/trainer_sweep.py `_profiled_step`): per record, the fraction is the bytes the tracer counts for the
 depthwise ops the step ran (inputs read, outputs written; `aten::_conv_depthwise2d` forward and replayed,
-`aten::convolution_backward` backward) over the bandwidth times their measured time. The median of the records
-is h200's `memory_fraction.conv_depthwise` (cost_models.compute: class conv_depthwise).
+`aten::convolution_backward` backward) over the bandwidth times their measured time. An op's self time leaves out
+the kernels of the ops it calls (the transposed input's contiguous copy), so these fractions are upper bounds:
+calibrate's own kernel family (forward and backward over a transposed activation) measured 0.0551 on an H200
+(s100, benchmarks/results/raw/conv_depthwise_h200_s100.json), which h200's `memory_fraction.conv_depthwise`
+(cost_models.compute: class conv_depthwise) carries.
 Run with transformers 5.17 on the path (as on the device: the traces must be the ones the rows ran).
 """
 
@@ -79,7 +82,7 @@ def main() -> int:
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['name']} | {r['raw']} | {r['fwd_calls']} | {r['fwd_ms']:.2f} | {r['bwd_calls']} | "
               f"{r['bwd_ms']:.2f} | {r['gb']:.2f} | {r['fraction']:.4f} |" for r in rows]
-    lines.append(f"\nmemory_fraction.conv_depthwise = {median:.4f} (the median of {len(rows)} profiled steps)")
+    lines.append(f"\nthe median of {len(rows)} profiled steps: {median:.4f} of the bandwidth (an upper bound)")
     text = "\n".join(lines)
     print(text)
     if args.doc is not None:

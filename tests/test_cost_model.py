@@ -887,9 +887,10 @@ def test_a_gemm_on_fp32_inputs_runs_at_the_fp32_rate():
 
 def test_a_depthwise_convolution_moves_its_bytes_at_its_own_fraction():
     """PyTorch's depthwise kernels (conv_depthwise2d) run a short convolution bandwidth-bound at
-    memory_fraction.conv_depthwise of the bandwidth (0.0848 on an H200: nine profiled steps, 0.074-0.087), not on
-    the GEMM curve every other convolution takes: Qwen3-Next's (4 x 8192 channels x 2051, kernel 4; s96) took
-    0.71 ms forward where the GEMM curve said 0.13."""
+    memory_fraction.conv_depthwise of the bandwidth (calibrate's kernel family on an H200: 0.0551), not on the
+    GEMM curve every other convolution takes. Qwen3-Next's (4 x 8192 channels x 2051, kernel 4; s96) had 0.71 ms
+    of its own kernels' time forward (self time, without its input's contiguous copy), where the GEMM curve said
+    0.13: the class prices it above that floor."""
     from hardware_profiles import load_profile
     profile = load_profile("h200")
     flops = np.array([2.0 * 4 * 8192 * 2051 * 4])
@@ -899,7 +900,7 @@ def test_a_depthwise_convolution_moves_its_bytes_at_its_own_fraction():
     fraction = profile.calibration["memory_fraction"]["conv_depthwise"]
     assert depthwise == pytest.approx(moved[0] / (profile.memory_bandwidth * fraction)
                                       + profile.efficiency.kernel_overhead_s, rel=1e-9)
-    assert 0.6e-3 < depthwise < 0.8e-3  # the measured 0.71 ms
+    assert depthwise > 0.71e-3  # no faster than the kernels' own time in the profiled step
     assert op_times(flops, moved, mm, profile, "bf16", np.array([CLASS_CODE["gemm"]]))[0] < 0.3 * depthwise
 
 
