@@ -41,6 +41,7 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -154,15 +155,13 @@ def measure(out: Path, masked: bool = False, backend: str = "default", head_dims
 def fit(raw: Path, profile: str = "h200") -> dict:
     """calibrate.fit_attention_terms on a raw file's rows, timed as the GPU spends them (device_*), and each
     row's error under the fitted terms (compute.attention_times)."""
-    from autoparallel.calibrate import AttentionSample, fit_attention_terms
+    from autoparallel.calibrate import fit_attention_terms
     from cost_models.compute import attention_times
     from hardware_profiles import load_profile
 
     prof = load_profile(profile)
     data = json.loads(raw.read_text())
-    samples = [AttentionSample(*r["shape"], r["fwd_flops"], r["bwd_flops"], r["device_fwd_s"],
-                               max(r["device_fwd_bwd_s"] - r["device_fwd_s"], 1e-9), r.get("backend", "default"),
-                               bool(r.get("masked"))) for r in data["rows"] if "error" not in r]
+    samples = [_sample(r) for r in data["rows"] if "error" not in r]
     out: dict = {"raw": str(raw), "device": data["device"], "torch": data["torch"], "rows": len(samples)}
     for phase in ("fwd", "bwd"):
         terms = fit_attention_terms(samples, phase, prof.peak("bf16"), prof.memory_bandwidth)
@@ -179,13 +178,17 @@ def fit(raw: Path, profile: str = "h200") -> dict:
     return out
 
 
-def _samples(raws: list[Path], backend: str, masked: bool = False) -> list:
+def _sample(r: dict) -> Any:
+    """A raw row as calibrate's AttentionSample, timed as the GPU spends it (the backward alone)."""
     from autoparallel.calibrate import AttentionSample
 
-    return [AttentionSample(*r["shape"], r["fwd_flops"], r["bwd_flops"], r["device_fwd_s"],
-                            max(r["device_fwd_bwd_s"] - r["device_fwd_s"], 1e-9), r.get("backend", "default"),
-                            bool(r.get("masked")))
-            for raw in raws for r in json.loads(raw.read_text())["rows"]
+    return AttentionSample(*r["shape"], r["fwd_flops"], r["bwd_flops"], r["device_fwd_s"],
+                           max(r["device_fwd_bwd_s"] - r["device_fwd_s"], 1e-9), r.get("backend", "default"),
+                           bool(r.get("masked")))
+
+
+def _samples(raws: list[Path], backend: str, masked: bool = False) -> list:
+    return [_sample(r) for raw in raws for r in json.loads(raw.read_text())["rows"]
             if "error" not in r and r.get("backend", "default") == backend and bool(r.get("masked")) == masked]
 
 
