@@ -950,6 +950,18 @@ def fit_attention_terms(samples: list[AttentionSample], phase: str, peak: float,
     return flop_max, x[1] * 1e12, x[2] * bw, x[3] * 1e6
 
 
+def padded_samples(samples: list[AttentionSample], profile: Any) -> list[AttentionSample]:
+    """`samples` at the head dimension their kernel computes with (compute.padded_head_dim under `profile`'s
+    tiles: FLOPs scaled, query elements at the padded width), as compute.attention_times prices them, so that
+    terms fitted on heads between tiles (80, 96) mean what the model reads them as."""
+    out = []
+    for x in samples:
+        padded = padded_head_dim(x.head_dim, profile, "flash" if x.backend == "flash" and not x.masked else "default")
+        k = padded / x.head_dim
+        out.append(replace(x, head_dim=padded, fwd_flops=x.fwd_flops * k, bwd_flops=x.bwd_flops * k))
+    return out
+
+
 def fit_attention_tile_scale(samples: list[AttentionSample], profile: Any
                              ) -> dict[str, list[float]]:
     """calibration.attention_tile_flop_scale: per head-dim tile past 128 (compute.padded_head_dim) that
@@ -1054,8 +1066,8 @@ def fit(meas: Measurements, base: Any, plan: CalibrationPlan | None = None) -> F
         if is_aligned(s):
             per_dtype[s.dtype] = max(per_dtype.get(s.dtype, 0.0), s.flops / s.seconds / p)
     att_fwd = att_bwd = att_fwd_half = att_bwd_half = att_fwd_terms = att_bwd_terms = None
-    causal = [x for x in meas.attention if not x.masked]
-    masked = [x for x in meas.attention if x.masked]
+    causal = padded_samples([x for x in meas.attention if not x.masked], base)
+    masked = padded_samples([x for x in meas.attention if x.masked], base)
     masked_terms = ((fit_attention_terms(masked, "fwd", peak, bw), fit_attention_terms(masked, "bwd", peak, bw))
                     if len(masked) >= 2 * len(ATTENTION_TERMS) else (None, None))
     if len(causal) >= 2 * len(ATTENTION_TERMS):

@@ -155,13 +155,13 @@ def measure(out: Path, masked: bool = False, backend: str = "default", head_dims
 def fit(raw: Path, profile: str = "h200") -> dict:
     """calibrate.fit_attention_terms on a raw file's rows, timed as the GPU spends them (device_*), and each
     row's error under the fitted terms (compute.attention_times)."""
-    from autoparallel.calibrate import fit_attention_terms
+    from autoparallel.calibrate import fit_attention_terms, padded_samples
     from cost_models.compute import attention_times
     from hardware_profiles import load_profile
 
     prof = load_profile(profile)
     data = json.loads(raw.read_text())
-    samples = [_sample(r) for r in data["rows"] if "error" not in r]
+    samples = padded_samples([_sample(r) for r in data["rows"] if "error" not in r], prof)
     out: dict = {"raw": str(raw), "device": data["device"], "torch": data["torch"], "rows": len(samples)}
     for phase in ("fwd", "bwd"):
         terms = fit_attention_terms(samples, phase, prof.peak("bf16"), prof.memory_bandwidth)

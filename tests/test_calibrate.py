@@ -109,6 +109,26 @@ def test_attention_fit_recovers_the_cost_model_terms():
     assert extra["calibration"]["attention_bwd_terms"] == pytest.approx(bwd, rel=1e-3)
 
 
+def test_heads_between_tiles_are_fitted_at_the_width_their_kernel_computes():
+    """Shapes at heads of 80 and 96 priced by the cost model (which pads them to the 128-wide tile: h200's
+    attention_head_dim_tile) beside the calibration's 64- and 128-wide ones: fitted at their padded width
+    (cal.padded_samples) the terms come back to rounding; at the traced width the same times fit worse."""
+    from cost_models.compute import attention_times
+    fwd, bwd = [2.1, 0.16, 3.7, 19.0], [1.6, 0.34, 31.0, 48.0]
+    truth = _attention_profile(fwd, bwd)
+    samples = _attention_samples(truth)
+    for b, h, s, d in ((2, 32, 2048, 80), (8, 32, 2048, 80), (4, 32, 4096, 96), (2, 32, 2048, 96)):
+        ff, fb = cal._sdpa_flops((b, h, s, d), (b, h, s, d))
+        tf, tb = (float(attention_times(np.array([f]), ph, s, d, truth, "bf16")[0])
+                  for f, ph in ((ff, "fwd"), (fb, "bwd")))
+        samples.append(cal.AttentionSample(b, h, h, s, d, ff, fb, tf, tb, "default"))
+    peak, bw = truth.peak("bf16"), truth.memory_bandwidth
+    padded = cal.padded_samples(samples, truth)
+    assert {x.head_dim for x in padded} == {64, 128}
+    assert cal.fit_attention_terms(padded, "fwd", peak, bw) == pytest.approx(fwd, rel=1e-6)
+    assert cal.fit_attention_terms(padded, "bwd", peak, bw) == pytest.approx(bwd, rel=1e-6)
+    assert cal.fit_attention_terms(samples, "fwd", peak, bw) != pytest.approx(fwd, rel=1e-3)
+
 def test_masked_attention_terms_round_trip_and_price_only_masked_ops():
     """Masked samples (causal through an additive mask) fit terms of their own, written as
     attention_masked_*_terms, while the causal terms still come from the causal samples alone; the cost model
