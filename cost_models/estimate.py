@@ -331,10 +331,13 @@ class CostModel:
         # the host sets the pace only when it issues slower than the ops and the collectives together;
         # Megatron's --tp-comm-overlap runs the SP collectives beside the phase's GEMMs (RuntimeVariant)
         overlap = self.variant.tp_comm_overlap and sp and tp > 1
+        # the forward's kernels and collectives, for the forward and (checkpointed) its replay in the backward
+        fwd_kw = dict(fp8=fp8, cp=cp, comm_s=a2a + (0.0 if overlap else tp_comm_fwd),
+                      fused_share=self._fused_share(seg, 0) if compiled else None,
+                      overlapped=(tp_comm_fwd, tp) if overlap else (0.0, 1),
+                      launches=self._launches(seg, 0, b, tp, sp, cp) if compiled else 0)
         fwd_t, fwd_flops, fwd_div, fwd_host_s, fwd_exposed, fwd_idle = self._phase_times(
-            seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, fp8, cp, a2a + (0.0 if overlap else tp_comm_fwd),
-            self._fused_share(seg, 0) if compiled else None, (tp_comm_fwd, tp) if overlap else (0.0, 1),
-            self._launches(seg, 0, b, tp, sp, cp) if compiled else 0)
+            seg.fwd, "fwd", tp, ep, sp, b, compiled, fwd_host, **fwd_kw)
         bwd_t, bwd_flops, bwd_div, bwd_host_s, bwd_exposed, bwd_idle = self._phase_times(
             seg.bwd, "bwd", tp, ep, sp, b, compiled, bwd_host, fp8, cp, a2a + (0.0 if overlap else tp_comm_bwd),
             self._fused_share(seg, 1) if compiled else None, (tp_comm_bwd, tp) if overlap else (0.0, 1),
@@ -347,10 +350,7 @@ class CostModel:
         rec_t, rec_host_s = fwd_t, fwd_host_s - fsdp
         if checkpointed:
             rec_t, _, _, rec_host_s, _, _ = self._phase_times(
-                seg.fwd, "fwd", tp, ep, sp, b, compiled, replace(fwd_host, fsdp_s=0.0), fp8, cp,
-                a2a + (0.0 if overlap else tp_comm_fwd), self._fused_share(seg, 0) if compiled else None,
-                (tp_comm_fwd, tp) if overlap else (0.0, 1), self._launches(seg, 0, b, tp, sp, cp) if compiled else 0,
-                replay=True)
+                seg.fwd, "fwd", tp, ep, sp, b, compiled, replace(fwd_host, fsdp_s=0.0), **fwd_kw, replay=True)
 
         cp_comm_fwd = cp_comm_bwd = 0.0
         if cp > 1 and seg.attn_kv_bytes:
