@@ -597,6 +597,11 @@ def _conv_backward_flops(grad_out: Any, x: Any, w: Any, bias: Any, stride: Any, 
     return float(grad_input) + float(grad_weight) / max(int(groups), 1)
 
 
+# FLOP formulas of our own where flop_counter has none or a wrong one (read once per traced op)
+_OWN_FLOPS: dict[Any, Callable[..., float]] = {torch.ops.aten._grouped_mm: _grouped_mm_flops,
+                                               torch.ops.aten.convolution_backward: _conv_backward_flops}
+
+
 class _Tracer:
     """Holds the state of one traced step; nodes are plain dicts, edges (src, dst) pairs."""
 
@@ -719,8 +724,7 @@ class _Tracer:
                         params[info[0]] = (n, n * t.element_size())
         flops = 0.0
         packet = getattr(func, "_overloadpacket", func)
-        f = {torch.ops.aten._grouped_mm: _grouped_mm_flops,
-             torch.ops.aten.convolution_backward: _conv_backward_flops}.get(packet) or flop_registry.get(packet)
+        f = _OWN_FLOPS.get(packet) or flop_registry.get(packet)
         if f is not None:
             try:
                 flops = float(f(*_gqa_expanded(packet, args), **kwargs, out_val=out))
