@@ -22,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # trainer_sweep: the configurations' plan files
 
 RAW = ROOT / "benchmarks" / "results" / "raw"
 GPU_PACED = 0.05  # long gaps (>= 50 us) under this share of the kernel time
@@ -29,7 +30,6 @@ GPU_PACED = 0.05  # long gaps (>= 50 us) under this share of the kernel time
 
 def _compiled(name: str) -> bool:
     """Whether the sweep configuration `name` ran compiled blocks: its plan file's `compile`."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     import trainer_sweep as ts
 
     cfg = next(c for c in ts.CONFIGS if c.name == name)
