@@ -43,16 +43,17 @@ VMS = {"s19": ["single"], "s20": ["single"], "s21": ["single", "wide"], "s22": [
 POOLED = {f"s{n}" for n in (19, 20, 21, 22, 23, 26, 28, 29, 30, 31, 33, 34, 35)}  # reported together
 
 
-def vm_profile(base, vm: str):
-    """`base` rescaled to the VM `vm` by its own speed probes (trainer_speed_<vm>.jsonl)."""
-    return rescaled(base, fit_host_speed(ht.speed_records(vm), base).factor)
+def vm_profile(base, vm: str, around: bool = False):
+    """`base` rescaled to the VM `vm` by its own speed probes (trainer_speed_<vm>.jsonl; `around`: with those
+    after its sweep, host_transfer.speed_records)."""
+    return rescaled(base, fit_host_speed(ht.speed_records(vm, around), base).factor)
 
 
-def errors(base, vm: str) -> list[tuple[str, float, float]]:
+def errors(base, vm: str, around: bool = False) -> list[tuple[str, float, float]]:
     """(configuration, predicted / measured - 1 of the step time, of the peak memory) of `vm`'s held-out rows
     under `base` rescaled to the VM."""
     fit = set(base.calibration.get(ts.SWEEP_FIT_KEY, ts.SWEEP_FIT_DEFAULT))
-    profile = vm_profile(base, vm)
+    profile = vm_profile(base, vm, around)
     configs = {c.name: c for c in ts.CONFIGS}
     measured = ts._measured([str(RAW / f"trainer_sweep_{k}_{vm}.jsonl") for k in VMS[vm]])
     out = []
@@ -73,11 +74,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="h200", help="profile name or YAML file (default: the shipped h200)")
     ap.add_argument("--rows", action="store_true", help="print each row's error")
+    ap.add_argument("--around", action="store_true",
+                    help="each VM's speed from its probes before and after its sweep, where both ran")
     args = ap.parse_args()
     base = load_profile(args.base)
     groups: dict[str, list[tuple[float, float]]] = {}
     for vm in VMS:
-        errs = errors(base, vm)
+        errs = errors(base, vm, args.around)
         print(f"{vm}: {ht._summary([abs(t) for _, t, _ in errs])}; {_memory_summary([abs(m) for _, _, m in errs])}",
               flush=True)
         if args.rows:

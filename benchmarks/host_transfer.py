@@ -93,11 +93,15 @@ def pooled_profile(base, vms: list[str]):
                                                   ts.SWEEP_FIT_KEY: anchor_configs + configs})
 
 
-def speed_records(vm: str) -> list:
+def speed_records(vm: str, around: bool = False) -> list:
     """The speed probes `calibrate --trainer --rescale` timed on the VM before its sweep, where it ran (s12
-    on), else the VM's full probe set."""
+    on), else the VM's full probe set. `around`: with those it timed after the sweep too, where it did
+    (trainer_speed_after_<vm>.jsonl), each probe's median over both (load_records)."""
     speed_file = RAW / f"trainer_speed_{vm}.jsonl"
-    return load_records([str(speed_file)]) if speed_file.exists() else probes_of(vm)
+    if not speed_file.exists():
+        return probes_of(vm)
+    after = RAW / f"trainer_speed_after_{vm}.jsonl"
+    return load_records([str(speed_file)] + ([str(after)] if around and after.exists() else []))
 
 
 def print_slopes(base, base_name: str = "h200") -> int:

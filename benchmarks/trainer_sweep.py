@@ -58,11 +58,16 @@ from h200_memory_time import MOE_1B  # noqa: E402  (the same models as the earli
 from h200_trainer_throughput import LLAMA_1_3B  # noqa: E402
 
 from autoparallel.calibrate_trainer import (  # noqa: E402
+    PROBES,
     REFERENCE_KEY,
+    SPEED_PROBES,
+    ProbeRecord,
     describe_terms,
+    fit_host_speed,
     fit_host_terms,
     load_records,
     reference_times,
+    rescaled,
     time_trainer_steps,
 )
 from cost_models.host import HOST_TERMS  # noqa: E402
@@ -584,6 +589,21 @@ SMOLLM2_360M = {"name": "smollm2-360m", "hf": True, "model_type": "llama", "voca
                 "intermediate_size": 2560, "num_hidden_layers": 32, "num_attention_heads": 15,
                 "num_key_value_heads": 5, "max_position_embeddings": 8192, "rope_theta": 100000.0,
                 "rms_norm_eps": 1e-5, "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2}
+# and two after this session's in-process host probes (FAMILIES29), predicted before the run: Phi-4-mini's widths
+# (a 200k vocabulary, tied: the logits and their loss dominate the activations; rotary on 3/4 of each head; 8 of 32
+# layers) and Mistral-NeMo 12B's (heads of 128 where hidden / heads is 160, so the attention is 4096 wide in a
+# 5120-wide model; a 131k vocabulary; 6 of 40 layers)
+PHI4_MINI_8L = {"name": "phi4-mini-8l", "hf": True, "model_type": "phi3", "vocab_size": 200064, "hidden_size": 3072,
+                "intermediate_size": 8192, "num_hidden_layers": 8, "num_attention_heads": 24,
+                "num_key_value_heads": 8, "partial_rotary_factor": 0.75, "max_position_embeddings": 131072,
+                "original_max_position_embeddings": 4096, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                "tie_word_embeddings": True, "pad_token_id": 199999, "bos_token_id": 199999,
+                "eos_token_id": 199999}
+MISTRAL_NEMO_6L = {"name": "mistral-nemo-6l", "hf": True, "model_type": "mistral", "vocab_size": 131072,
+                   "hidden_size": 5120, "intermediate_size": 14336, "num_hidden_layers": 6, "num_attention_heads": 32,
+                   "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 131072,
+                   "rope_theta": 1000000.0, "rms_norm_eps": 1e-5, "sliding_window": None,
+                   "tie_word_embeddings": False}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -597,7 +617,8 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  INTERNLM3_8B_8L, OLMO_7B_8L, GPT_NEOX_JA_2_7B, FLEX_OLMO_4L, MINIMAX_2L,
                                  GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L, VAULTGEMMA_1B, DOGE_320M, GLM_9B_8L,
                                  LFM2_1_2B, LFM2_MOE_8L, DOTS1_2L, NEMOTRON_MINI_8L, ERNIE45_0_3B, HUNYUAN_7B_8L,
-                                 QWEN3_NEXT_4L, STABLELM_3B_16L, GEMMA_7B_8L, SMOLLM2_360M)}
+                                 QWEN3_NEXT_4L, STABLELM_3B_16L, GEMMA_7B_8L, SMOLLM2_360M, PHI4_MINI_8L,
+                                 MISTRAL_NEMO_6L)}
 
 
 @dataclass(frozen=True)
@@ -850,6 +871,8 @@ CONFIGS = [
     *_trio("1g-stablelm3b", "stablelm-3b-16l", 8, 4, (2, "op")),
     *_trio("1g-gemma7b", "gemma-7b-8l", 8, 4, (2, "op")),
     *_trio("1g-smollm2", "smollm2-360m", 8, 8, (2, "full")),
+    *_trio("1g-phi4mini", "phi4-mini-8l", 8, 4, (2, "op")),
+    *_trio("1g-nemo", "mistral-nemo-6l", 8, 4, (2, "full")),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),
@@ -1093,6 +1116,54 @@ def cmd_host_tick(args: argparse.Namespace) -> int:
     return 0
 
 
+class HostProbes:
+    """`calibrate --trainer --rescale`'s speed probes (SPEED_PROBES: tiny host-bound trainer steps), built once in
+    the measuring process and timed again around each configuration (`measure --host-probes`). The host's speed
+    drifts over minutes on a lent VM (s73-s75: bimodal, switching between configurations and within one; s99's
+    factor 0.679 before its sweep, 0.548 after): probes around a row say how fast the host was while it ran,
+    which a factor taken before the sweep cannot. `report --row-speed` rescales the base profile per row by them."""
+
+    def __init__(self, warmup: int = 1, steps: int = 5) -> None:
+        import torch
+
+        from autoparallel import AutoParallelTrainer
+        from autoparallel.calibrate_trainer import MODELS as PROBE_MODELS
+        from autoparallel.calibrate_trainer import SEQ, meta_model, probe_plan
+        self.warmup, self.steps = warmup, steps
+        self.runs: dict[str, tuple[Any, list[Any]]] = {}
+        for probe in (p for p in PROBES if p.name in SPEED_PROBES):
+            plan = probe_plan(probe, PROFILE)
+            trainer = AutoParallelTrainer(meta_model(PROBE_MODELS[probe.model]), optimizer=None, plan=plan,
+                                          compile=bool(plan.compile))
+            gen = torch.Generator().manual_seed(0)
+            vocab = PROBE_MODELS[probe.model]["vocab_size"]
+            self.runs[probe.name] = (trainer, [torch.randint(0, vocab, (probe.rows, SEQ + 1), generator=gen)
+                                               for _ in range(2)])
+        self.time()  # warm: each probe's first steps pay for lazy initialization
+
+    def time(self) -> dict[str, float]:
+        """probe -> its median step time now, in ms (time_trainer_steps, as calibrate times them)."""
+        return {name: time_trainer_steps(trainer, batches, self.warmup, self.steps).step_time_s * 1e3
+                for name, (trainer, batches) in self.runs.items()}
+
+
+def row_speed(rec: dict, base: Any) -> float | None:
+    """The host factor against `base` while a measured record ran: fit_host_speed over its `host_probes_ms`
+    (each probe's geometric mean over the times before and after the configuration, and over its passes);
+    None without them."""
+    probes = rec.get("host_probes_ms") or []
+    times: dict[str, list[float]] = {}
+    for around in probes:
+        for side in ("before", "after"):
+            for name, ms in around.get(side, {}).items():
+                times.setdefault(name, []).append(ms)
+    if not times:
+        return None
+    by_name = {p.name: p for p in PROBES}
+    records = [ProbeRecord(by_name[n], None, statistics.geometric_mean(v) / 1e3) for n, v in times.items()]
+    return fit_host_speed(records, base).factor
+
+
 def _measure_isolated(args: argparse.Namespace) -> int:
     """`measure --isolate`: each configuration and pass in a fresh interpreter, as a user runs one trainer
     per process (in one process, an earlier configuration's state -- compiled graphs, allocator segments,
@@ -1119,6 +1190,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     rank = int(os.environ.get("RANK", "0"))
     out = Path(args.out)
     shared: dict[str, Any] = {}
+    probes = HostProbes() if args.host_probes else None
     # passes over the whole selection, so that a slow phase of the VM lands on one pass of each
     # configuration rather than on whole configurations (the report takes each one's median, `_measured`)
     for n_pass, cfg in ((k, c) for k in range(args.passes) for c in _selected(args.only, args.skip)):
@@ -1132,9 +1204,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
             trainer, batches, base = sweep_trainer(cfg, shared)
             if args.host_ticks:
                 rec["host_tick_before"], stat0 = host_tick(), _cpu_stat()
+            before = probes.time() if probes else None
             t0 = time.perf_counter()
             timing = time_trainer_steps(trainer, batches, args.warmup, args.steps, base)
             rec["wall_s"] = time.perf_counter() - t0
+            if probes:  # a list, as `_measured` merges several passes' records into one
+                rec["host_probes_ms"] = [{"before": before, "after": probes.time()}]
             if args.host_ticks:
                 rec["cpu_stat_delta"] = [b - a for a, b in zip(stat0, _cpu_stat())]
                 rec["host_tick_after"] = host_tick()
@@ -1325,9 +1400,11 @@ def _measured(raws: list[str]) -> dict[str, dict]:
     largest; a failed pass counts only when no pass measured."""
     out: dict[str, dict] = {}
     runs: dict[str, list[dict]] = {}
+    probes: dict[str, list[dict]] = {}  # the host probes around each pass (measure --host-probes)
     for rec in _raw_records(raws):
         if "measured" in rec:
             runs.setdefault(rec["name"], []).append(rec["measured"])
+            probes.setdefault(rec["name"], []).extend(rec.get("host_probes_ms", []))
             out[rec["name"]] = rec
         elif rec["name"] not in runs:
             out[rec["name"]] = rec
@@ -1337,6 +1414,8 @@ def _measured(raws: list[str]) -> dict[str, dict]:
                           peak_memory_gib=max(m["peak_memory_gib"] for m in ms),
                           passes=[m["step_time_s"] for m in ms])
             out[name] = dict(out[name], measured=merged)
+            if probes[name]:
+                out[name]["host_probes_ms"] = probes[name]
     return out
 
 
@@ -1553,20 +1632,27 @@ def cmd_report(args: argparse.Namespace) -> int:
         m = measured.get(cfg.name)
         if m is None or "measured" not in m:
             continue
-        pred, est = predict(cfg, profile, raw=m)
+        factor = row_speed(m, profile) if args.row_speed else None
+        if args.row_speed and factor is None:
+            raise SystemExit(f"report --row-speed: {cfg.name} has no host_probes_ms; measure it with --host-probes")
+        pred, est = predict(cfg, rescaled(profile, factor) if factor is not None else profile, raw=m)
         from autoparallel.plan import Plan
         rec = {"name": cfg.name, "gpus": cfg.gpus, "model": cfg.model, "compile": est.plan.compile,
                "fitted": cfg.name in fit_configs,
                "plan": _describe(Plan.load(cfg.plan_file)), "predicted": pred,
                "measured": {k: m["measured"][k] for k in ("step_time_s", "peak_memory_gib")},
                "breakdown": est.breakdown}
+        if factor is not None:
+            rec["host_factor"] = factor
         rec["time_error"] = pred["step_time_s"] / m["measured"]["step_time_s"] - 1
         rec["memory_error"] = pred["peak_memory_gib"] / m["measured"]["peak_memory_gib"] - 1
         if "profile" in m:
             rec["profile"] = m["profile"]
         records.append(rec)
     failed = sorted(n for n, m in measured.items() if "error" in m)
-    picks = planner_picks(records, profile)
+    row_factors = [r["host_factor"] for r in records if "host_factor" in r]
+    # the planner's picks under the sweep's typical host (per-row factors: their geometric mean)
+    picks = planner_picks(records, rescaled(profile, statistics.geometric_mean(row_factors)) if row_factors else profile)
     Path(args.results).write_text(json.dumps({"profile": PROFILE, "records": records, "failed": failed,
                                               "planner_picks": picks}, indent=1) + "\n")
     lines = ["| configuration | gpus | plan | predicted ms | measured ms | error | predicted GiB | measured GiB | error "
@@ -1597,12 +1683,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     outputs = "".join(f" --{k} {_rel(v)}" for k, v, default in (("doc", args.doc, DOC), ("results", args.results, RESULTS))
                       if Path(v).resolve() != default.resolve())
     outputs += "".join(f" --calibration {k}={v}" for k, v in overrides.items())
+    outputs += " --row-speed" if args.row_speed else ""
     Path(args.doc).write_text(
         "# AutoParallelTrainer against the cost model (H200)\n\n"
         f"Command: `python benchmarks/trainer_sweep.py report --raw {raws} --profile {_rel(args.profile)}{outputs}` "
         "(measured with the `measure` commands in the script's docstring on a lent H200 machine, one or two GPUs; plans "
         "from `plans`).\n\n"
-        + (f"The profile is `autoparallel calibrate --trainer --rescale`'s, run on the same machine before the "
+        + (f"Each row's profile is {profile.name}'s with its host terms rescaled by the speed probes timed in the "
+           f"measuring process just before and after that row (`measure --host-probes`, `row_speed`: the "
+           f"geometric mean of the probes' ratios to {REFERENCE_KEY}; factors {min(row_factors):.3f}-{max(row_factors):.3f} "
+           "here); nothing of this machine's sweep was fitted, and the rows marked (fit) gave the base profile its "
+           "two fractions on another VM. Predicted memory " if args.row_speed else
+           f"The profile is `autoparallel calibrate --trainer --rescale`'s, run on the same machine before the "
            f"sweep: {profile.calibration['host_speed']} (three host-bound probes; autoparallel/calibrate_trainer.py "
            "`fit_host_speed`); nothing of this machine's sweep was fitted, and the rows marked (fit) gave the base "
            "profile its two fractions on another VM. Predicted memory " if "host_speed" in profile.calibration else
@@ -2509,6 +2601,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--profile-all", action="store_true", help="profile one step of every configuration")
     m.add_argument("--host-ticks", action="store_true",
                    help="time the host's dispatch (host_tick) before and after each configuration")
+    m.add_argument("--host-probes", action="store_true",
+                   help="time the speed probes (HostProbes, built once) before and after each configuration")
     m.add_argument("--isolate", action="store_true",
                    help="one fresh process per configuration and pass (one GPU), as users run one trainer")
     m.add_argument("--pass-index", type=int, default=None, help=argparse.SUPPRESS)  # set by --isolate for its children
@@ -2529,6 +2623,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--results", default=str(RESULTS), help="the pairs as JSON (default: %(default)s)")
     r.add_argument("--calibration", action="append", metavar="KEY=NUMBER",
                    help="a what-if: replace this calibration entry of the profile (repeatable)")
+    r.add_argument("--row-speed", action="store_true",
+                   help="--profile is the base (h200): each row's host terms rescaled by the speed probes timed "
+                        "around it (measure --host-probes; row_speed)")
     sh = sub.add_parser("ship", help="write fit's terms into hardware_profiles/h200.yaml")
     sh.add_argument("--profile", default=str(FITTED_PROFILE))
     f = sub.add_parser("fit")

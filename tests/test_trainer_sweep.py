@@ -30,6 +30,29 @@ def test_passes_of_a_configuration_become_its_median(tmp_path):
     assert "error" in out["c"] and "measured" not in out["c"]
 
 
+def test_a_rows_host_factor_is_the_probes_around_its_passes_against_the_base(tmp_path):
+    """row_speed: each speed probe's geometric mean over the times before and after every pass of the row,
+    against the base's reference times, then the geometric mean over the probes (fit_host_speed). Probes at
+    k x the reference before a pass and k' x after it give sqrt(k k'); a second pass at k'' enters the same
+    per-probe mean. Tolerance: float rounding of a few products and roots (1e-12)."""
+    from hardware_profiles import load_profile
+    base = load_profile("h200")
+    ref = base.calibration["host_probe_ms"]
+
+    def at(k: float) -> dict[str, float]:
+        return {name: ms * k for name, ms in ref.items()}
+
+    one = {"name": "a", "measured": {"step_time_s": 0.3, "peak_memory_gib": 1.0},
+           "host_probes_ms": [{"before": at(0.64), "after": at(1.0)}]}
+    assert ts.row_speed(one, base) == pytest.approx(0.8, rel=1e-12)
+    assert ts.row_speed({"name": "b", "measured": one["measured"]}, base) is None  # measured without probes
+    two = dict(one, host_probes_ms=[{"before": at(0.5), "after": at(0.5)}])
+    raw = tmp_path / "single.jsonl"
+    raw.write_text("".join(json.dumps(r) + "\n" for r in (one, two)))
+    merged = ts._measured([str(raw)])["a"]
+    assert ts.row_speed(merged, base) == pytest.approx((0.64 * 1.0 * 0.5 * 0.5) ** 0.25, rel=1e-12)
+
+
 def test_sweep_terms_are_recovered_from_the_step_times_they_produce():
     """fit_sweep_terms bisects each FIT term until its configuration is predicted exactly: step times
     predicted at known fractions give those fractions back. Tolerance: the bisection's interval after 30

@@ -77,6 +77,9 @@
 #   bash benchmarks/device/trainer_sweep.sh families27b     # ERNIE 4.5 0.3B, Qwen3-Next's layout (FAMILIES27B)
 #   bash benchmarks/device/trainer_sweep.sh families28      # host_op_kinds.py, then StableLM-3B's, Gemma 7B's widths
 #                                                           # and SmolLM2-360M (FAMILIES28)
+#   bash benchmarks/device/trainer_sweep.sh families29      # Phi-4-mini's and Mistral-NeMo's widths (FAMILIES29)
+#   bash benchmarks/device/trainer_sweep.sh single-probed-a # the one-GPU sweep's first 15 rows, the speed probes
+#                                                           # timed around each (single-probed-b: the other 15)
 #   bash benchmarks/device/trainer_sweep.sh host-mix        # one GPU: host factor, then the host time per block of the
 #                                                           # sweep's families at 32 tokens a row (host_mix.py;
 #                                                           # host-mix-compiled: six of them compiled)
@@ -206,6 +209,14 @@ FAMILIES28=$FAMILIES28,1g-gemma7b-mb2x4-op,1g-smollm2-eager,1g-smollm2-compiled,
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES28
 SKIP_SINGLE=$SKIP_SINGLE,1g-gpt-s64-mb4x2,1g-llama-s64-mb4x2,1g-smollm3-s64-mb2x4-full,1g-smollm3-s64-mb2x4
 SKIP_SINGLE=$SKIP_SINGLE,1g-smollm3-s64-mb2x4-op
+FAMILIES29=1g-phi4mini-eager,1g-phi4mini-compiled,1g-phi4mini-mb2x4-op,1g-nemo-eager,1g-nemo-compiled
+FAMILIES29=$FAMILIES29,1g-nemo-mb2x4-full
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES29
+# single-probed-a / -b: the one-GPU sweep's 30 rows in two calls on one VM (15 each), the speed probes timed in the
+# measuring process before and after each row (measure --host-probes; report --row-speed) (s101)
+IFS=, read -ra SINGLE_ROWS <<< "$SINGLE_CHECK"
+SINGLE_A=$(IFS=,; echo "${SINGLE_ROWS[*]:0:15}")
+SINGLE_B=$(IFS=,; echo "${SINGLE_ROWS[*]:15}")
 # held_out NAME ROWS SECONDS [MEASURE FLAGS]: this VM's host factor, the rows into $OUT/NAME.jsonl, the factor again
 # the one-GPU sweep's host-paced rows: the compiled small models and their eager twins, full recompute
 HOST_PACED=1g-gpt-eager,1g-gpt-auto,1g-moe-eager,1g-moe-auto,1g-gpt-b16-mb8x2,1g-gpt-b16-compiled,1g-moe-b16-mb8x2
@@ -416,6 +427,9 @@ PY
   moe-check) held_out moe_check "$MOE_CHECK" 440 ;;  # MoE rows under the trainer-measured MoE rates, held out (s90)
   moe-replay) held_out moe_replay "$MOE_REPLAY" 420 ;;  # MoE rows that replay their blocks, held out (s89)
   single-check) held_out single_check "$SINGLE_CHECK" 420 ;;  # the one-GPU sweep's 30 rows, held out (s85)
+  single-probed-a) held_out single_probed_a "$SINGLE_A" 420 --host-probes ;;
+  single-probed-b) held_out single_probed_b "$SINGLE_B" 420 --host-probes ;;
+  families29) held_out families29 "$FAMILIES29" 450 --host-probes --profile ;;
   accumulate-check) held_out accumulate_check "$ACCUMULATE_CHECK" 400 ;;  # several micro-batches, held out (s84)
   moe-compiled)  # the catalog MoE's compiled rows once its blocks are one graph each (s82), then their breaks again
     held_out moe_compiled "$MOE_COMPILED" 330
@@ -423,6 +437,6 @@ PY
   compiled-check) held_out compiled_check "$COMPILED_CHECK" 140 ;;  # host-paced compiled rows after the launch term
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|families26|families27a|families27b|families28|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check|single-check|moe-replay|moe-check" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|families26|families27a|families27b|families28|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check|single-check|single-probed-a|single-probed-b|families29|moe-replay|moe-check" >&2
      exit 2 ;;
 esac
