@@ -148,16 +148,19 @@ class StepTiming:
     losses: list[float]
 
 
-def time_trainer_steps(trainer: Any, batches: Sequence[Any], warmup: int, steps: int, base_bytes: int = 0
-                       ) -> StepTiming:
+def time_trainer_steps(trainer: Any, batches: Sequence[Any], warmup: int, steps: int, base_bytes: int = 0,
+                       between: Callable[[], Any] | None = None) -> StepTiming:
     """Time trainer.step between device synchronizations after `warmup` steps (shared with
-    benchmarks/trainer_sweep.py, which times the large configurations the same way)."""
+    benchmarks/trainer_sweep.py, which times the large configurations the same way). `between`: called before
+    each timed step, outside its timing (trainer_sweep's host probes interleaved with a configuration's steps)."""
     import torch
     losses = [trainer.step(batches[i % len(batches)]) for i in range(warmup)]
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     times = []
     for i in range(steps):
+        if between is not None:
+            between()
         t = time.perf_counter()
         losses.append(trainer.step(batches[i % len(batches)]))
         torch.cuda.synchronize()

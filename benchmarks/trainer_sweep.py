@@ -44,6 +44,7 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1146,15 +1147,32 @@ class HostProbes:
         return {name: time_trainer_steps(trainer, batches, self.warmup, self.steps).step_time_s * 1e3
                 for name, (trainer, batches) in self.runs.items()}
 
+    def once(self) -> dict[str, float]:
+        """probe -> one step's time now, in ms, between device synchronizations; unlike `time`, it leaves the
+        device's peak-memory statistics alone, so it can run between a configuration's timed steps."""
+        import torch
+        out = {}
+        for name, (trainer, batches) in self.runs.items():
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            trainer.step(batches[0])
+            torch.cuda.synchronize()
+            out[name] = (time.perf_counter() - t) * 1e3
+        return out
 
-def row_speed(rec: dict, base: Any) -> float | None:
+
+def _append_probes(into: list[dict[str, float]], probes: HostProbes) -> None:
+    into.append(probes.once())
+
+
+def row_speed(rec: dict, base: Any, sides: Sequence[str] = ("before", "after")) -> float | None:
     """The host factor against `base` while a measured record ran: fit_host_speed over its `host_probes_ms`
-    (each probe's geometric mean over the times before and after the configuration, and over its passes);
-    None without them."""
+    (each probe's geometric mean over the times at `sides` -- "before" and "after" the configuration, or
+    "steps": interleaved with its timed steps -- and over its passes); None without them."""
     probes = rec.get("host_probes_ms") or []
     times: dict[str, list[float]] = {}
     for around in probes:
-        for side in ("before", "after"):
+        for side in sides:
             for name, ms in around.get(side, {}).items():
                 times.setdefault(name, []).append(ms)
     if not times:
@@ -1205,11 +1223,17 @@ def cmd_measure(args: argparse.Namespace) -> int:
             if args.host_ticks:
                 rec["host_tick_before"], stat0 = host_tick(), _cpu_stat()
             before = probes.time() if probes else None
+            steps_probed: list[dict[str, float]] = []
+            between = (functools.partial(_append_probes, steps_probed, probes) if probes and args.interleave_probes
+                       else None)
             t0 = time.perf_counter()
-            timing = time_trainer_steps(trainer, batches, args.warmup, args.steps, base)
+            timing = time_trainer_steps(trainer, batches, args.warmup, args.steps, base, between=between)
             rec["wall_s"] = time.perf_counter() - t0
             if probes:  # a list, as `_measured` merges several passes' records into one
                 rec["host_probes_ms"] = [{"before": before, "after": probes.time()}]
+            if steps_probed:  # each probe's median over the steps: the host while the timed steps ran
+                rec["host_probes_ms"][0]["steps"] = {n: statistics.median(p[n] for p in steps_probed)
+                                                     for n in steps_probed[0]}
             if args.host_ticks:
                 rec["cpu_stat_delta"] = [b - a for a, b in zip(stat0, _cpu_stat())]
                 rec["host_tick_after"] = host_tick()
@@ -1632,7 +1656,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         m = measured.get(cfg.name)
         if m is None or "measured" not in m:
             continue
-        factor = row_speed(m, profile) if args.row_speed else None
+        factor = row_speed(m, profile, args.row_speed.split(",")) if args.row_speed else None
         if args.row_speed and factor is None:
             raise SystemExit(f"report --row-speed: {cfg.name} has no host_probes_ms; measure it with --host-probes")
         pred, est = predict(cfg, rescaled(profile, factor) if factor is not None else profile, raw=m)
@@ -1683,7 +1707,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     outputs = "".join(f" --{k} {_rel(v)}" for k, v, default in (("doc", args.doc, DOC), ("results", args.results, RESULTS))
                       if Path(v).resolve() != default.resolve())
     outputs += "".join(f" --calibration {k}={v}" for k, v in overrides.items())
-    outputs += " --row-speed" if args.row_speed else ""
+    outputs += "" if not args.row_speed else " --row-speed" if args.row_speed == "before,after" else f" --row-speed {args.row_speed}"
     Path(args.doc).write_text(
         "# AutoParallelTrainer against the cost model (H200)\n\n"
         f"Command: `python benchmarks/trainer_sweep.py report --raw {raws} --profile {_rel(args.profile)}{outputs}` "
@@ -2603,6 +2627,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="time the host's dispatch (host_tick) before and after each configuration")
     m.add_argument("--host-probes", action="store_true",
                    help="time the speed probes (HostProbes, built once) before and after each configuration")
+    m.add_argument("--interleave-probes", action="store_true",
+                   help="with --host-probes: also one step of each probe before each timed step (its median "
+                        "over the steps: host_probes_ms 'steps')")
     m.add_argument("--isolate", action="store_true",
                    help="one fresh process per configuration and pass (one GPU), as users run one trainer")
     m.add_argument("--pass-index", type=int, default=None, help=argparse.SUPPRESS)  # set by --isolate for its children
@@ -2623,9 +2650,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--results", default=str(RESULTS), help="the pairs as JSON (default: %(default)s)")
     r.add_argument("--calibration", action="append", metavar="KEY=NUMBER",
                    help="a what-if: replace this calibration entry of the profile (repeatable)")
-    r.add_argument("--row-speed", action="store_true",
+    r.add_argument("--row-speed", nargs="?", const="before,after", default=None, metavar="SIDES",
                    help="--profile is the base (h200): each row's host terms rescaled by the speed probes timed "
-                        "around it (measure --host-probes; row_speed)")
+                        "around it (measure --host-probes; row_speed): 'before,after' (the default) or 'steps' "
+                        "(--interleave-probes)")
     sh = sub.add_parser("ship", help="write fit's terms into hardware_profiles/h200.yaml")
     sh.add_argument("--profile", default=str(FITTED_PROFILE))
     f = sub.add_parser("fit")

@@ -51,6 +51,10 @@ def test_a_rows_host_factor_is_the_probes_around_its_passes_against_the_base(tmp
     raw.write_text("".join(json.dumps(r) + "\n" for r in (one, two)))
     merged = ts._measured([str(raw)])["a"]
     assert ts.row_speed(merged, base) == pytest.approx((0.64 * 1.0 * 0.5 * 0.5) ** 0.25, rel=1e-12)
+    # the probes interleaved with the timed steps (measure --interleave-probes) are a side of their own
+    stepped = dict(one, host_probes_ms=[{"before": at(0.64), "after": at(1.0), "steps": at(0.9)}])
+    assert ts.row_speed(stepped, base, ["steps"]) == pytest.approx(0.9, rel=1e-12)
+    assert ts.row_speed(stepped, base) == pytest.approx(0.8, rel=1e-12)
 
 
 def test_sweep_terms_are_recovered_from_the_step_times_they_produce():

@@ -213,7 +213,8 @@ FAMILIES29=1g-phi4mini-eager,1g-phi4mini-compiled,1g-phi4mini-mb2x4-op,1g-nemo-e
 FAMILIES29=$FAMILIES29,1g-nemo-mb2x4-full
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES29
 # single-probed-a / -b: the one-GPU sweep's 30 rows in two calls on one VM (15 each), the speed probes timed in the
-# measuring process before and after each row (measure --host-probes; report --row-speed) (s101)
+# measuring process before and after each row (measure --host-probes; report --row-speed) (s101), and since s102 one
+# step of each between the row's timed steps too (--interleave-probes; report --row-speed steps)
 IFS=, read -ra SINGLE_ROWS <<< "$SINGLE_CHECK"
 SINGLE_A=$(IFS=,; echo "${SINGLE_ROWS[*]:0:15}")
 SINGLE_B=$(IFS=,; echo "${SINGLE_ROWS[*]:15}")
@@ -427,8 +428,8 @@ PY
   moe-check) held_out moe_check "$MOE_CHECK" 440 ;;  # MoE rows under the trainer-measured MoE rates, held out (s90)
   moe-replay) held_out moe_replay "$MOE_REPLAY" 420 ;;  # MoE rows that replay their blocks, held out (s89)
   single-check) held_out single_check "$SINGLE_CHECK" 420 ;;  # the one-GPU sweep's 30 rows, held out (s85)
-  single-probed-a) held_out single_probed_a "$SINGLE_A" 420 --host-probes ;;
-  single-probed-b) held_out single_probed_b "$SINGLE_B" 420 --host-probes ;;
+  single-probed-a) held_out single_probed_a "$SINGLE_A" 420 --host-probes --interleave-probes ;;
+  single-probed-b) held_out single_probed_b "$SINGLE_B" 420 --host-probes --interleave-probes ;;
   families29) held_out families29 "$FAMILIES29" 450 --host-probes --profile ;;
   accumulate-check) held_out accumulate_check "$ACCUMULATE_CHECK" 400 ;;  # several micro-batches, held out (s84)
   moe-compiled)  # the catalog MoE's compiled rows once its blocks are one graph each (s82), then their breaks again
