@@ -15,6 +15,9 @@ Three steps, so that the GPUs only measure and every prediction is recomputed on
 
 `measure --passes N` runs the selection N times over (host-bound steps drift on a lent VM:
 docs/trainer_sweep_notes.md); every other command reads each configuration's median over its passes.
+`measure --host-probes` times calibrate's speed probes in the measuring process before and after each
+configuration (`--interleave-probes`: also one step of each before each timed step), and `report --profile h200
+--row-speed [steps]` predicts each row with the host terms rescaled to the host speed those probes saw.
 `plans` writes benchmarks/results/trainer_sweep_plans/NAME.yaml with the planner of this checkout and
 the `h200` profile (the planner's own pick where a configuration pins nothing, else its best plan
 under the pins). `measure` builds each model once per process with the shared initial weights
