@@ -608,6 +608,19 @@ MISTRAL_NEMO_6L = {"name": "mistral-nemo-6l", "hf": True, "model_type": "mistral
                    "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 131072,
                    "rope_theta": 1000000.0, "rms_norm_eps": 1e-5, "sliding_window": None,
                    "tie_word_embeddings": False}
+# and two more after the thirty-third session's host probes (FAMILIES30), predicted before the run: Arcee's AFMoE
+# (Trinity-Mini's config as transformers defaults it: a dense first layer, then 64 experts, top-6, and two shared
+# experts a layer; sliding-window layers of 1024 with every fourth global, at 2048 tokens; a 200k vocabulary; 6 of 32
+# layers) and Jais 2 8B's widths (a non-gated squared-ReLU MLP 8x the hidden size, biases, LayerNorm, 26 heads of
+# 128; 8 of 32 layers)
+AFMOE_6L = {"name": "afmoe-6l", "hf": True, "model_type": "afmoe", "vocab_size": 200192, "hidden_size": 2048,
+            "intermediate_size": 6144, "moe_intermediate_size": 1408, "num_hidden_layers": 6, "num_dense_layers": 1,
+            "num_attention_heads": 16, "head_dim": 128, "num_experts": 64, "num_experts_per_tok": 6,
+            "num_shared_experts": 2, "global_attn_every_n_layers": 4, "sliding_window": 1024,
+            "max_position_embeddings": 16384, "tie_word_embeddings": False}
+JAIS2_8L = {"name": "jais2-8l", "hf": True, "model_type": "jais2", "vocab_size": 150272, "hidden_size": 3328,
+            "intermediate_size": 26624, "num_hidden_layers": 8, "num_attention_heads": 26,
+            "max_position_embeddings": 8192, "tie_word_embeddings": False}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -622,7 +635,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L, VAULTGEMMA_1B, DOGE_320M, GLM_9B_8L,
                                  LFM2_1_2B, LFM2_MOE_8L, DOTS1_2L, NEMOTRON_MINI_8L, ERNIE45_0_3B, HUNYUAN_7B_8L,
                                  QWEN3_NEXT_4L, STABLELM_3B_16L, GEMMA_7B_8L, SMOLLM2_360M, PHI4_MINI_8L,
-                                 MISTRAL_NEMO_6L)}
+                                 MISTRAL_NEMO_6L, AFMOE_6L, JAIS2_8L)}
 
 
 @dataclass(frozen=True)
@@ -877,6 +890,8 @@ CONFIGS = [
     *_trio("1g-smollm2", "smollm2-360m", 8, 8, (2, "full")),
     *_trio("1g-phi4mini", "phi4-mini-8l", 8, 4, (2, "op")),
     *_trio("1g-nemo", "mistral-nemo-6l", 8, 4, (2, "full")),
+    *_trio("1g-afmoe", "afmoe-6l", 8, 4, (2, "full")),
+    *_trio("1g-jais2", "jais2-8l", 8, 4, (2, "op")),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),

@@ -78,6 +78,7 @@
 #   bash benchmarks/device/trainer_sweep.sh families28      # host_op_kinds.py, then StableLM-3B's, Gemma 7B's widths
 #                                                           # and SmolLM2-360M (FAMILIES28)
 #   bash benchmarks/device/trainer_sweep.sh families29      # Phi-4-mini's and Mistral-NeMo's widths (FAMILIES29)
+#   bash benchmarks/device/trainer_sweep.sh families30      # AFMoE (Trinity-Mini's layout), Jais 2's widths
 #   bash benchmarks/device/trainer_sweep.sh single-probed-a # the one-GPU sweep's first 15 rows, the speed probes
 #                                                           # timed around each (single-probed-b: the other 15)
 #   bash benchmarks/device/trainer_sweep.sh host-mix        # one GPU: host factor, then the host time per block of the
@@ -212,6 +213,8 @@ SKIP_SINGLE=$SKIP_SINGLE,1g-smollm3-s64-mb2x4-op
 FAMILIES29=1g-phi4mini-eager,1g-phi4mini-compiled,1g-phi4mini-mb2x4-op,1g-nemo-eager,1g-nemo-compiled
 FAMILIES29=$FAMILIES29,1g-nemo-mb2x4-full
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES29
+FAMILIES30=1g-afmoe-eager,1g-afmoe-compiled,1g-afmoe-mb2x4-full,1g-jais2-eager,1g-jais2-compiled,1g-jais2-mb2x4-op
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES30
 # single-probed-a / -b: the one-GPU sweep's 30 rows in two calls on one VM (15 each), the speed probes timed in the
 # measuring process before and after each row (measure --host-probes; report --row-speed) (s101), and since s102 one
 # step of each between the row's timed steps too (--interleave-probes; report --row-speed steps)
@@ -431,6 +434,7 @@ PY
   single-probed-a) held_out single_probed_a "$SINGLE_A" 420 --host-probes --interleave-probes ;;
   single-probed-b) held_out single_probed_b "$SINGLE_B" 420 --host-probes --interleave-probes ;;
   families29) held_out families29 "$FAMILIES29" 450 --host-probes --profile ;;
+  families30) held_out families30 "$FAMILIES30" 400 --host-probes --interleave-probes ;;
   accumulate-check) held_out accumulate_check "$ACCUMULATE_CHECK" 400 ;;  # several micro-batches, held out (s84)
   moe-compiled)  # the catalog MoE's compiled rows once its blocks are one graph each (s82), then their breaks again
     held_out moe_compiled "$MOE_COMPILED" 330
@@ -438,6 +442,6 @@ PY
   compiled-check) held_out compiled_check "$COMPILED_CHECK" 140 ;;  # host-paced compiled rows after the launch term
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|families26|families27a|families27b|families28|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check|single-check|single-probed-a|single-probed-b|families29|moe-replay|moe-check" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|families26|families27a|families27b|families28|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check|single-check|single-probed-a|single-probed-b|families29|families30|moe-replay|moe-check" >&2
      exit 2 ;;
 esac
