@@ -269,8 +269,26 @@ def gathered_per_row(out_shape: tuple[int, ...], out_bytes: float, bytes_read: f
     return max(bytes_read - out_bytes, 0.0) / (row_bytes + 8) / rows
 
 
+def index_put_bytes(out_shape: tuple[int, ...], out_bytes: float, bytes_read: float) -> float:
+    """What an accumulating index_put (the backward of a row gather) moves in index_put_terms' convention
+    (benchmarks/index_backward.py, which the terms were fitted to: its N source rows read and its R destination
+    rows written, at 2 bytes an element, and 8 bytes an index), from the op's traced sizes. The trace also counts
+    the zero-filled destination as read, which that convention leaves out. And elements, not bytes: at the
+    fitted 18% of the bandwidth the kernel is not memory-bound, so an fp32 row takes the time of a bf16 one of
+    the same length (the profiled steps of three MoE families, whose expert outputs are scattered back in fp32,
+    spent 4.1 / 13.2 / 3.0 ms in the op where its fp32 bytes priced 11.2 / 40.0 / 8.3, its elements 5.3 / 20.1
+    / 3.9: docs/trainer_sweep_notes.md, "Thirty-third session")."""
+    rows = int(out_shape[0]) if out_shape else 0
+    numel = float(np.prod(out_shape)) if out_shape else 0.0
+    if rows <= 0 or numel <= 0 or out_bytes <= 0:
+        return 0.0
+    n = gathered_per_row(out_shape, out_bytes, bytes_read) * rows
+    source = max(bytes_read - out_bytes - 8.0 * n, 0.0)
+    return (source + out_bytes) * 2.0 / (out_bytes / numel) + 8.0 * n
+
+
 def index_put_times(moved: np.ndarray, per_row: np.ndarray, profile: HardwareProfile) -> np.ndarray | None:
-    """GPU seconds of accumulating index_puts that move `moved` bytes and add `per_row` source rows into each
+    """GPU seconds of accumulating index_puts that move `moved` bytes (index_put_bytes) and add `per_row` source rows into each
     destination row, from calibration.index_put_terms {fraction, duplicate_us, fixed_us}; None where the
     profile has none. CUDA's kernel sorts the indices and gives each destination row to one warp, which adds
     that row's duplicates one after another, so an expert table gathered per routed token (32 rows, 16384

@@ -563,7 +563,8 @@ class CostModel:
             # per token (a weight-shaped destination: expert biases) gets more of them as the micro-batch grows
             sel = ops.gathered_per_row > 0
             per_row = ops.gathered_per_row[sel] * np.where(ops.weight_sized[sel], b / self.graph.batch, 1.0)
-            timed = index_put_times(moved[sel], per_row, self.profile)
+            # in the terms' convention (compute.index_put_bytes), grown with the micro-batch as `moved` is
+            timed = index_put_times((ops.index_put_bytes * per_mb / div)[sel], per_row, self.profile)
             if timed is not None:
                 t = t.copy()
                 t[sel] = timed

@@ -34,6 +34,7 @@ from cost_models.compute import (
     classify_node,
     copy_bytes_of,
     gathered_per_row,
+    index_put_bytes,
     is_matmul,
     moved_bytes,
     op_sac_keep,
@@ -74,6 +75,8 @@ class PhaseOps:
     masked_attention: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     # an accumulating index_put's (bwd) source rows per destination row at the traced batch (compute.gathered_per_row)
     gathered_per_row: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # the same op's bytes in index_put_terms' convention, per sample (compute.index_put_bytes)
+    index_put_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def expert(self) -> np.ndarray:
@@ -248,6 +251,9 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
         moved = np.array([moved_bytes(a) for a in attrs], dtype=float)
         act = np.maximum(moved - pbytes, 0.0) * per_sample
         op_class = np.array([classify_node(a) for a in attrs], dtype=np.int8)
+        # the backward's accumulating index_puts (a row gather's backward): compute.index_put_times prices them
+        index_puts = [phase == "bwd" and c == CLASS_CODE["index_put"] and bool(a.get("out_shapes"))
+                      for a, c in zip(attrs, op_class)]
         ops = PhaseOps(
             flops=flops, act_bytes=act, param_bytes=pbytes,
             matmul=np.array([is_matmul(a.get("op", "")) for a in attrs], dtype=bool),
@@ -271,8 +277,11 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             loss=np.array([bool(a.get("loss")) for a in attrs], dtype=bool),
             masked_attention=np.array([a.get("causal") is False for a in attrs], dtype=bool),
             gathered_per_row=np.array([gathered_per_row(a["out_shapes"][0], _out_bytes(a), a.get("bytes_read", 0))
-                                       if phase == "bwd" and c == CLASS_CODE["index_put"] and a.get("out_shapes")
-                                       else 0.0 for a, c in zip(attrs, op_class)], dtype=float),
+                                       if accumulating else 0.0 for a, accumulating in zip(attrs, index_puts)],
+                                      dtype=float),
+            index_put_bytes=np.array([index_put_bytes(a["out_shapes"][0], _out_bytes(a), a.get("bytes_read", 0))
+                                      if accumulating else 0.0 for a, accumulating in zip(attrs, index_puts)],
+                                     dtype=float) * per_sample,
         )
         setattr(seg, phase, ops)
         if phase == "fwd":

@@ -658,12 +658,18 @@ def test_an_accumulating_index_put_takes_the_time_of_its_duplicates():
     """calibration.index_put_terms: an index_put adding N source rows into R destination rows takes bytes /
     (fraction x BW) + duplicate_us x N / R + fixed_us (compute.index_put_times); the segment reads N / R from the
     op's traced sizes (compute.gathered_per_row), and a weight-shaped destination's ratio grows with the
-    micro-batch (its N is the tokens, its R fixed)."""
+    micro-batch (its N is the tokens, its R fixed). Its bytes are the terms' convention (compute.index_put_bytes:
+    benchmarks/index_backward.py's 2 N D + 2 R D + 8 N for bf16 rows, the traced read of the zero-filled
+    destination left out; fp32 rows count as bf16 ones of the same length)."""
     from autoparallel.api import make_cluster
     from autoparallel.sharding import cost_model
     from autoparallel.tracer import trace
-    from cost_models.compute import gathered_per_row, index_put_times
+    from cost_models.compute import gathered_per_row, index_put_bytes, index_put_times
     assert gathered_per_row((32, 2880), 32 * 2880 * 2, 32 * 2880 * 2 + 16384 * (2880 * 2 + 8)) == pytest.approx(512)
+    r, n, d = 32, 16384, 2880
+    for size in (2, 4):  # what the trace records for a bf16 and an fp32 op: read = zeros + source + indices
+        traced_read = r * d * size + n * (d * size + 8)
+        assert index_put_bytes((r, d), r * d * size, traced_read) == pytest.approx(2 * n * d + 2 * r * d + 8 * n)
     seq, batch = 128, 2
     graph = trace(_GatheredTable(), batch=batch, seq_len=seq)
     prof = _kernels_only(load_profile("h200"))
@@ -676,7 +682,8 @@ def test_an_accumulating_index_put_takes_the_time_of_its_duplicates():
     terms = prof.calibration["index_put_terms"]
     for mb in (1.0, 4.0):
         t = cm._phase_times(pre.bwd, "bwd", 1, 1, False, mb)[0]
-        moved = float((pre.bwd.act_bytes * graph.batch)[sel][0])  # a weight-shaped op keeps its traced bytes
+        moved = float((pre.bwd.index_put_bytes * graph.batch)[sel][0])  # a weight-shaped op keeps its traced bytes
+        assert 0 < moved < float((pre.bwd.act_bytes * graph.batch)[sel][0])
         per_row = batch * seq / 8 * mb / graph.batch
         want = float(index_put_times(np.array([moved]), np.array([per_row]), prof)[0])
         assert want == pytest.approx(moved / (prof.memory_bandwidth * terms["fraction"])
