@@ -276,8 +276,8 @@ def index_put_bytes(out_shape: tuple[int, ...], out_bytes: float, bytes_read: fl
     the zero-filled destination as read, which that convention leaves out. And elements, not bytes: at the
     fitted 18% of the bandwidth the kernel is not memory-bound, so an fp32 row takes the time of a bf16 one of
     the same length (the profiled steps of three MoE families, whose expert outputs are scattered back in fp32,
-    spent 4.1 / 13.2 / 3.0 ms in the op where its fp32 bytes priced 11.2 / 40.0 / 8.3, its elements 5.3 / 20.1
-    / 3.9: docs/trainer_sweep_notes.md, "Thirty-third session")."""
+    spent 4.1 / 13.2 / 3.0 ms in the op where its traced bytes priced 11.2 / 40.0 / 8.3, these 5.3 / 22.6 / 3.9:
+    benchmarks/op_times.py; docs/trainer_sweep_notes.md, "Thirty-third session")."""
     rows = int(out_shape[0]) if out_shape else 0
     numel = float(np.prod(out_shape)) if out_shape else 0.0
     if rows <= 0 or numel <= 0 or out_bytes <= 0:
