@@ -177,6 +177,19 @@ def time_trainer_steps(trainer: Any, batches: Sequence[Any], warmup: int, steps:
 PASSES = 3
 
 
+def probe_trainer(probe: Probe, plan: Any) -> tuple[Any, list[Any]]:
+    """AutoParallelTrainer running `plan` on the probe's model, and the two token batches its steps alternate
+    (seeded: every machine times the same tokens)."""
+    import torch
+
+    from autoparallel import AutoParallelTrainer
+    trainer = AutoParallelTrainer(meta_model(MODELS[probe.model]), optimizer=None, plan=plan,
+                                  compile=bool(plan.compile))
+    gen = torch.Generator().manual_seed(0)
+    vocab = MODELS[probe.model]["vocab_size"]
+    return trainer, [torch.randint(0, vocab, (probe.rows, SEQ + 1), generator=gen) for _ in range(2)]
+
+
 def measure_probes(raw: Path, profile: str, warmup: int = 5, steps: int = 20,
                    say: Callable[[str], None] = print, passes: int = PASSES,
                    names: Sequence[str] | None = None) -> int:
@@ -187,7 +200,6 @@ def measure_probes(raw: Path, profile: str, warmup: int = 5, steps: int = 20,
 
     import torch
 
-    from autoparallel import AutoParallelTrainer
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     probes = [p for p in PROBES if p.gpus == world and (names is None or p.name in names)]
@@ -199,11 +211,7 @@ def measure_probes(raw: Path, profile: str, warmup: int = 5, steps: int = 20,
         torch.cuda.empty_cache()
         try:
             torch._dynamo.reset()  # a compiled probe compiles afresh, within the recompile limit
-            trainer = AutoParallelTrainer(meta_model(MODELS[probe.model]), optimizer=None, plan=plan,
-                                          compile=bool(plan.compile))
-            gen = torch.Generator().manual_seed(0)
-            vocab = MODELS[probe.model]["vocab_size"]
-            batches = [torch.randint(0, vocab, (probe.rows, SEQ + 1), generator=gen) for _ in range(2)]
+            trainer, batches = probe_trainer(probe, plan)
             timing = time_trainer_steps(trainer, batches, warmup, steps)
             del trainer
         except Exception as e:  # noqa: BLE001  (one probe's failure must not lose the others; the fit skips it)

@@ -1143,21 +1143,9 @@ class HostProbes:
     which a factor taken before the sweep cannot. `report --row-speed` rescales the base profile per row by them."""
 
     def __init__(self, warmup: int = 1, steps: int = 5) -> None:
-        import torch
-
-        from autoparallel import AutoParallelTrainer
-        from autoparallel.calibrate_trainer import MODELS as PROBE_MODELS
-        from autoparallel.calibrate_trainer import SEQ, meta_model, probe_plan
+        from autoparallel.calibrate_trainer import probe_plan, probe_trainer
         self.warmup, self.steps = warmup, steps
-        self.runs: dict[str, tuple[Any, list[Any]]] = {}
-        for probe in (p for p in PROBES if p.name in SPEED_PROBES):
-            plan = probe_plan(probe, PROFILE)
-            trainer = AutoParallelTrainer(meta_model(PROBE_MODELS[probe.model]), optimizer=None, plan=plan,
-                                          compile=bool(plan.compile))
-            gen = torch.Generator().manual_seed(0)
-            vocab = PROBE_MODELS[probe.model]["vocab_size"]
-            self.runs[probe.name] = (trainer, [torch.randint(0, vocab, (probe.rows, SEQ + 1), generator=gen)
-                                               for _ in range(2)])
+        self.runs = {p.name: probe_trainer(p, probe_plan(p, PROFILE)) for p in PROBES if p.name in SPEED_PROBES}
         self.time()  # warm: each probe's first steps pay for lazy initialization
 
     def time(self) -> dict[str, float]:
