@@ -57,6 +57,28 @@ def test_a_rows_host_factor_is_the_probes_around_its_passes_against_the_base(tmp
     assert ts.row_speed(stepped, base) == pytest.approx(0.8, rel=1e-12)
 
 
+def test_host_probes_between_timed_steps_leave_the_rows_peak_memory_statistics_alone(monkeypatch):
+    """measure --interleave-probes runs HostProbes.once between a configuration's timed steps, after
+    time_trainer_steps reset the device's peak-memory statistics: once must not reset them (the row's measured peak
+    would lose its earlier steps), while time, which runs outside the rows, does (as calibrate's probes do). On CPU,
+    the CUDA calls stubbed: the three speed probes' trainers are built and stepped for real."""
+    import torch
+
+    from autoparallel.calibrate_trainer import SPEED_PROBES
+    resets = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda *a, **k: resets.append(1))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: 0)
+    probes = ts.HostProbes(warmup=0, steps=1)
+    assert set(probes.runs) == set(SPEED_PROBES)
+    before = len(resets)
+    once = probes.once()
+    assert set(once) == set(SPEED_PROBES) and all(ms > 0 for ms in once.values())
+    assert len(resets) == before
+    probes.time()
+    assert len(resets) == before + len(SPEED_PROBES)
+
+
 def test_sweep_terms_are_recovered_from_the_step_times_they_produce():
     """fit_sweep_terms bisects each FIT term until its configuration is predicted exactly: step times
     predicted at known fractions give those fractions back. Tolerance: the bisection's interval after 30
