@@ -1,9 +1,11 @@
 """Every one-GPU held-out sweep row of every VM against one base profile, each VM's rows predicted with the
 base rescaled by that VM's own speed probes (`calibrate --trainer --rescale`'s factor, trainer_speed_sN.jsonl).
-The one number a cost-model change is judged by across VMs, on CPU in about a minute:
+The one number a cost-model change is judged by across VMs, on CPU in several minutes (Hugging Face rows with
+transformers 5.17 on the path, as the device ran them):
 
     python benchmarks/held_out_all.py                        # the shipped h200 profile
     python benchmarks/held_out_all.py --base CANDIDATE.yaml --rows
+    python benchmarks/held_out_all.py --around               # each VM's probes before and after its sweep pooled
 
 Groups: the VMs s19-s35 (153 rows), s37 (the one-GPU sweep on a fresh VM), and each family run since. Rows
 the base took from a sweep (its `sweep_fit_configs`) are left out. Prints mean |error|, the count within 10% and the
