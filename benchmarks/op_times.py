@@ -38,12 +38,13 @@ def model_op_times(name: str, profile: str = ts.PROFILE) -> dict[str, tuple[int,
     """op name -> (calls, seconds) the cost model prices for one step of configuration `name`'s plan."""
     from autoparallel.api import make_cluster
     from autoparallel.sharding import cost_model
+    from cost_models.segments import phase_node_ids, segment_of
     from hardware_profiles import load_profile
     cfg = next(c for c in ts.CONFIGS if c.name == name)
     plan = ts._plan(cfg.plan_file, cfg.plan_file.stat().st_mtime_ns)
     graph, cache = ts._graph(cfg.model, cfg.seq, cfg.padded)
     cm = cost_model(graph, make_cluster(load_profile(profile), cfg.gpus, cfg.gpus), segment_cache=cache)
-    seg_of = {n: (a["block"] if a["region"] == "block" else a["region"]) for n, a in graph.g.nodes(data=True)}
+    seg_of = segment_of(graph)
     blocks_of = collections.Counter(graph.block_class[b] for b in graph.blocks)
     out: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
     for seg_name, seg in cm.segments(plan.placements, plan.sequence_parallel).items():
@@ -54,8 +55,7 @@ def model_op_times(name: str, profile: str = ts.PROFILE) -> dict[str, tuple[int,
                 continue
             t = cm._phase_times(ops, phase, plan.tp, plan.ep, plan.sequence_parallel, plan.micro_batch,
                                 plan.compile)[0]
-            ids = [n for n in sorted(graph.g.nodes) if seg_of.get(n) == seg_name and graph.g.nodes[n].get("phase") == phase]
-            for n, seconds in zip(ids, t):
+            for n, seconds in zip(phase_node_ids(graph, seg_of, seg_name, phase), t, strict=True):
                 entry = out[_name(graph.g.nodes[n].get("op", ""))]
                 entry[0] += plan.num_micro_batches * copies
                 entry[1] += float(seconds) * plan.num_micro_batches * copies

@@ -156,13 +156,24 @@ def block_classes(graph: OpGraph) -> list[int]:
     return [graph.block_class[b] for b in graph.blocks]
 
 
+def segment_of(graph: OpGraph) -> dict[int, str]:
+    """node -> its segment: the block it belongs to, else its region ("pre", "post")."""
+    return {n: (a["block"] if a["region"] == "block" else a["region"]) for n, a in _digraph(graph).nodes(data=True)}
+
+
+def phase_node_ids(graph: OpGraph, seg_of: dict[int, str], name: str, phase: str) -> list[int]:
+    """The nodes of segment `name`'s phase, in the order its PhaseOps arrays hold them."""
+    g = _digraph(graph)
+    return [n for n in sorted(g.nodes) if seg_of.get(n) == name and g.nodes[n].get("phase") == phase]
+
+
 def split_segments(graph: OpGraph, placements: dict[str, str], sequence_parallel: bool) -> dict[str, Segment]:
     """Build the "pre", "post" and one Segment per block class representative."""
     g = _digraph(graph)
     reps: dict[int, str] = {}
     for b, c in zip(graph.blocks, block_classes(graph)):
         reps.setdefault(c, b)
-    seg_of = {n: (a["block"] if a["region"] == "block" else a["region"]) for n, a in g.nodes(data=True)}
+    seg_of = segment_of(graph)
     sharded, gathered = _propagate_tp(graph, placements, seg_of)
     segments: dict[str, Segment] = {}
     for name in ["pre", *reps.values(), "post"]:
@@ -243,7 +254,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
     weight_shapes = {tuple(int(d) for d in shape) for op in graph.parametric_ops.values()
                      for shape in op.shapes.values()}
     for phase in ("fwd", "bwd"):
-        ids = [n for n in sorted(g.nodes) if seg_of.get(n) == name and g.nodes[n].get("phase") == phase]
+        ids = phase_node_ids(graph, seg_of, name, phase)
         attrs = [g.nodes[n] for n in ids]
         names = [a.get("op", "") for a in attrs]
         flops = np.array([a.get("flops", 0.0) for a in attrs], dtype=float) * per_sample
