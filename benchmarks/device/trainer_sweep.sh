@@ -225,6 +225,8 @@ SINGLE_B=$(IFS=,; echo "${SINGLE_ROWS[*]:15}")
 # the one-GPU sweep's host-paced rows: the compiled small models and their eager twins, full recompute
 HOST_PACED=1g-gpt-eager,1g-gpt-auto,1g-moe-eager,1g-moe-auto,1g-gpt-b16-mb8x2,1g-gpt-b16-compiled,1g-moe-b16-mb8x2
 HOST_PACED=$HOST_PACED,1g-moe-b16-compiled,1g-gpt-mb4x2,1g-gpt-mb4x2-compiled,1g-moe-full,1g-gpt-full
+# dense and MoE blocks (catalog and Hugging Face) whose replay under full recompute replay-host times
+REPLAY_FAMILIES=llama-1.3b,gpt-350m,qwen3-1.7b,moe-1.2b-8e,qwen3-30b-a3b-4l,deepseek-v2-lite-4l,moonlight-16b-4l,afmoe-6l
 held_out() {
   local name=$1 rows=$2 seconds=$3
   shift 3
@@ -393,6 +395,21 @@ PY
       timeout 230 python benchmarks/host_mix.py measure --recompute $mode --out "$OUT/host_mix_$mode.jsonl" 2>&1 \
         | quiet | grep "blocks fwd\|Error\|error" | cut -c1-200
     done ;;
+  replay-host)  # what a replayed block costs the host, MoE against dense: host_mix at 32 tokens a row with no
+                # recompute, under full recompute, and with none again (its drift), the speed probes around; and
+                # the accumulating index_put in bf16 and fp32 (index_backward.py: is an fp32 row an element's time?)
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    for dtype in bf16 fp32; do
+      timeout 90 python benchmarks/index_backward.py --dtype $dtype --out "$OUT/index_backward_$dtype.json" 2>&1 \
+        | quiet | tail -2
+    done
+    for pass in none full none_again; do
+      timeout 170 python benchmarks/host_mix.py measure --recompute "${pass%_again}" --only "$REPLAY_FAMILIES" \
+        --out "$OUT/host_mix_$pass.jsonl" 2>&1 | quiet | grep "blocks fwd\|Error\|error" | cut -c1-200
+    done
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
+      --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -3 ;;
   host-mix|host-mix-compiled)  # host time per block of the sweep's families at 32 tokens a row (host_mix.py)
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
