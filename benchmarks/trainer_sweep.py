@@ -621,6 +621,19 @@ AFMOE_6L = {"name": "afmoe-6l", "hf": True, "model_type": "afmoe", "vocab_size":
 JAIS2_8L = {"name": "jais2-8l", "hf": True, "model_type": "jais2", "vocab_size": 150272, "hidden_size": 3328,
             "intermediate_size": 26624, "num_hidden_layers": 8, "num_attention_heads": 26,
             "max_position_embeddings": 8192, "tie_word_embeddings": False}
+# and two more after the thirty-fourth session's replay measurement (FAMILIES31), predicted before the run: Laguna
+# as transformers defaults it (a dense first layer, then 256 experts of 512, top-8, and a shared expert; 48 query
+# heads of 128 over 8 key/value heads in a 2048-wide model, rotary on half of each head; 4 of 40 layers) and Meta's
+# CWM 32B's widths (48 heads of 128, 8 key/value heads, a 21504 SwiGLU, three sliding-window layers of 8192 for each
+# global one) at 16384 tokens, beyond its window (4 of 64 layers)
+LAGUNA_4L = {"name": "laguna-4l", "hf": True, "model_type": "laguna", "vocab_size": 100352, "hidden_size": 2048,
+             "intermediate_size": 8192, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+             "num_hidden_layers": 4, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
+             "num_experts": 256, "num_experts_per_tok": 8, "max_position_embeddings": 131072,
+             "tie_word_embeddings": False}
+CWM_4L = {"name": "cwm-4l", "hf": True, "model_type": "cwm", "vocab_size": 128256, "hidden_size": 6144,
+          "intermediate_size": 21504, "num_hidden_layers": 4, "num_attention_heads": 48, "num_key_value_heads": 8,
+          "head_dim": 128, "sliding_window": 8192, "max_position_embeddings": 131072, "tie_word_embeddings": False}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -635,7 +648,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L, VAULTGEMMA_1B, DOGE_320M, GLM_9B_8L,
                                  LFM2_1_2B, LFM2_MOE_8L, DOTS1_2L, NEMOTRON_MINI_8L, ERNIE45_0_3B, HUNYUAN_7B_8L,
                                  QWEN3_NEXT_4L, STABLELM_3B_16L, GEMMA_7B_8L, SMOLLM2_360M, PHI4_MINI_8L,
-                                 MISTRAL_NEMO_6L, AFMOE_6L, JAIS2_8L)}
+                                 MISTRAL_NEMO_6L, AFMOE_6L, JAIS2_8L, LAGUNA_4L, CWM_4L)}
 
 
 @dataclass(frozen=True)
@@ -892,6 +905,8 @@ CONFIGS = [
     *_trio("1g-nemo", "mistral-nemo-6l", 8, 4, (2, "full")),
     *_trio("1g-afmoe", "afmoe-6l", 8, 4, (2, "full")),
     *_trio("1g-jais2", "jais2-8l", 8, 4, (2, "op")),
+    *_trio("1g-laguna", "laguna-4l", 8, 4, (2, "full")),
+    *_trio("1g-cwm", "cwm-4l", 2, 1, (1, "op"), seq=16384),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),

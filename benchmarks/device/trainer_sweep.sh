@@ -79,6 +79,9 @@
 #                                                           # and SmolLM2-360M (FAMILIES28)
 #   bash benchmarks/device/trainer_sweep.sh families29      # Phi-4-mini's and Mistral-NeMo's widths (FAMILIES29)
 #   bash benchmarks/device/trainer_sweep.sh families30      # AFMoE (Trinity-Mini's layout), Jais 2's widths
+#   bash benchmarks/device/trainer_sweep.sh families31      # Laguna (256 experts of 512), CWM 32B's widths at 16384
+#   bash benchmarks/device/trainer_sweep.sh replay-host     # host_mix with no recompute, full, none again (dense and
+#                                                           # MoE blocks), index_backward.py in bf16 and fp32
 #   bash benchmarks/device/trainer_sweep.sh single-probed-a # the one-GPU sweep's first 15 rows, the speed probes
 #                                                           # timed around each (single-probed-b: the other 15)
 #   bash benchmarks/device/trainer_sweep.sh host-mix        # one GPU: host factor, then the host time per block of the
@@ -215,6 +218,8 @@ FAMILIES29=$FAMILIES29,1g-nemo-mb2x4-full
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES29
 FAMILIES30=1g-afmoe-eager,1g-afmoe-compiled,1g-afmoe-mb2x4-full,1g-jais2-eager,1g-jais2-compiled,1g-jais2-mb2x4-op
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES30
+FAMILIES31=1g-laguna-eager,1g-laguna-compiled,1g-laguna-mb2x4-full,1g-cwm-eager,1g-cwm-compiled,1g-cwm-mb1x2-op
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES31
 # single-probed-a / -b: the one-GPU sweep's 30 rows in two calls on one VM (15 each), the speed probes timed in the
 # measuring process before and after each row (measure --host-probes; report --row-speed) (s101), and since s102 one
 # step of each between the row's timed steps too (--interleave-probes; report --row-speed steps)
@@ -452,6 +457,7 @@ PY
   single-probed-b) held_out single_probed_b "$SINGLE_B" 420 --host-probes --interleave-probes ;;
   families29) held_out families29 "$FAMILIES29" 450 --host-probes --profile ;;
   families30) held_out families30 "$FAMILIES30" 400 --host-probes --interleave-probes ;;
+  families31) held_out families31 "$FAMILIES31" 470 --host-probes --interleave-probes ;;
   accumulate-check) held_out accumulate_check "$ACCUMULATE_CHECK" 400 ;;  # several micro-batches, held out (s84)
   moe-compiled)  # the catalog MoE's compiled rows once its blocks are one graph each (s82), then their breaks again
     held_out moe_compiled "$MOE_COMPILED" 330
