@@ -80,6 +80,7 @@
 #   bash benchmarks/device/trainer_sweep.sh families29      # Phi-4-mini's and Mistral-NeMo's widths (FAMILIES29)
 #   bash benchmarks/device/trainer_sweep.sh families30      # AFMoE (Trinity-Mini's layout), Jais 2's widths
 #   bash benchmarks/device/trainer_sweep.sh families31      # Laguna (256 experts of 512), CWM 32B's widths at 16384
+#   bash benchmarks/device/trainer_sweep.sh full-timelines  # compute-stream idle of MoE and dense rows, eager and full
 #   bash benchmarks/device/trainer_sweep.sh replay-host     # host_mix with no recompute, full, none again (dense and
 #                                                           # MoE blocks), index_backward.py in bf16 and fp32
 #   bash benchmarks/device/trainer_sweep.sh single-probed-a # the one-GPU sweep's first 15 rows, the speed probes
@@ -415,6 +416,13 @@ PY
     done
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
       --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -3 ;;
+  full-timelines)  # where the Hugging Face MoE rows under full recompute lose against the model (predicted 8-16% slow):
+                   # the compute stream's idle per step, MoE and dense, eager and full, the speed probes first
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    timeout 420 python benchmarks/profile_timeline.py --steps 2 --out "$OUT/timeline.jsonl" \
+      --only 1g-laguna-mb2x4-full,1g-laguna-eager,1g-afmoe-mb2x4-full,1g-moonlight-mb2x4-full,1g-llama-mb2x4-full,1g-qwen3moe-full \
+      2>&1 | quiet | grep '^{' | cut -c1-200 ;;
   host-mix|host-mix-compiled)  # host time per block of the sweep's families at 32 tokens a row (host_mix.py)
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
