@@ -81,6 +81,8 @@
 #   bash benchmarks/device/trainer_sweep.sh families30      # AFMoE (Trinity-Mini's layout), Jais 2's widths
 #   bash benchmarks/device/trainer_sweep.sh families31      # Laguna (256 experts of 512), CWM 32B's widths at 16384
 #   bash benchmarks/device/trainer_sweep.sh full-timelines  # compute-stream idle of MoE and dense rows, eager and full
+#   bash benchmarks/device/trainer_sweep.sh alloc-aba       # four host-paced rows: default allocator, expandable
+#                                                           # segments, default again (ALLOC_ROWS)
 #   bash benchmarks/device/trainer_sweep.sh replay-host     # host_mix with no recompute, full, none again (dense and
 #                                                           # MoE blocks), index_backward.py in bf16 and fp32
 #   bash benchmarks/device/trainer_sweep.sh single-probed-a # the one-GPU sweep's first 15 rows, the speed probes
@@ -231,6 +233,8 @@ SINGLE_B=$(IFS=,; echo "${SINGLE_ROWS[*]:15}")
 # the one-GPU sweep's host-paced rows: the compiled small models and their eager twins, full recompute
 HOST_PACED=1g-gpt-eager,1g-gpt-auto,1g-moe-eager,1g-moe-auto,1g-gpt-b16-mb8x2,1g-gpt-b16-compiled,1g-moe-b16-mb8x2
 HOST_PACED=$HOST_PACED,1g-moe-b16-compiled,1g-gpt-mb4x2,1g-gpt-mb4x2-compiled,1g-moe-full,1g-gpt-full
+# host-paced rows whose steps stall in the caching allocator on some VMs (alloc-aba)
+ALLOC_ROWS=1g-afmoe-mb2x4-full,1g-laguna-mb2x4-full,1g-llama-mb2x4-full,1g-gpt-mb4x2-compiled
 # dense and MoE blocks (catalog and Hugging Face) whose replay under full recompute replay-host times
 REPLAY_FAMILIES=llama-1.3b,gpt-350m,qwen3-1.7b,moe-1.2b-8e,qwen3-30b-a3b-4l,deepseek-v2-lite-4l,moonlight-16b-4l,afmoe-6l
 held_out() {
@@ -423,6 +427,16 @@ PY
     timeout 420 python benchmarks/profile_timeline.py --steps 2 --out "$OUT/timeline.jsonl" \
       --only 1g-laguna-mb2x4-full,1g-laguna-eager,1g-afmoe-mb2x4-full,1g-moonlight-mb2x4-full,1g-llama-mb2x4-full,1g-qwen3moe-full \
       2>&1 | quiet | grep '^{' | cut -c1-200 ;;
+  alloc-aba)  # whether the caching allocator holds host-paced rows back (s106: AFMoE's full-recompute steps idle
+              # 20 ms at a time in FSDP2's _chunk_cat): default, expandable segments, default again, one process
+              # each, the speed probes around every row
+    python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
+      --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+    for pass in default expandable default_again; do
+      conf=""; [ "$pass" = expandable ] && conf="expandable_segments:True"
+      PYTORCH_CUDA_ALLOC_CONF=$conf timeout 190 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 \
+        --steps 6 --host-probes --out "$OUT/alloc_$pass.jsonl" --only "$ALLOC_ROWS" 2>&1 | quiet | grep '^{' | cut -c1-120
+    done ;;
   host-mix|host-mix-compiled)  # host time per block of the sweep's families at 32 tokens a row (host_mix.py)
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
