@@ -433,9 +433,9 @@ PY
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
     for pass in default expandable default_again; do
-      conf=""; [ "$pass" = expandable ] && conf="expandable_segments:True"
-      PYTORCH_CUDA_ALLOC_CONF=$conf timeout 190 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 \
-        --steps 6 --host-probes --out "$OUT/alloc_$pass.jsonl" --only "$ALLOC_ROWS" 2>&1 | quiet | grep '^{' | cut -c1-120
+      ( unset PYTORCH_CUDA_ALLOC_CONF; [ "$pass" = expandable ] && export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+        timeout 170 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 6 --host-probes \
+          --out "$OUT/alloc_$pass.jsonl" --only "$ALLOC_ROWS" 2>&1 | quiet | grep '^{' | cut -c1-120 )
     done ;;
   host-mix|host-mix-compiled)  # host time per block of the sweep's families at 32 tokens a row (host_mix.py)
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
