@@ -197,6 +197,23 @@ def model_state_bytes(params: float, zero: int, dp: int, param_bytes: int = 2, g
             params * optimizer_bytes / (dp if zero >= 1 else 1))
 
 
+
+def carry_forward_lead(fwd_lead_s: float, bwd_s: float, recompute_s: float, rec_idle_s: float, bwd_idle_s: float
+                       ) -> tuple[float, float, float, float]:
+    """A block's (backward, recompute, replay idle, backward idle) [s] less the host's lead from its forward.
+    Nothing in a trainer step synchronizes between a block's forward and its backward, so where the forward is GPU-bound (its kernels outlast the host's issue: `fwd_lead_s` > 0) the host runs ahead
+    into the backward by that much, and a host-bound replay (first) and backward (then) wait on it that much
+    less. Per block, so the planner's per-segment costs keep it; for a model of identical blocks it is the
+    micro-batch's sum of leads against its sum of waits. Measured (s107, docs/trainer_sweep_notes.md
+    "Thirty-fourth session"): AFMoE's and Laguna's blocks under full recompute, priced with the backward
+    host-paced (13 and 7 ms a micro-batch of GPU idle), ran at the same step time while the host's speed
+    probes moved by a fifth, 588-596 and 383-394 ms: the GPU set the pace."""
+    lead = max(0.0, fwd_lead_s)
+    used_rec = min(lead, rec_idle_s)
+    used_bwd = min(lead - used_rec, bwd_idle_s)
+    return bwd_s - used_bwd, recompute_s - used_rec, rec_idle_s - used_rec, bwd_idle_s - used_bwd
+
+
 class CostModel:
     """Cost of plans for one traced graph on one cluster. Segment analyses are cached per
     (placements, sequence parallel) and segment costs per (segment, tp, ep, sp, micro-batch, recompute),
@@ -430,10 +447,14 @@ class CostModel:
         rec_sum = float(rec_t.sum())
         replay = 1.0 if recompute == "full" else (float(recompute_s) / rec_sum if rec_sum > 0 else 0.0)
         host_s = fwd_host_s + rec_host_s * replay + bwd_host_s
-        idle = fwd_idle + max(0.0, rec_sum - (float(fwd_t.sum()) - fwd_idle)) * replay + bwd_idle
-        # how far the host runs ahead of the GPU over the segment; an expert layer's token-count read-back
-        # drains the GPU queue in every forward, so only its backward (no read-back) builds a lead
+        rec_idle = max(0.0, rec_sum - (float(fwd_t.sum()) - fwd_idle)) * replay
+        # an expert layer's token-count read-back drains the GPU queue in every forward
         synced = ep > 1 and seg.ep_alltoall_bytes > 0 and not compiled and h.ep_sync_s > 0
+        if name not in ("pre", "post") and not synced:
+            bwd_s, recompute_s, rec_idle, bwd_idle = carry_forward_lead(
+                float(fwd_s) - fwd_host_s, float(bwd_s), float(recompute_s), rec_idle, bwd_idle)
+        idle = fwd_idle + rec_idle + bwd_idle
+        # how far the host runs ahead of the GPU over the segment; with a read-back only the backward builds one
         lead = (max(0.0, float(bwd_s) - bwd_host_s) if synced
                 else max(0.0, float(fwd_s + bwd_s + recompute_s) - host_s))
         return SegmentCost(

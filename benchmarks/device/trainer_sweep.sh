@@ -81,6 +81,8 @@
 #   bash benchmarks/device/trainer_sweep.sh families30      # AFMoE (Trinity-Mini's layout), Jais 2's widths
 #   bash benchmarks/device/trainer_sweep.sh families31      # Laguna (256 experts of 512), CWM 32B's widths at 16384
 #   bash benchmarks/device/trainer_sweep.sh full-timelines  # compute-stream idle of MoE and dense rows, eager and full
+#   bash benchmarks/device/trainer_sweep.sh carry-check     # twelve full-recompute and MoE rows after the forward's
+#                                                           # carried lead (CARRY_CHECK), predicted before the run
 #   bash benchmarks/device/trainer_sweep.sh alloc-aba       # four host-paced rows: default allocator, expandable
 #                                                           # segments, default again (ALLOC_ROWS)
 #   bash benchmarks/device/trainer_sweep.sh replay-host     # host_mix with no recompute, full, none again (dense and
@@ -233,6 +235,8 @@ SINGLE_B=$(IFS=,; echo "${SINGLE_ROWS[*]:15}")
 # the one-GPU sweep's host-paced rows: the compiled small models and their eager twins, full recompute
 HOST_PACED=1g-gpt-eager,1g-gpt-auto,1g-moe-eager,1g-moe-auto,1g-gpt-b16-mb8x2,1g-gpt-b16-compiled,1g-moe-b16-mb8x2
 HOST_PACED=$HOST_PACED,1g-moe-b16-compiled,1g-gpt-mb4x2,1g-gpt-mb4x2-compiled,1g-moe-full,1g-gpt-full
+# rows the forward's carried lead moves most (full recompute, MoE), and controls, held out after that change (s108)
+CARRY_CHECK=1g-moe-full,1g-qwen3moe-full,1g-dsv2-mb2x4-full,1g-moonlight-mb2x4-full,1g-gemma4moe-mb2x4-full,1g-lfm2moe-mb2x4-full,1g-llama-full,1g-starcoder2-mb2x4-full,1g-ministral3-mb1x4-full,1g-gpt-full,1g-moe-eager,1g-moe-b16-mb8x2
 # host-paced rows whose steps stall in the caching allocator on some VMs (alloc-aba)
 ALLOC_ROWS=1g-afmoe-mb2x4-full,1g-laguna-mb2x4-full,1g-llama-mb2x4-full,1g-gpt-mb4x2-compiled
 # dense and MoE blocks (catalog and Hugging Face) whose replay under full recompute replay-host times
@@ -479,6 +483,7 @@ PY
   single-probed-b) held_out single_probed_b "$SINGLE_B" 420 --host-probes --interleave-probes ;;
   families29) held_out families29 "$FAMILIES29" 450 --host-probes --profile ;;
   families30) held_out families30 "$FAMILIES30" 400 --host-probes --interleave-probes ;;
+  carry-check) held_out carry_check "$CARRY_CHECK" 380 --host-probes ;;  # after estimate.carry_forward_lead (s108)
   families31) held_out families31 "$FAMILIES31" 470 --host-probes --interleave-probes ;;
   accumulate-check) held_out accumulate_check "$ACCUMULATE_CHECK" 400 ;;  # several micro-batches, held out (s84)
   moe-compiled)  # the catalog MoE's compiled rows once its blocks are one graph each (s82), then their breaks again
