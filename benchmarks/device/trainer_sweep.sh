@@ -483,7 +483,7 @@ PY
   single-probed-b) held_out single_probed_b "$SINGLE_B" 420 --host-probes --interleave-probes ;;
   families29) held_out families29 "$FAMILIES29" 450 --host-probes --profile ;;
   families30) held_out families30 "$FAMILIES30" 400 --host-probes --interleave-probes ;;
-  carry-check) held_out carry_check "$CARRY_CHECK" 380 --host-probes ;;  # after estimate.carry_forward_lead (s108)
+  carry-check) held_out carry_check "$CARRY_CHECK" 330 --host-probes ;;  # after estimate.carry_forward_lead (s108)
   families31) held_out families31 "$FAMILIES31" 470 --host-probes --interleave-probes ;;
   accumulate-check) held_out accumulate_check "$ACCUMULATE_CHECK" 400 ;;  # several micro-batches, held out (s84)
   moe-compiled)  # the catalog MoE's compiled rows once its blocks are one graph each (s82), then their breaks again
