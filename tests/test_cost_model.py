@@ -966,3 +966,34 @@ def test_an_eager_attention_backward_holds_two_seq_by_seq_gradients(model):
     expected = 2 * b * heads * seq * seq * 2 if model == "hf-gpt2-eager" else 0.0
     assert cost["none"].working_bytes == pytest.approx(expected, rel=1e-9)
     assert cost["full"].working_bytes == pytest.approx(cost["none"].act_bytes + expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("excess", [0.5, 2.0])
+def test_a_blocks_host_lead_from_its_forward_carries_into_its_backward(excess):
+    """Nothing synchronizes between a block's forward and its backward, so a GPU-bound forward leaves the host
+    ahead by its kernels less its host work, and a host-bound backward waits that much less
+    (estimate.carry_forward_lead). With the per-op host rates set so that the forward's host is half its kernels
+    (a lead L of half the forward) and the backward's host is its kernels plus `excess` x L, the backward takes
+    its kernels where the lead covers the excess (0.5) and its host less L where it does not (2.0); the
+    forward keeps its kernels' time either way."""
+    from autoparallel.api import make_cluster
+    from autoparallel.sharding import cost_model
+    ctx = context("tiny-llama", "h200", 1, 128)
+    kernels = _kernels_only(ctx.cluster.profile)
+    plan = Plan(model="tiny-llama", hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=128)
+
+    def block_cost(profile):
+        cm = cost_model(ctx.graph, make_cluster(profile, 1))
+        key = cm.segments_key(cm.placements_for(plan), False)
+        seg = cm.segments(cm.placements_for(plan), False)[cm.block_rep(0)]
+        return seg, cm.segment_cost(key, cm.block_rep(0), 1, 1, False, 4, "none", "intra", "intra")
+
+    seg, gpu = block_cost(kernels)
+    n_fwd, n_bwd = len(seg.fwd.flops), len(seg.bwd.flops)
+    lead = gpu.fwd_s / 2
+    host_bwd = gpu.bwd_s + excess * lead
+    rates = [gpu.fwd_s / 2 / n_fwd * 1e6, host_bwd / n_bwd * 1e6]
+    _, cost = block_cost(replace(kernels, calibration={**kernels.calibration, "host_us_per_op_fwd_bwd": rates}))
+    assert cost.fwd_s == pytest.approx(gpu.fwd_s, rel=1e-9)
+    assert cost.bwd_s == pytest.approx(max(gpu.bwd_s, host_bwd - lead), rel=1e-9)
+    assert cost.idle_s == pytest.approx(max(0.0, host_bwd - lead - gpu.bwd_s), rel=1e-9, abs=1e-12)
