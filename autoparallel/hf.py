@@ -147,6 +147,22 @@ def causal_lm_from_config(config: HFConfig) -> nn.Module:
     return model
 
 
+def config_values(config: object, key: str) -> list:
+    """A config attribute for every layer: [its value] (None where it has none) for a homogeneous config, each
+    layer's for a transformers heterogeneous one (`per_layer_config`: dots3's heads and latent ranks differ by
+    layer), whose global read of a per-layer attribute raises."""
+    per_layer = getattr(config, "per_layer_attributes", None)
+    if per_layer and key in per_layer:
+        return [getattr(layer, key, None) for layer in config.per_layer_config]
+    return [getattr(config, key, None)]
+
+
+def config_value(config: object, key: str) -> object:
+    """A config attribute where every layer has the same value, else None (it varies by layer: no one value)."""
+    values = config_values(config, key)
+    return values[0] if all(v == values[0] for v in values) else None
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:300] if text else "no message"
@@ -257,7 +273,7 @@ def hf_parts(model: nn.Module) -> HFParts:
         source = ""
     window, mixed = _windows(model.config, source)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    if not getattr(config, "num_attention_heads", None):  # RWKV's time mixing (no convolution): a Python loop
+    if not any(config_values(config, "num_attention_heads")):  # RWKV's time mixing (no convolution): a Python loop
         # over the sequence, whose meta trace at 1024 tokens ran past 5 minutes (`autoparallel plan`)
         raise UserError(f"{type(model).__name__}: its config declares no attention heads (num_attention_heads), so "
                         f"its blocks mix tokens by something other than attention (a recurrence), which "
@@ -637,11 +653,11 @@ def fused_split(parent: nn.Module | None, child: str) -> FusedSplit | None:
     if isinstance(split, int) and 0 < split < out and out % split == 0:
         return FusedSplit((split,) * (out // split), head_dim if isinstance(head_dim, int) else 1)
     config = getattr(parent, "config", None)
-    heads, kv = getattr(config, "num_attention_heads", None), getattr(parent, "num_key_value_heads", None)
+    heads, kv = config_value(config, "num_attention_heads"), getattr(parent, "num_key_value_heads", None)
     if (isinstance(head_dim, int) and isinstance(heads, int) and isinstance(kv, int)
             and out == (heads + 2 * kv) * head_dim and child.startswith("qkv")):
         return FusedSplit((heads * head_dim, kv * head_dim, kv * head_dim), head_dim)
-    inter = getattr(config, "intermediate_size", None)
+    inter = config_value(config, "intermediate_size")
     if isinstance(inter, int) and out == 2 * inter and "gate" in child:
         return FusedSplit((inter, inter))
     return None

@@ -12,7 +12,7 @@ this function is the fixed baseline the planner uses until then and the yardstic
 from __future__ import annotations
 
 from autoparallel.graph import OpGraph
-from cost_models.facts import convolution_mixers
+from cost_models.facts import convolution_mixers, no_grad_modules
 
 
 def megatron_placements(graph: OpGraph, sequence_parallel: bool = False) -> dict[str, str]:
@@ -62,16 +62,17 @@ def _whole_or_split_together(out: dict[str, str], kinds: dict[str, str], graph: 
     module with a norm over all the heads its column-parallel projections split: fed by one of them and as
     wide as one's output (MiniMax's norm after its linear attention, before output_gate's product); a head
     split would normalize each rank's heads alone, which the trainer refuses (tensor_parallel._check_per_head),
-    and a module holding a convolution (facts.convolution_mixers), norms included."""
+    and a module holding a convolution (facts.convolution_mixers) or run without autograd (facts.no_grad_modules),
+    norms included."""
     parents: dict[str, list[str]] = {}
     norms: dict[str, list[str]] = {}
     for path, kind in kinds.items():
         if kind in ("linear", "norm"):
             (parents if kind == "linear" else norms).setdefault(path.rpartition(".")[0], []).append(path)
     ops = graph.parametric_ops
-    mixers = convolution_mixers(graph)
+    mixers = convolution_mixers(graph) | no_grad_modules(graph)
     for parent, siblings in parents.items():
-        if parent in mixers:  # a convolution between its projections: the module stays whole
+        if parent in mixers:  # a convolution between its projections, or no autograd: the module stays whole
             for p in siblings + norms.get(parent, []):
                 out[p] = "replicate"
             continue

@@ -42,7 +42,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from autoparallel.blocks import find_blocks
 from autoparallel.errors import UserError
 from autoparallel.graph import ExpertGroup, OpGraph, ParamOp
-from autoparallel.hf import fused_split, is_hf_causal_lm, linear_features
+from autoparallel.hf import config_values, fused_split, is_hf_causal_lm, linear_features
 from autoparallel.plan import fingerprint
 from autoparallel.replicate import ReplicationPlan, expand, plan_replication, reduced
 
@@ -121,7 +121,7 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
                     dtype=str(dtype).removeprefix("torch."), parameters=0, param_bytes=0,
                     blocks=blocks, spec=spec,
                     fingerprint=fingerprint([(n, tuple(p.shape)) for n, p in meta_model.named_parameters()]))
-    _fill_parameters(graph, meta_model, blocks)
+    _fill_parameters(graph, meta_model, blocks, tr.no_grad_paths)
     graph.selective_as_op = [p for p in blocks if not any(hasattr(m, "recompute_core")
                                                           for m in meta_model.get_submodule(p).modules())]
     graph.config_heads = _config_heads(meta_model)
@@ -185,14 +185,21 @@ def _traced_replicated(model: nn.Module, plan: ReplicationPlan, args: tuple, kwa
 
 
 def _config_heads(model: nn.Module) -> tuple[int, int]:
-    """(query heads, key/value heads) of a model with a Hugging Face style config, (0, 0) without one."""
+    """(query heads, key/value heads) of a model with a Hugging Face style config, (0, 0) without one. Where they
+    differ by layer (a heterogeneous config) their greatest common divisor: what a tensor-parallel degree must
+    divide in every layer."""
     config = getattr(model, "config", None)
-    heads = getattr(config, "num_attention_heads", None)
-    if isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0:
+
+    def count(key: str) -> int:
+        values = config_values(config, key)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values):
+            return 0
+        return math.gcd(*values)
+
+    heads = count("num_attention_heads")
+    if not heads:
         return 0, 0
-    kv = next((v for v in (getattr(config, k, None) for k in ("num_key_value_heads", "num_kv_heads"))
-               if isinstance(v, int) and not isinstance(v, bool) and v > 0), heads)
-    return heads, kv
+    return heads, count("num_key_value_heads") or count("num_kv_heads") or heads
 
 
 # ============================================================================ model preparation
@@ -614,6 +621,7 @@ class _Tracer:
         self.in_loss = False            # forward ops after the model returned: the loss (node attribute "loss")
         self.warnings: list[str] = []
         self.module_stack: list[str] = []
+        self.no_grad_paths: set[str] = set()    # modules called with autograd off in the forward
         self.producer: WeakIdKeyDictionary = WeakIdKeyDictionary()   # tensor -> node id
         self.storage_owner: dict[StorageWeakRef, int] = {}           # storage -> creating node
         self.storage_writer: dict[StorageWeakRef, int] = {}          # storage -> last in-place writer
@@ -646,6 +654,8 @@ class _Tracer:
     def _push(self, path: str) -> Callable[..., None]:
         def hook(_mod: nn.Module, _args: Any) -> None:
             self.module_stack.append(path)
+            if self.phase == "fwd" and not torch.is_grad_enabled():
+                self.no_grad_paths.add(path)
         return hook
 
     def _pop(self, _mod: nn.Module, _args: Any, _out: Any) -> None:
@@ -845,9 +855,17 @@ def _classify(mod: nn.Module, own: dict[str, torch.Tensor], path: str = ""
     return "other", None, None, None
 
 
-def _fill_parameters(graph: OpGraph, model: nn.Module, blocks: list[str]) -> None:
-    """Graph totals (tied parameters once) and the parametric ops, from the module structure."""
+def _fill_parameters(graph: OpGraph, model: nn.Module, blocks: list[str], no_grad: set[str] = frozenset()) -> None:
+    """Graph totals (tied parameters once) and the parametric ops, from the module structure. `no_grad`: the
+    module paths the traced forward called with autograd off; a replicated trace runs some blocks only, so
+    a path inside a block counts for every block by its path within the block."""
     block_of = _block_lookup(blocks)
+
+    def within(path: str) -> str:
+        block = block_of(path)
+        return path[len(block) + 1:] if block and path.startswith(block + ".") else path
+
+    no_grad_within = {within(p) for p in no_grad}
     first_owner: dict[int, str] = {}
     total = total_bytes = 0
     for path, mod in model.named_modules():
@@ -872,7 +890,8 @@ def _fill_parameters(graph: OpGraph, model: nn.Module, blocks: list[str]) -> Non
             path=path, kind=kind, module_class=type(mod).__name__, param_count=count, param_bytes=nbytes,
             shapes={n: tuple(int(d) for d in p.shape) for n, p in own.items()}, in_features=fin,
             out_features=fout, num_experts=experts, block=block_of(path), tied=tied,
-            fused_pieces=split.pieces if split else (), fused_unit=split.unit if split else 1)
+            fused_pieces=split.pieces if split else (), fused_unit=split.unit if split else 1,
+            no_grad=within(path) in no_grad_within)
     graph.parameters = total
     graph.param_bytes = total_bytes
 

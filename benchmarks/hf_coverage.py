@@ -122,8 +122,8 @@ def shrink(cfg: Any) -> None:
             cfg.head_dim = cfg.qk_rope_head_dim
         if isinstance(getattr(cfg, "qk_head_dim", None), int):  # derived in the config's __init__, not on setattr
             cfg.qk_head_dim = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
-        if isinstance(getattr(cfg, "num_key_value_heads", None), int):  # its keys and values have every head
-            cfg.num_key_value_heads = cfg.num_attention_heads
+        if isinstance(_read(cfg, "num_key_value_heads"), int):  # its keys and values have every head
+            cfg.num_key_value_heads = _read(cfg, "num_attention_heads")
     for key in ("head_dim", "num_key_value_heads"):  # None in some defaults, which their attention reads as is
         if key in vars(cfg) and _read(cfg, key) is None:
             setattr(cfg, key, SHRINK[key])
@@ -139,6 +139,10 @@ def shrink(cfg: Any) -> None:
         elif isinstance(value, PretrainedConfig):
             shrink(value)
     layers = next((getattr(cfg, k) for k in ("num_hidden_layers", "n_layer", "num_layers") if hasattr(cfg, k)), 2)
+    per_layer = vars(cfg).get("per_layer_config")
+    if isinstance(per_layer, dict):  # a heterogeneous config's overrides (dots3): the kept layers', shrunk alike
+        cfg.per_layer_config = {i: {k: SHRINK.get(k, v) for k, v in over.items()} for i, over in per_layer.items()
+                                if str(i).isdigit() and int(i) < layers}
     for key in ("layer_types", "mlp_only_layers"):
         value = getattr(cfg, key, None)
         if isinstance(value, list) and len(value) > layers:

@@ -73,6 +73,7 @@ from cost_models.facts import (
     attention_heads,
     convolution_mixers,
     flattens_tokens,
+    no_grad_modules,
     num_experts,
     scales_logits,
     vocab_size,
@@ -734,10 +735,10 @@ class CostModel:
         at tp > 1) stays replicated, and so does a fused projection whose pieces (q, k, v) do not each split
         into whole heads over tp, with the Linears beside it in its module (the attention's output
         projection: a head split of one would hand the other mismatched heads), and so does a module holding a
-        convolution, its norms included (facts.convolution_mixers). So every plan the planner emits is one the
-        trainer runs."""
+        convolution or run without autograd, its norms included (facts.convolution_mixers, no_grad_modules). So
+        every plan the planner emits is one the trainer runs."""
         out = dict(placements)
-        mixers = convolution_mixers(self.graph)
+        mixers = convolution_mixers(self.graph) | no_grad_modules(self.graph)
         whole = set(mixers)
         for path, pl in placements.items():
             op = self.graph.parametric_ops.get(path)

@@ -90,3 +90,11 @@ def scales_logits(graph: OpGraph) -> bool:
     logits = math.prod(post[heads[-1]]["out_shapes"][0])
     return any(not a.get("loss") and moved_bytes(a) > 0 and bool(a.get("out_shapes"))
                and math.prod(a["out_shapes"][0]) == logits for a in post[heads[-1] + 1:])
+
+
+def no_grad_modules(graph: OpGraph) -> set[str]:
+    """Paths of the modules whose own projections ran without autograd in the traced step (ParamOp.no_grad: a
+    top-k indexer's @torch.no_grad forward). Tensor parallelism keeps such a module whole: a head split of its
+    query and weight projections would leave each rank's head sum partial (nothing reduces it: no gradient flows
+    there), so the ranks would pick different tokens, and the trainer's per-head norm would cut its key norm."""
+    return {path.rpartition(".")[0] for path, op in graph.parametric_ops.items() if op.no_grad}

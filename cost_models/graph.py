@@ -65,6 +65,9 @@ class ParamOp:
     # each of whole `fused_unit`s, and which the trainer shards piece by piece; () for any other module
     fused_pieces: tuple[int, ...] = ()
     fused_unit: int = 1
+    # ran without autograd in the traced step (DeepSeek V3.2's and dots3's top-k indexer, a @torch.no_grad
+    # forward): its parameters get no gradient, and tensor parallelism keeps its module whole (facts.no_grad_modules)
+    no_grad: bool = False
 
 
 @dataclass(frozen=True)

@@ -756,3 +756,75 @@ def test_a_hybrids_blocks_of_two_classes_are_its_blocks():
     mixtral = HF.build("mixtral")
     assert mixed_layer_list(mixtral) is None
     assert find_blocks(mixtral) == ["model.layers.0", "model.layers.1"]
+
+
+# A heterogeneous config (transformers' per_layer_config, dots3): each layer reads its own heads, and the global
+# read of a per-layer attribute raises (AmbiguousGlobalPerLayerAttributeError) where autoparallel read it. Both it
+# and DeepSeek V3.2 run a top-k indexer under @torch.no_grad, whose projections tensor parallelism keeps whole
+# (facts.no_grad_modules): split by heads, each rank's head sum was partial and its key norm was cut
+INDEXED = [FalconCase("dots3-hetero"), FalconCase("deepseek_v32")]
+
+
+def _dots3():
+    from transformers import AutoConfig, AutoModelForCausalLM
+    cfg = AutoConfig.for_model(
+        "dots3_note_text", num_hidden_layers=3, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+        n_routed_experts=4, num_experts_per_tok=2, num_attention_heads=8, num_key_value_heads=8, vocab_size=128,
+        kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, head_dim=16,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, attn_implementation="sdpa",
+        layer_types=["indexed_attention", "sliding_attention", "indexed_attention"],
+        per_layer_config={1: {"num_attention_heads": 4, "num_key_value_heads": 4}})
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(cfg).float()
+
+
+def _indexed(name: str):
+    return _dots3() if name == "dots3-hetero" else HF.build(name)
+
+
+def _indexed_train(cfg: FalconCase, out, rank: int) -> dict:
+    trainer = AutoParallelTrainer(_indexed(cfg.name), optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1),
+                                  global_batch_size=4, seq_len=16, fix={"tp": 2, "dp": 1, "micro_batch": 4},
+                                  mixed_precision="fp32", hardware="h100-sxm")
+    return {"losses": [trainer.step({"input_ids": b, "labels": b}) for b in _falcon_batches()]}
+
+
+def _needs_heterogeneous_configs() -> None:
+    transformers = pytest.importorskip("transformers")
+    if "dots3_note_text" not in transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES:
+        pytest.skip("this transformers has no heterogeneous (per_layer_config) model type")
+
+
+def test_a_heterogeneous_config_plans_with_the_heads_every_layer_divides():
+    """Layers of 8, 4 and 8 heads: tensor parallelism must divide the fewest (their gcd), so tp=8 is one error line
+    and tp=4 plans; the global heads read no longer raises."""
+    _needs_heterogeneous_configs()
+    from autoparallel.api import plan_model
+    model = _dots3()
+    assert [c.num_attention_heads for c in model.config.per_layer_config] == [8, 4, 8]
+    with pytest.raises(UserError, match="does not divide the model's 4 heads / 4 kv heads"):
+        plan_model(model, hardware="h100-sxm", gpus=8, global_batch=8, seq_len=16, fix={"tp": 8})
+    assert plan_model(model, hardware="h100-sxm", gpus=8, global_batch=8, seq_len=16, fix={"tp": 4}).tp == 4
+
+
+def test_indexed_attention_under_tensor_parallelism_matches_hf(tmp_path):
+    """dp1 x tp2 on a heterogeneous dots3 and on DeepSeek V3.2, passed as they are: per-step losses of HF's own
+    loop (same SGD, same batches) within the file's fp32 bound (1e-5 relative)."""
+    transformers = pytest.importorskip("transformers")
+    cases = [c for c in INDEXED if c.name != "dots3-hetero"
+             or "dots3_note_text" in transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES]
+    H.run_spawned(2, cases, tmp_path, train=_indexed_train)
+    for cfg in cases:
+        res = H.result(tmp_path, cfg.name)
+        assert "error" not in res, (cfg.name, res.get("error"))
+        model = _indexed(cfg.name)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        ref = []
+        for b in _falcon_batches():
+            loss = model(input_ids=b, labels=b).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            ref.append(loss.item())
+        assert max(abs(a - b) / b for a, b in zip(res["losses"], ref, strict=True)) < H.LOSS_RTOL, \
+            (cfg.name, res["losses"], ref)
