@@ -198,14 +198,14 @@ def model_state_bytes(params: float, zero: int, dp: int, param_bytes: int = 2, g
             params * optimizer_bytes / (dp if zero >= 1 else 1))
 
 
-
 def carry_forward_lead(fwd_lead_s: float, bwd_s: float, recompute_s: float, rec_idle_s: float, bwd_idle_s: float
                        ) -> tuple[float, float, float, float]:
     """A block's (backward, recompute, replay idle, backward idle) [s] less the host's lead from its forward.
-    Nothing in a trainer step synchronizes between a block's forward and its backward, so where the forward is GPU-bound (its kernels outlast the host's issue: `fwd_lead_s` > 0) the host runs ahead
-    into the backward by that much, and a host-bound replay (first) and backward (then) wait on it that much
-    less. Per block, so the planner's per-segment costs keep it; for a model of identical blocks it is the
-    micro-batch's sum of leads against its sum of waits. Measured (s107, docs/trainer_sweep_notes.md
+    Nothing in a trainer step synchronizes between a block's forward and its backward, so where the forward is
+    GPU-bound (its kernels outlast the host's issue: `fwd_lead_s` > 0) the host runs ahead into the backward by
+    that much, and a host-bound replay (first) and backward (then) wait on it that much less. Per block, so the
+    planner's per-segment costs keep it; for a model of identical blocks it is the micro-batch's sum of leads
+    against its sum of waits. Measured (s107, docs/trainer_sweep_notes.md
     "Thirty-fourth session"): AFMoE's and Laguna's blocks under full recompute, priced with the backward
     host-paced (13 and 7 ms a micro-batch of GPU idle), ran at the same step time while the host's speed
     probes moved by a fifth, 588-596 and 383-394 ms: the GPU set the pace."""
