@@ -43,7 +43,12 @@ def megatron_placements(graph: OpGraph, sequence_parallel: bool = False) -> dict
                 # around the blocks only the LM head (the Linear no parametric op reads) is split; OPT's
                 # input and output projections (project_in / project_out) stay whole
                 out[path] = "replicate" if succs[path] else "colwise"
-            elif any(kinds[p] == "linear" and _feeds_linear(p, kinds, succs, experts) for p in preds[path]):
+            elif any(kinds[p] == "linear" and _feeds_linear(p, kinds, succs, experts)
+                     and p.rpartition(".")[0] == path.rpartition(".")[0] for p in preds[path]):
+                # fed by a column-parallel sibling (q/k/v -> o, gate/up -> down): the trainer hands a rowwise
+                # Linear only a colwise sibling's local shard. A Linear of another module before it (OLMo's and
+                # nanochat's norms have no parameters, so o_proj is gate_proj's nearest parametric producer)
+                # starts a pair instead
                 out[path] = "rowwise"
             elif any(kinds[s] == "linear" for s in succs[path]):
                 out[path] = "colwise"
