@@ -145,6 +145,11 @@ def _fused_outputs(graph: OpGraph, kinds: dict[str, str]) -> set[str]:
             if base in _SPLIT_OPS and any(len(sh) and int(sh[-1]) == width for sh in ins) and all(
                     int(sh[-1]) < width for sh in a.get("out_shapes") or [] if len(sh)):
                 out.add(path)
+            # a view of the features as [.., k, width / k] read piece by piece (Moshi's gating MLP:
+            # view(b, s, 2, -1)[..., 0, :]), not a per-head view that attention reads whole
+            if base in ("select", "unbind") and any(len(sh) >= 2 and int(sh[-1]) * int(sh[-2]) == width
+                                                    and int(sh[-2]) > 1 for sh in ins):
+                out.add(path)
             if len(seen) < 64:  # the split follows within a few ops of the projection
                 frontier.extend(g.successors(n))
     return out

@@ -431,6 +431,10 @@ def _output_structure(g, node: int, out_features: int) -> tuple[int | None, bool
                     prod *= int(shape[k])
                 suffix = shape[k:]
                 if prod == out_features and len(suffix) == 2 and suffix[0] > 1 and suffix[1] > 1:
+                    # [.., k, d] read piece by piece (Moshi's gating MLP: view(b, s, 2, -1)[..., 0, :] and
+                    # [..., 1, :]) is a fused gate/up, not k heads: a head split would hand each rank one piece
+                    if any(_base(g.nodes[c].get("op", "")) in ("select", "unbind") for c in g.successors(s)):
+                        return None, True
                     return int(suffix[0]), False
                 if prod == out_features and len(suffix) > 2 and suffix[0] > 1:
                     return None, True

@@ -1,0 +1,75 @@
+"""Scratch (not committed): every Hugging Face type hf_coverage finds `same`, dp1 x tp2 on gloo against HF's own
+loop (two SGD steps), to find crashes and silent wrong answers under tensor parallelism."""
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import trainer_helpers as H  # noqa: E402
+
+
+@dataclass(frozen=True)
+class C:
+    name: str
+
+
+def _model(t):
+    import hf_coverage as hc
+    from transformers import AutoModelForCausalLM
+    cfg = hc.tiny_config(t.split(":")[0])
+    if t.endswith(":shortpos"):
+        cfg.max_target_positions = 64
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(cfg).float()
+
+
+def _batches():
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(3, 200, (4, 16), generator=g) for _ in range(2)]
+
+
+def _train(cfg, out, rank):
+    from autoparallel.trainer import AutoParallelTrainer
+    tr = AutoParallelTrainer(_model(cfg.name), optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1), global_batch_size=4,
+                             seq_len=16, fix=json.loads(os.environ.get("SCAN_FIX", '{"tp": 2, "dp": 1, "micro_batch": 4}')),
+                             mixed_precision="fp32",
+                             hardware="h100-sxm")
+    return {"losses": [tr.step({"input_ids": b, "labels": b}) for b in _batches()],
+            "colwise": sum(v == "colwise" for v in tr.plan.placements.values())}
+
+
+def test_scan(tmp_path):
+    rows = json.load(open("benchmarks/results/hf_coverage.json"))
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    types = [r["model_type"] for r in rows if r.get("result") == "same"]
+    lo, hi = (int(x) for x in os.environ.get("SCAN", "0:200").split(":"))
+    types = types[lo:hi]
+    if os.environ.get("SCAN_TYPES"):
+        types = os.environ["SCAN_TYPES"].split(",")
+    H.run_spawned(2, [C(t) for t in types], tmp_path, timeout=3000, train=_train)
+    for t in types:
+        res = H.result(tmp_path, t)
+        line = {"type": t}
+        if "error" in res:
+            line["error"] = res["error"][:300]
+        else:
+            try:
+                model = _model(t)
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                ref = []
+                for b in _batches():
+                    loss = model(input_ids=b, labels=b, use_cache=False).loss
+                    loss.backward()
+                    opt.step()
+                    opt.zero_grad()
+                    ref.append(loss.item())
+                line["rel"] = max(abs(a - b) / abs(b) for a, b in zip(res["losses"], ref))
+                line["colwise"] = res["colwise"]
+            except Exception as e:
+                line["ref_error"] = str(e)[:200]
+        with open("/tmp/tpscan/scan.jsonl", "a") as f:
+            f.write(json.dumps(line) + "\n")
