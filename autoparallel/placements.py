@@ -11,6 +11,8 @@ this function is the fixed baseline the planner uses until then and the yardstic
 
 from __future__ import annotations
 
+import math
+
 from autoparallel.graph import OpGraph
 from cost_models.facts import convolution_mixers, no_grad_modules
 
@@ -72,8 +74,8 @@ def _whole_or_split_together(out: dict[str, str], kinds: dict[str, str], graph: 
     parents: dict[str, list[str]] = {}
     norms: dict[str, list[str]] = {}
     for path, kind in kinds.items():
-        if kind in ("linear", "norm"):
-            (parents if kind == "linear" else norms).setdefault(path.rpartition(".")[0], []).append(path)
+        if kind in ("linear", "fused", "norm"):  # a fused projection kept whole is a replicated sibling
+            (norms if kind == "norm" else parents).setdefault(path.rpartition(".")[0], []).append(path)
     ops = graph.parametric_ops
     mixers = convolution_mixers(graph) | no_grad_modules(graph)
     for parent, siblings in parents.items():
@@ -133,6 +135,11 @@ def _fused_outputs(graph: OpGraph, kinds: dict[str, str]) -> set[str]:
         if kind != "linear" or not width or not own:
             continue
         frontier = [s for n in own for s in g.successors(n) if s not in own]
+        # the module's output: what its ops hand to ops outside it (not a transposed weight inside it)
+        out_shape = next((sh for n in own if any(s not in own and g.nodes[s].get("phase") == "fwd"
+                                                 for s in g.successors(n))
+                          for sh in g.nodes[n].get("out_shapes") or [] if len(sh) and int(sh[-1]) == width), None)
+        tokens = math.prod(int(d) for d in out_shape[:-1]) if out_shape else 0
         seen: set[int] = set()
         while frontier and path not in out:
             n = frontier.pop()
@@ -145,14 +152,44 @@ def _fused_outputs(graph: OpGraph, kinds: dict[str, str]) -> set[str]:
             if base in _SPLIT_OPS and any(len(sh) and int(sh[-1]) == width for sh in ins) and all(
                     int(sh[-1]) < width for sh in a.get("out_shapes") or [] if len(sh)):
                 out.add(path)
-            # a view of the features as [.., k, width / k] read piece by piece (Moshi's gating MLP:
-            # view(b, s, 2, -1)[..., 0, :]), not a per-head view that attention reads whole
-            if base in ("select", "unbind") and any(len(sh) >= 2 and int(sh[-1]) * int(sh[-2]) == width
-                                                    and int(sh[-2]) > 1 for sh in ins):
+            # the features viewed as pieces right after the tokens ([tokens.., k, .., d], the product width) and
+            # read piece by piece: Moshi's gating MLP (view(b, s, 2, -1)[..., 0, :]), Persimmon's per-head fused
+            # qkv (view(b, s, H, 3, d)[..., 0, :]), GPT-NeoX Japanese's (view(b, s, H, 3 d).chunk(3, -1)); not a
+            # per-head view that attention reads whole
+            if base in _SPLIT_OPS + ("select", "unbind") and _reads_pieces(g, n, own, tokens, width):
                 out.add(path)
             if len(seen) < 64:  # the split follows within a few ops of the projection
                 frontier.extend(g.successors(n))
     return out
+
+
+_VIEWS = ("view", "_unsafe_view", "reshape", "unflatten")
+
+
+def _pieces_of(shape: tuple, tokens: int, width: int) -> bool:
+    """Whether `shape` is a projection's [tokens.., width] output with its features viewed as two or more dims."""
+    dims = [int(d) for d in shape]
+    for k in range(1, len(dims) - 1):
+        if math.prod(dims[:k]) == tokens and math.prod(dims[k:]) == width and len(dims) - k >= 2:
+            return True
+    return False
+
+
+def _reads_pieces(g, n: int, own: set[int], tokens: int, width: int) -> bool:
+    """Whether node n (a split, select or unbind) cuts a view of the module's own output into pieces: its input a
+    direct view of that output with the features as two or more dims, and its outputs keeping the last dim (a
+    select or unbind of a piece dim) or narrowing it (a chunk of the last dim); not rotary's unbind of the last
+    dim into pairs, whose outputs are wider than the pairs it unbinds."""
+    for p in g.predecessors(n):
+        a = g.nodes[p]
+        base = a.get("op", "").split(".")[1] if a.get("op", "").startswith("aten.") else a.get("op", "")
+        shape = (a.get("out_shapes") or [()])[0]
+        if base not in _VIEWS or not any(q in own for q in g.predecessors(p)) or not _pieces_of(shape, tokens, width):
+            continue
+        outs = [sh for sh in g.nodes[n].get("out_shapes") or [] if len(sh)]
+        if outs and all(int(sh[-1]) <= int(shape[-1]) for sh in outs):
+            return True
+    return False
 
 
 def _feeds_linear(path: str, kinds: dict[str, str], succs: dict[str, set[str]], experts: set[str]) -> bool:

@@ -765,7 +765,11 @@ def test_a_hybrids_blocks_of_two_classes_are_its_blocks():
 # nanochat's norms have no parameters, so the Megatron-style placements (the planner's fallback where a pinned tp
 # finds nothing worth splitting) took gate/up, fed by o_proj, for rowwise Linears: the trainer crashed in the MLP
 INDEXED = [FalconCase("dots3-hetero"), FalconCase("deepseek_v32"), FalconCase("olmo"), FalconCase("nanochat"),
-           FalconCase("moshi")]  # Moshi's gating MLP reads fc1's output as view(b, s, 2, -1)[..., 0 / 1, :]: gate/up
+           FalconCase("moshi"), FalconCase("persimmon")]
+# read piece by piece through a view of their features: Moshi's gating MLP (fc1 as view(b, s, 2, -1)[..., 0 / 1, :],
+# gate and up) and Persimmon's per-head fused qkv (view(b, s, H, 3, d)[..., 0 / 1 / 2, :]); Megatron-style columns
+# would hand each rank gate or up, or crash on the heads
+TINY = ("moshi", "persimmon")  # built from benchmarks/hf_coverage.py's tiny config (tests/hf_helpers builds neither)
 
 
 def _dots3():
@@ -782,7 +786,7 @@ def _dots3():
 
 
 def _indexed(name: str):
-    if name == "moshi":  # benchmarks/hf_coverage.py's tiny config (tests/hf_helpers builds no Moshi)
+    if name in TINY:
         import sys
         from pathlib import Path
 
@@ -791,7 +795,7 @@ def _indexed(name: str):
         from transformers import AutoModelForCausalLM
 
         torch.manual_seed(0)
-        return AutoModelForCausalLM.from_config(tiny_config("moshi")).float()
+        return AutoModelForCausalLM.from_config(tiny_config(name)).float()
     return _dots3() if name == "dots3-hetero" else HF.build(name)
 
 
@@ -821,8 +825,8 @@ def test_a_heterogeneous_config_plans_with_the_heads_every_layer_divides():
 
 
 def test_tensor_parallelism_of_models_as_passed_matches_hf(tmp_path):
-    """dp1 x tp2 on a heterogeneous dots3, DeepSeek V3.2, OLMo, nanochat and Moshi, passed as they are: per-step
-    losses of HF's own loop (same SGD, same batches) within the file's fp32 bound (1e-5 relative)."""
+    """dp1 x tp2 on a heterogeneous dots3, DeepSeek V3.2, OLMo, nanochat, Moshi and Persimmon, passed as they are:
+    per-step losses of HF's own loop (same SGD, same batches) within the file's fp32 bound (1e-5 relative)."""
     transformers = pytest.importorskip("transformers")
     cases = [c for c in INDEXED if c.name != "dots3-hetero"
              or "dots3_note_text" in transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES]
