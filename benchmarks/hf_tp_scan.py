@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 OUT = ROOT / "benchmarks" / "results" / "hf_tp_scan.jsonl"
+import hf_helpers as HF  # noqa: E402
 import trainer_helpers as H  # noqa: E402
 
 
@@ -69,15 +70,7 @@ def test_scan(tmp_path):
             line["error"] = res["error"][:300]
         else:
             try:
-                model = _model(t)
-                opt = torch.optim.SGD(model.parameters(), lr=0.1)
-                ref = []
-                for b in _batches():
-                    loss = model(input_ids=b, labels=b, use_cache=False).loss
-                    loss.backward()
-                    opt.step()
-                    opt.zero_grad()
-                    ref.append(loss.item())
+                ref = HF.sgd_losses(_model(t), _batches())
                 line["rel"] = max(abs(a - b) / abs(b) for a, b in zip(res["losses"], ref))
                 line["colwise"] = res["colwise"]
             except Exception as e:

@@ -271,6 +271,19 @@ def reference(name: str, masked: bool = False, steps: int = STEPS) -> tuple[list
     return H.adamw_loop(build(name), batches(steps, masked), lambda model, b: model(**b).loss)
 
 
+def sgd_losses(model: nn.Module, token_batches: list[torch.Tensor], lr: float = 0.1) -> list[float]:
+    """The model's own loop on token batches (labels = inputs, no cache), plain SGD(lr): its loss at each step."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for b in token_batches:
+        loss = model(input_ids=b, labels=b, use_cache=False).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
 # ---- multi-process runner ---------------------------------------------------------------------
 @dataclass
 class Config:

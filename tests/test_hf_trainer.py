@@ -686,14 +686,7 @@ def test_falcon_under_tensor_parallelism_matches_hf(tmp_path):
             assert res["error"] == "UserError: pin tp=2 does not divide the model's 4 heads / 1 kv heads"
             continue
         assert "error" not in res, res.get("error")
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        ref = []
-        for b in _falcon_batches():
-            loss = model(input_ids=b, labels=b).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            ref.append(loss.item())
+        ref = HF.sgd_losses(model, _falcon_batches())
         assert max(abs(a - b) / b for a, b in zip(res["losses"], ref, strict=True)) < 1e-5, (cfg.name, res["losses"], ref)
         assert res["placements"]["transformer.h.0.mlp.dense_h_to_4h"] == "colwise"
 
@@ -834,14 +827,6 @@ def test_tensor_parallelism_of_models_as_passed_matches_hf(tmp_path):
     for cfg in cases:
         res = H.result(tmp_path, cfg.name)
         assert "error" not in res, (cfg.name, res.get("error"))
-        model = _indexed(cfg.name)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        ref = []
-        for b in _falcon_batches():
-            loss = model(input_ids=b, labels=b, use_cache=False).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            ref.append(loss.item())
+        ref = HF.sgd_losses(_indexed(cfg.name), _falcon_batches())
         assert max(abs(a - b) / b for a, b in zip(res["losses"], ref, strict=True)) < H.LOSS_RTOL, \
             (cfg.name, res["losses"], ref)
