@@ -147,7 +147,7 @@ def _fused_outputs(graph: OpGraph, kinds: dict[str, str]) -> set[str]:
             if n in seen or a.get("phase") != "fwd" or a.get("module", "") in kinds:
                 continue
             seen.add(n)
-            base = a.get("op", "").split(".")[1] if a.get("op", "").startswith("aten.") else a.get("op", "")
+            base = _op_base(a.get("op", ""))
             ins = [sh for p in g.predecessors(n) for sh in g.nodes[p].get("out_shapes") or []]
             if base in _SPLIT_OPS and any(len(sh) and int(sh[-1]) == width for sh in ins) and all(
                     int(sh[-1]) < width for sh in a.get("out_shapes") or [] if len(sh)):
@@ -166,6 +166,11 @@ def _fused_outputs(graph: OpGraph, kinds: dict[str, str]) -> set[str]:
 _VIEWS = ("view", "_unsafe_view", "reshape", "unflatten")
 
 
+def _op_base(op: str) -> str:
+    """An aten op's name without its namespace and overload ("aten.select.int" -> "select")."""
+    return op.split(".")[1] if op.startswith("aten.") else op
+
+
 def _pieces_of(shape: tuple, tokens: int, width: int) -> bool:
     """Whether `shape` is a projection's [tokens.., width] output with its features viewed as two or more dims."""
     dims = [int(d) for d in shape]
@@ -182,7 +187,7 @@ def _reads_pieces(g, n: int, own: set[int], tokens: int, width: int) -> bool:
     dim into pairs, whose outputs are wider than the pairs it unbinds."""
     for p in g.predecessors(n):
         a = g.nodes[p]
-        base = a.get("op", "").split(".")[1] if a.get("op", "").startswith("aten.") else a.get("op", "")
+        base = _op_base(a.get("op", ""))
         shape = (a.get("out_shapes") or [()])[0]
         if base not in _VIEWS or not any(q in own for q in g.predecessors(p)) or not _pieces_of(shape, tokens, width):
             continue
