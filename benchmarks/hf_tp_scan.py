@@ -44,13 +44,9 @@ def _batches():
 
 
 def _train(cfg, out, rank):
-    from autoparallel.trainer import AutoParallelTrainer
-    tr = AutoParallelTrainer(_model(cfg.name), optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1), global_batch_size=4,
-                             seq_len=16, fix=json.loads(os.environ.get("SCAN_FIX", '{"tp": 2, "dp": 1, "micro_batch": 4}')),
-                             mixed_precision="fp32",
-                             hardware="h100-sxm")
-    return {"losses": [tr.step({"input_ids": b, "labels": b}) for b in _batches()],
-            "colwise": sum(v == "colwise" for v in tr.plan.placements.values())}
+    fix = json.loads(os.environ["SCAN_FIX"]) if os.environ.get("SCAN_FIX") else HF.TP2
+    losses, tr = HF.sgd_trainer_losses(_model(cfg.name), _batches(), fix)
+    return {"losses": losses, "colwise": sum(v == "colwise" for v in tr.plan.placements.values())}
 
 
 def test_scan(tmp_path):

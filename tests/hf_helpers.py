@@ -284,6 +284,20 @@ def sgd_losses(model: nn.Module, token_batches: list[torch.Tensor], lr: float = 
     return losses
 
 
+TP2 = {"tp": 2, "dp": 1, "micro_batch": 4}
+
+
+def sgd_trainer_losses(model: nn.Module, token_batches: list[torch.Tensor], fix: dict[str, Any] = TP2,
+                       lr: float = 0.1) -> tuple[list[float], Any]:
+    """AutoParallelTrainer on the model as passed, fp32, planned for an H100 with `fix` pinned (4 rows of 16 tokens
+    a step), plain SGD(lr): its loss at each step on token batches (labels = inputs), and the trainer; what
+    sgd_losses computes with the model's own loop."""
+    from autoparallel.trainer import AutoParallelTrainer
+    trainer = AutoParallelTrainer(model, optimizer=lambda ps: torch.optim.SGD(ps, lr=lr), global_batch_size=4,
+                                  seq_len=16, fix=fix, mixed_precision="fp32", hardware="h100-sxm")
+    return [trainer.step({"input_ids": b, "labels": b}) for b in token_batches], trainer
+
+
 # ---- multi-process runner ---------------------------------------------------------------------
 @dataclass
 class Config:

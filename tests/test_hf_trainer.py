@@ -663,11 +663,8 @@ def _falcon_train(cfg: FalconCase, out, rank: int) -> dict:
     """dp1 x tp2 on Falcon passed as it is: the MLP split column -> row, the fused attention kept whole
     (no tp divides it by heads; hf._falcon_split), and the MLP's in-place residual add on the rowwise
     output (owned_outputs)."""
-    trainer = AutoParallelTrainer(_falcon(cfg.extra), optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1),
-                                  global_batch_size=4, seq_len=16, fix={"tp": 2, "dp": 1, "micro_batch": 4},
-                                  mixed_precision="fp32", hardware="h100-sxm")
-    return {"losses": [trainer.step({"input_ids": b, "labels": b}) for b in _falcon_batches()],
-            "placements": trainer.plan.placements}
+    losses, trainer = HF.sgd_trainer_losses(_falcon(cfg.extra), _falcon_batches())
+    return {"losses": losses, "placements": trainer.plan.placements}
 
 
 def test_falcon_under_tensor_parallelism_matches_hf(tmp_path):
@@ -793,10 +790,7 @@ def _indexed(name: str):
 
 
 def _indexed_train(cfg: FalconCase, out, rank: int) -> dict:
-    trainer = AutoParallelTrainer(_indexed(cfg.name), optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1),
-                                  global_batch_size=4, seq_len=16, fix={"tp": 2, "dp": 1, "micro_batch": 4},
-                                  mixed_precision="fp32", hardware="h100-sxm")
-    return {"losses": [trainer.step({"input_ids": b, "labels": b}) for b in _falcon_batches()]}
+    return {"losses": HF.sgd_trainer_losses(_indexed(cfg.name), _falcon_batches())[0]}
 
 
 def _needs_heterogeneous_configs() -> None:
