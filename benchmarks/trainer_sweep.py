@@ -634,6 +634,24 @@ LAGUNA_4L = {"name": "laguna-4l", "hf": True, "model_type": "laguna", "vocab_siz
 CWM_4L = {"name": "cwm-4l", "hf": True, "model_type": "cwm", "vocab_size": 128256, "hidden_size": 6144,
           "intermediate_size": 21504, "num_hidden_layers": 4, "num_attention_heads": 48, "num_key_value_heads": 8,
           "head_dim": 128, "sliding_window": 8192, "max_position_embeddings": 131072, "tie_word_embeddings": False}
+# and three more after the thirty-fifth session's start (FAMILIES32), predicted before the run, each as transformers
+# 5.17 defaults it: Tencent's Youtu-LLM 2B whole (32 dense layers of multi-head latent attention, q rank 1536, kv
+# rank 512, tied embeddings), EXAONE MoE's widths at 8192 tokens (a dense first layer, then 64 experts of 1024 with a
+# shared one, top-8; three sliding-window layers of 4096 for each global one; 4 of 32 layers) and JetBrains Mellum's
+# (64 experts of 896, top-8, 32 query heads over 4 kv heads; 8 of 28 layers)
+YOUTU_2B = {"name": "youtu-2b", "hf": True, "model_type": "youtu", "vocab_size": 128256, "hidden_size": 2048,
+            "intermediate_size": 6144, "num_hidden_layers": 32, "num_attention_heads": 16, "num_key_value_heads": 16,
+            "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128,
+            "qk_nope_head_dim": 128, "max_position_embeddings": 131072, "tie_word_embeddings": True}
+EXAONE_MOE_4L = {"name": "exaone-moe-4l", "hf": True, "model_type": "exaone_moe", "vocab_size": 102400,
+                 "hidden_size": 4096, "intermediate_size": 16384, "moe_intermediate_size": 1024,
+                 "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 32, "num_experts": 64,
+                 "num_experts_per_tok": 8, "num_shared_experts": 1, "sliding_window": 4096,
+                 "sliding_window_pattern": 4, "max_position_embeddings": 16384, "tie_word_embeddings": False}
+MELLUM_8L = {"name": "mellum-8l", "hf": True, "model_type": "mellum", "vocab_size": 98304, "hidden_size": 2304,
+             "intermediate_size": 7168, "moe_intermediate_size": 896, "num_hidden_layers": 8,
+             "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_local_experts": 64,
+             "num_experts_per_tok": 8, "max_position_embeddings": 131072, "tie_word_embeddings": False}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -648,7 +666,8 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  GRANITEMOE_SHARED_1B, MINISTRAL3_3B_8L, VAULTGEMMA_1B, DOGE_320M, GLM_9B_8L,
                                  LFM2_1_2B, LFM2_MOE_8L, DOTS1_2L, NEMOTRON_MINI_8L, ERNIE45_0_3B, HUNYUAN_7B_8L,
                                  QWEN3_NEXT_4L, STABLELM_3B_16L, GEMMA_7B_8L, SMOLLM2_360M, PHI4_MINI_8L,
-                                 MISTRAL_NEMO_6L, AFMOE_6L, JAIS2_8L, LAGUNA_4L, CWM_4L)}
+                                 MISTRAL_NEMO_6L, AFMOE_6L, JAIS2_8L, LAGUNA_4L, CWM_4L,
+                                 YOUTU_2B, EXAONE_MOE_4L, MELLUM_8L)}
 
 
 @dataclass(frozen=True)
@@ -907,6 +926,9 @@ CONFIGS = [
     *_trio("1g-jais2", "jais2-8l", 8, 4, (2, "op")),
     *_trio("1g-laguna", "laguna-4l", 8, 4, (2, "full")),
     *_trio("1g-cwm", "cwm-4l", 2, 1, (1, "op"), seq=16384),
+    *_trio("1g-youtu", "youtu-2b", 8, 4, (2, "op")),
+    *_trio("1g-exaonemoe", "exaone-moe-4l", 4, 2, (1, "op"), seq=8192),
+    *_trio("1g-mellum", "mellum-8l", 8, 4, (2, "full")),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),
