@@ -66,6 +66,9 @@ class HFParts:
     head: str                  # the output head, get_output_embeddings() ("lm_head", BioGPT's "output_projection")
     attn_implementation: str   # config._attn_implementation ("sdpa", "eager", ...)
     rotary_by_layer_type: bool = False  # one table per attention layer type (Gemma 3: sliding / full)
+    # a multimodal (M-RoPE) table: it reads one row of positions per grid (temporal, height, width), each the token
+    # positions for text; transformers 5.17's Qwen3.5 takes only those three rows, later versions broadcast one
+    rotary_grids: bool = False
     sliding_window: int | None = None  # attention window of the sliding layers (Mistral: all of them)
     mixed_windows: bool = False        # some layers slide, others attend to everything (Gemma 2)
     attention_chunk: int | None = None  # chunked-attention layers attend within chunks this long (Llama 4: 8192)
@@ -358,7 +361,8 @@ def hf_parts(model: nn.Module) -> HFParts:
     keyword = table is not None and "position_ids" in inspect.signature(table.forward).parameters
     return HFParts(embed=embed, positions=full(positions) if positions is not None else None, dropout=dropout,
                    layers=full(layers_name), after=tuple(full(n) for n in after if computes(kinds[n])),
-                   rotary=rotary, rotary_by_layer_type=by_type, head=head, attn_implementation=impl,
+                   rotary=rotary, rotary_by_layer_type=by_type, rotary_grids=hasattr(rotary_mod, "mrope_section"),
+                   head=head, attn_implementation=impl,
                    sliding_window=window, mixed_windows=mixed, attention_chunk=_attention_chunk(model.config, source),
                    none_args=none_args, embed_scale=_embed_scale(base),
                    logit_ops=_logit_ops(model),
@@ -658,7 +662,12 @@ def fused_split(parent: nn.Module | None, child: str) -> FusedSplit | None:
             and out == (heads + 2 * kv) * head_dim and child.startswith("qkv")):
         return FusedSplit((heads * head_dim, kv * head_dim, kv * head_dim), head_dim)
     inter = config_value(config, "intermediate_size")
-    if isinstance(inter, int) and out == 2 * inter and "gate" in child:
+    # the down projection reads `inter` features (the product of the two halves): Aria's shared experts'
+    # plain gate_proj is also 2 * intermediate_size wide (moe_num_shared_experts = 2), beside an up_proj of
+    # its own and a down_proj that reads all 2 * intermediate_size
+    reads_half = any(f is not None and f[0] == inter for n, m in parent.named_children() if n != child
+                     for f in (linear_features(m),))
+    if isinstance(inter, int) and out == 2 * inter and "gate" in child and reads_half:
         return FusedSplit((inter, inter))
     return None
 
@@ -812,8 +821,9 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     kwargs: dict = {"attention_mask": None, "position_ids": positions[None]}
     rotary = _get(model, parts.rotary)
     tables: dict[str, object] = {}
+    rotary_ids = positions[None, None].expand(3, 1, -1) if parts.rotary_grids else positions[None]
     if rotary is not None and not parts.rotary_by_layer_type:
-        kwargs["position_embeddings"] = rotary(h, positions[None])
+        kwargs["position_embeddings"] = rotary(h, rotary_ids)
     kwargs.update(dict.fromkeys(parts.none_args))
     kwargs = {k: v for k, v in kwargs.items() if k in parts.block_args or k in parts.none_args}
     if parts.kv_store:
@@ -823,7 +833,7 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
         kind = _layer_type(layer) if parts.rotary_by_layer_type or parts.padding_mask_types or by_kind else None
         if rotary is not None and parts.rotary_by_layer_type:
             if kind not in tables:  # a layer type without rotary parameters takes none (Ergo's full attention)
-                tables[kind] = None if kind in parts.unrotated_types else rotary(h, positions[None], kind)
+                tables[kind] = None if kind in parts.unrotated_types else rotary(h, rotary_ids, kind)
             kwargs["position_embeddings"] = tables[kind]
         if "attention_mask" in kwargs:  # a recurrent layer zeroes padded tokens by the [B, S] mask itself (HF's)
             if kind in parts.padding_mask_types:

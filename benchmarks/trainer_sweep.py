@@ -652,6 +652,16 @@ MELLUM_8L = {"name": "mellum-8l", "hf": True, "model_type": "mellum", "vocab_siz
              "intermediate_size": 7168, "moe_intermediate_size": 896, "num_hidden_layers": 8,
              "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_local_experts": 64,
              "num_experts_per_tok": 8, "max_position_embeddings": 131072, "tie_word_embeddings": False}
+# and two more with the planner's own picks of FAMILIES32 (FAMILIES33), predicted before the run: OpenAI's GPT-1
+# whole (12 post-norm layers of 768, dropout 0.1 as configured, 512 positions; eager attention, its only one) and Qwen3.5's text model as
+# transformers 5.17 defaults it (three gated-DeltaNet layers for each gated full-attention one, 16 query heads of
+# 256 over 4 kv heads; 8 of 32 layers) at 4096 tokens
+OPENAI_GPT = {"name": "openai-gpt", "hf": True, "model_type": "openai-gpt", "vocab_size": 40478, "n_positions": 512,
+              "n_embd": 768, "n_layer": 12, "n_head": 12, "attn_implementation": "eager"}
+QWEN3_5_8L = {"name": "qwen3.5-8l", "hf": True, "model_type": "qwen3_5_text", "vocab_size": 248320,
+              "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 8, "num_attention_heads": 16,
+              "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 32768,
+              "tie_word_embeddings": False}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -667,7 +677,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  LFM2_1_2B, LFM2_MOE_8L, DOTS1_2L, NEMOTRON_MINI_8L, ERNIE45_0_3B, HUNYUAN_7B_8L,
                                  QWEN3_NEXT_4L, STABLELM_3B_16L, GEMMA_7B_8L, SMOLLM2_360M, PHI4_MINI_8L,
                                  MISTRAL_NEMO_6L, AFMOE_6L, JAIS2_8L, LAGUNA_4L, CWM_4L,
-                                 YOUTU_2B, EXAONE_MOE_4L, MELLUM_8L)}
+                                 YOUTU_2B, EXAONE_MOE_4L, MELLUM_8L, OPENAI_GPT, QWEN3_5_8L)}
 
 
 @dataclass(frozen=True)
@@ -929,6 +939,12 @@ CONFIGS = [
     *_trio("1g-youtu", "youtu-2b", 8, 4, (2, "op")),
     *_trio("1g-exaonemoe", "exaone-moe-4l", 4, 2, (1, "op"), seq=8192),
     *_trio("1g-mellum", "mellum-8l", 8, 4, (2, "full")),
+    *_trio("1g-gpt1", "openai-gpt", 32, 16, (8, "full"), seq=512),
+    *_trio("1g-qwen35", "qwen3.5-8l", 4, 2, (1, "op"), seq=4096),
+    # the planner's own picks (compile pinned on, the rest its choice) of FAMILIES32 and FAMILIES33
+    _c("1g-youtu-auto", "youtu-2b", 1, 8, fix={"compile": 1}), _c("1g-exaonemoe-auto", "exaone-moe-4l", 1, 4, seq=8192, fix={"compile": 1}),
+    _c("1g-mellum-auto", "mellum-8l", 1, 8, fix={"compile": 1}), _c("1g-gpt1-auto", "openai-gpt", 1, 32, seq=512, fix={"compile": 1}),
+    _c("1g-qwen35-auto", "qwen3.5-8l", 1, 4, seq=4096, fix={"compile": 1}),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),

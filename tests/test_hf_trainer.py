@@ -754,12 +754,16 @@ def test_a_hybrids_blocks_of_two_classes_are_its_blocks():
 # (facts.no_grad_modules): split by heads, each rank's head sum was partial and its key norm was cut. OLMo's and
 # nanochat's norms have no parameters, so the Megatron-style placements (the planner's fallback where a pinned tp
 # finds nothing worth splitting) took gate/up, fed by o_proj, for rowwise Linears: the trainer crashed in the MLP
+# Aria's shared experts (two of intermediate_size each) hold a plain gate_proj 2 * intermediate_size wide, which
+# the trainer took for Phi-3's fused gate_up_proj (hf.fused_split: only where a sibling reads half of it); the
+# sharding solver leaves Nemotron-H's token embedding and LM head whole under sequence parallelism, and the trainer
+# now slices and gathers there as the solver priced it (each rank had read its whole sequence as its chunk)
 INDEXED = [FalconCase("dots3-hetero"), FalconCase("deepseek_v32"), FalconCase("olmo"), FalconCase("nanochat"),
-           FalconCase("moshi"), FalconCase("persimmon")]
+           FalconCase("moshi"), FalconCase("persimmon"), FalconCase("aria_text"), FalconCase("nemotron_h")]
 # read piece by piece through a view of their features: Moshi's gating MLP (fc1 as view(b, s, 2, -1)[..., 0 / 1, :],
 # gate and up) and Persimmon's per-head fused qkv (view(b, s, H, 3, d)[..., 0 / 1 / 2, :]); Megatron-style columns
 # would hand each rank gate or up, or crash on the heads
-TINY = ("moshi", "persimmon")  # built from benchmarks/hf_coverage.py's tiny config (tests/hf_helpers builds neither)
+TINY = ("moshi", "persimmon", "aria_text", "nemotron_h")  # built from benchmarks/hf_coverage.py's tiny config (tests/hf_helpers builds neither)
 
 
 def _dots3():
@@ -812,8 +816,9 @@ def test_a_heterogeneous_config_plans_with_the_heads_every_layer_divides():
 
 
 def test_tensor_parallelism_of_models_as_passed_matches_hf(tmp_path):
-    """dp1 x tp2 on a heterogeneous dots3, DeepSeek V3.2, OLMo, nanochat, Moshi and Persimmon, passed as they are:
-    per-step losses of HF's own loop (same SGD, same batches) within the file's fp32 bound (1e-5 relative)."""
+    """dp1 x tp2 on a heterogeneous dots3, DeepSeek V3.2, OLMo, nanochat, Moshi, Persimmon, Aria and Nemotron-H,
+    passed as they are: per-step losses of HF's own loop (same SGD, same batches) within the file's fp32 bound
+    (1e-5 relative)."""
     transformers = pytest.importorskip("transformers")
     cases = [c for c in INDEXED if c.name != "dots3-hetero"
              or "dots3_note_text" in transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES]

@@ -53,6 +53,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_modul
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     ParallelStyle,
+    PrepareModuleInput,
     PrepareModuleOutput,
     RowwiseParallel,
     SequenceParallel,
@@ -262,9 +263,16 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
             if not _inside_attention(part, path, placements) and isinstance(seq_in, Shard):
                 styles[path] = SequenceParallel(use_local_output=True)  # post-norms feed the residual add
                 get_submodule(part, path).register_forward_pre_hook(_sequence_dim_check(path))
-        elif v == "replicate" and sequence_parallel and _is_position_table(path, layout):
+        elif v == "replicate" and sequence_parallel and (_is_position_table(path, layout) or (
+                isinstance(mod, nn.Embedding) and path in layout.pre)):
+            # a table before the blocks left whole (the solver's R->Q: a position table, or a token
+            # embedding it did not vocab-shard) hands the sequence-sharded residual stream its chunk
             # [S, h] ([B, S, h]) positional rows -> this rank's sequence chunk (a slice, no communication)
             styles[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(-2))
+        elif (v == "replicate" and sequence_parallel and layout.post and path == layout.post[-1]):
+            # the solver's Q->R at the other end: a replicated LM head reads the whole sequence (all-gather)
+            styles[path] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+                                              use_local_output=True)
         elif (v == "replicate" and sequence_parallel and is_norm_like(mod) and isinstance(seq_in, Shard)
               and not _inside_attention(part, path, placements)):
             raise UserError(f"plan: sequence_parallel is true but norm {path} is 'replicate'; norms on the "
