@@ -81,8 +81,10 @@
 #   bash benchmarks/device/trainer_sweep.sh families30      # AFMoE (Trinity-Mini's layout), Jais 2's widths
 #   bash benchmarks/device/trainer_sweep.sh families31      # Laguna (256 experts of 512), CWM 32B's widths at 16384
 #   bash benchmarks/device/trainer_sweep.sh families32      # Youtu-LLM 2B whole, EXAONE MoE's widths at 8192, Mellum's
-#                                                           # (FAMILIES32; ROWS=... families32-rest: the rows a first
-#                                                           # call's time limit left)
+#                                                           # (FAMILIES32); families33: GPT-1 whole, Qwen3.5's text
+#                                                           # model (8 layers at 4096) and the planner's own picks of
+#                                                           # both (FAMILIES33); NAME=... ROWS=... families-rest: the
+#                                                           # rows a first call's time limit left
 #   bash benchmarks/device/trainer_sweep.sh full-timelines  # compute-stream idle of MoE and dense rows, eager and full
 #   bash benchmarks/device/trainer_sweep.sh carry-check     # twelve full-recompute and MoE rows after the forward's
 #                                                           # carried lead (CARRY_CHECK), predicted before the run
@@ -231,6 +233,9 @@ SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES31
 FAMILIES32=1g-youtu-eager,1g-youtu-compiled,1g-youtu-mb2x4-op,1g-exaonemoe-eager,1g-exaonemoe-compiled
 FAMILIES32=$FAMILIES32,1g-exaonemoe-mb1x4-op,1g-mellum-eager,1g-mellum-compiled,1g-mellum-mb2x4-full
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES32
+FAMILIES33=1g-youtu-auto,1g-mellum-auto,1g-exaonemoe-auto,1g-gpt1-eager,1g-gpt1-compiled,1g-gpt1-mb8x4-full
+FAMILIES33=$FAMILIES33,1g-gpt1-auto,1g-qwen35-eager,1g-qwen35-compiled,1g-qwen35-mb1x4-op,1g-qwen35-auto
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES33
 # single-probed-a / -b: the one-GPU sweep's 30 rows in two calls on one VM (15 each), the speed probes timed in the
 # measuring process before and after each row (measure --host-probes; report --row-speed) (s101), and since s102 one
 # step of each between the row's timed steps too (--interleave-probes; report --row-speed steps)
@@ -492,7 +497,8 @@ PY
   carry-check) held_out carry_check "$CARRY_CHECK" 330 --host-probes ;;  # after estimate.carry_forward_lead (s108)
   families31) held_out families31 "$FAMILIES31" 470 --host-probes --interleave-probes ;;
   families32) held_out families32 "$FAMILIES32" 520 --host-probes --interleave-probes ;;  # Youtu, EXAONE MoE, Mellum
-  families32-rest) held_out families32_rest "${ROWS:?set ROWS}" 520 --host-probes --interleave-probes ;;
+  families33) held_out families33 "$FAMILIES33" 500 --host-probes --interleave-probes ;;  # GPT-1, Qwen3.5, the picks
+  families-rest) held_out "${NAME:?set NAME}" "${ROWS:?set ROWS}" 500 --host-probes --interleave-probes ;;
   accumulate-check) held_out accumulate_check "$ACCUMULATE_CHECK" 400 ;;  # several micro-batches, held out (s84)
   moe-compiled)  # the catalog MoE's compiled rows once its blocks are one graph each (s82), then their breaks again
     held_out moe_compiled "$MOE_COMPILED" 330
