@@ -697,18 +697,24 @@ class Planner:
         for c in searched:
             if c.estimate.step_time_s <= winner.estimate.step_time_s * (1 + COMPILE_MARGIN):
                 meshes.setdefault(MeshConfig_of(replace(c.plan, zero=0)), c.plan)
+        def incumbent() -> float:  # read at each re-solve: a stage that cannot beat the best so far is skipped
+            return best.estimate.step_time_s if best is not None else math.inf
+
         for plan in meshes.values():
-            for cand in self._compiled_family(plan, best.estimate.step_time_s if best else math.inf):
+            for cand in self._compiled_family(plan, incumbent):
                 if cand.estimate.fits and (best is None or cand.estimate.step_time_s < best.estimate.step_time_s):
                     best = cand
         if best is not None and best.estimate.step_time_s <= winner.estimate.step_time_s * (1 - COMPILE_MARGIN):
             return best
         return winner
 
-    def _compiled_family(self, plan: Plan, incumbent: float = math.inf) -> Iterator[Candidate]:
+    def _compiled_family(self, plan: Plan, incumbent: Callable[[], float] = lambda: math.inf) -> Iterator[Candidate]:
         """`plan` compiled as it is, then its mesh re-solved under compiled costs at each allowed ZeRO stage
         (a planner with compile pinned on, sharing this one's cost model, placements and segment analyses),
-        skipping a stage whose compiled lower bound is not below `incumbent` (it cannot win, as in the search)."""
+        skipping a stage whose compiled lower bound is not below `incumbent()`, the best compiled step so far (it
+        cannot win: the caller keeps a candidate only when strictly faster). The bounds are the search's: the
+        cheap one, then for uniform blocks the memory-aware relaxed ones (each a valid lower bound on the
+        stage's step), so a CBC solve runs only where the stage could still win."""
         compiled_plan = replace(plan, compile=True)
         yield Candidate(compiled_plan, self.cm.estimate(compiled_plan, self.budget))
         compiled = self._compile_pinned()
@@ -719,7 +725,9 @@ class Planner:
             cfg = MeshConfig(plan.tp, plan.pp, plan.dp, plan.ep, plan.vpp, plan.micro_batch, zero,
                              plan.sequence_parallel, plan.grad_reduce_dtype, plan.cp)
             sm = compiled._stage_model(cfg)
-            if not sm.memory_may_fit() or compiled.lower_bound(cfg) >= incumbent:
+            if not sm.memory_may_fit() or compiled.lower_bound(cfg) >= incumbent():
+                continue
+            if len(sm.classes) == 1 and (sm.quick_relaxed_bound() >= incumbent() or sm.relaxed_bound() >= incumbent()):
                 continue
             solved = sm.solve()
             if solved is not None:
