@@ -581,22 +581,29 @@ class Planner:
         """(lower_bound, index, configuration) in increasing (bound, index): the order of sorting every
         configuration's bound, but a group of configurations that differ only in vpp and ZeRO stage has
         its members' bounds computed only once the group's `group_bound` reaches the head of the heap
-        (most groups never do: they cannot beat the plan found by then)."""
+        (most groups never do: they cannot beat the plan found by then). A member then enters keyed by its
+        pipeline term alone (the group's, per vpp, already computed; `lower_bound` adds the sync term >= 0),
+        and its StageModel and full bound are built only when that key reaches the head: every key is at most
+        its configuration's bound, so the order is the same, and the members after the search stops are never
+        built."""
         groups: dict[tuple, list[tuple[int, MeshConfig]]] = {}
         for i, c in enumerate(configs):
             groups.setdefault(_group_key(c), []).append((i, c))
         members = list(groups.values())
-        # entries (bound, index, group id or -1, config); (bound, index) is unique, so the tail never compares
+        # entries (key, index, group id, or -2: a member keyed by its pipeline term, or -1: a member at its bound,
+        # config); (key, index) is unique, so the tail never compares
         heap: list[tuple[float, int, int, MeshConfig]] = [
             (self.group_bound([c for _, c in m]), m[0][0], g, m[0][1]) for g, m in enumerate(members)]
         heapq.heapify(heap)
         while heap:
             b, i, g, cfg = heapq.heappop(heap)
-            if g < 0:
+            if g == -1:
                 yield b, i, cfg
-                continue
-            for j, c in members[g]:
-                heapq.heappush(heap, (self.lower_bound(c), j, -1, c))
+            elif g == -2:  # a member keyed by its pipeline term: now its full bound
+                heapq.heappush(heap, (self.lower_bound(cfg), i, -1, cfg))
+            else:
+                for j, c in members[g]:
+                    heapq.heappush(heap, (self._pipeline[_group_key(c), c.vpp] * (1 - 1e-12), j, -2, c))
 
     # ---- search -------------------------------------------------------------------------------------------
     def solve(self, top_k: int = 3, time_limit_s: float = 60.0) -> PlanResult:
