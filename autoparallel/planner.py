@@ -1017,8 +1017,12 @@ class StageModel:
         return s.dense_params + s.tp_params / c.tp + e, e
 
     def state_bytes_per_param(self) -> tuple[float, float]:
-        """Bytes per local parameter of model states after ZeRO sharding: (dense, expert)."""
-        return sum(self.cm.model_states(self.plan0, 1.0, 0.0)), sum(self.cm.model_states(self.plan0, 0.0, 1.0))
+        """Bytes per local parameter of model states after ZeRO sharding: (dense, expert). A function of plan0
+        alone, computed once (the bounds and the options ask for it per rank and per block)."""
+        if not hasattr(self, "_state_bytes"):
+            self._state_bytes = (sum(self.cm.model_states(self.plan0, 1.0, 0.0)),
+                                 sum(self.cm.model_states(self.plan0, 0.0, 1.0)))
+        return self._state_bytes
 
     def fixed_memory(self, d: int) -> float:
         """Bytes on rank d independent of the partition: buffers and the ends' model states."""
