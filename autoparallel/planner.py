@@ -581,22 +581,29 @@ class Planner:
         """(lower_bound, index, configuration) in increasing (bound, index): the order of sorting every
         configuration's bound, but a group of configurations that differ only in vpp and ZeRO stage has
         its members' bounds computed only once the group's `group_bound` reaches the head of the heap
-        (most groups never do: they cannot beat the plan found by then)."""
+        (most groups never do: they cannot beat the plan found by then). A member then enters keyed by its
+        pipeline term alone (the group's, per vpp, already computed; `lower_bound` adds the sync term >= 0),
+        and its StageModel and full bound are built only when that key reaches the head: every key is at most
+        its configuration's bound, so the order is the same, and the members after the search stops are never
+        built."""
         groups: dict[tuple, list[tuple[int, MeshConfig]]] = {}
         for i, c in enumerate(configs):
             groups.setdefault(_group_key(c), []).append((i, c))
         members = list(groups.values())
-        # entries (bound, index, group id or -1, config); (bound, index) is unique, so the tail never compares
+        # entries (key, index, group id, or -2: a member keyed by its pipeline term, or -1: a member at its bound,
+        # config); (key, index) is unique, so the tail never compares
         heap: list[tuple[float, int, int, MeshConfig]] = [
             (self.group_bound([c for _, c in m]), m[0][0], g, m[0][1]) for g, m in enumerate(members)]
         heapq.heapify(heap)
         while heap:
             b, i, g, cfg = heapq.heappop(heap)
-            if g < 0:
+            if g == -1:
                 yield b, i, cfg
-                continue
-            for j, c in members[g]:
-                heapq.heappush(heap, (self.lower_bound(c), j, -1, c))
+            elif g == -2:  # a member keyed by its pipeline term: now its full bound
+                heapq.heappush(heap, (self.lower_bound(cfg), i, -1, cfg))
+            else:
+                for j, c in members[g]:
+                    heapq.heappush(heap, (self._pipeline[_group_key(c), c.vpp] * (1 - 1e-12), j, -2, c))
 
     # ---- search -------------------------------------------------------------------------------------------
     def solve(self, top_k: int = 3, time_limit_s: float = 60.0) -> PlanResult:
@@ -697,18 +704,24 @@ class Planner:
         for c in searched:
             if c.estimate.step_time_s <= winner.estimate.step_time_s * (1 + COMPILE_MARGIN):
                 meshes.setdefault(MeshConfig_of(replace(c.plan, zero=0)), c.plan)
+        def incumbent() -> float:  # read at each re-solve: a stage that cannot beat the best so far is skipped
+            return best.estimate.step_time_s if best is not None else math.inf
+
         for plan in meshes.values():
-            for cand in self._compiled_family(plan, best.estimate.step_time_s if best else math.inf):
+            for cand in self._compiled_family(plan, incumbent):
                 if cand.estimate.fits and (best is None or cand.estimate.step_time_s < best.estimate.step_time_s):
                     best = cand
         if best is not None and best.estimate.step_time_s <= winner.estimate.step_time_s * (1 - COMPILE_MARGIN):
             return best
         return winner
 
-    def _compiled_family(self, plan: Plan, incumbent: float = math.inf) -> Iterator[Candidate]:
+    def _compiled_family(self, plan: Plan, incumbent: Callable[[], float] = lambda: math.inf) -> Iterator[Candidate]:
         """`plan` compiled as it is, then its mesh re-solved under compiled costs at each allowed ZeRO stage
         (a planner with compile pinned on, sharing this one's cost model, placements and segment analyses),
-        skipping a stage whose compiled lower bound is not below `incumbent` (it cannot win, as in the search)."""
+        skipping a stage whose compiled lower bound is not below `incumbent()`, the best compiled step so far (it
+        cannot win: the caller keeps a candidate only when strictly faster). The bounds are the search's: the
+        cheap one, then for uniform blocks the memory-aware relaxed ones (each a valid lower bound on the
+        stage's step), so a CBC solve runs only where the stage could still win."""
         compiled_plan = replace(plan, compile=True)
         yield Candidate(compiled_plan, self.cm.estimate(compiled_plan, self.budget))
         compiled = self._compile_pinned()
@@ -719,7 +732,9 @@ class Planner:
             cfg = MeshConfig(plan.tp, plan.pp, plan.dp, plan.ep, plan.vpp, plan.micro_batch, zero,
                              plan.sequence_parallel, plan.grad_reduce_dtype, plan.cp)
             sm = compiled._stage_model(cfg)
-            if not sm.memory_may_fit() or compiled.lower_bound(cfg) >= incumbent:
+            if not sm.memory_may_fit() or compiled.lower_bound(cfg) >= incumbent():
+                continue
+            if len(sm.classes) == 1 and (sm.quick_relaxed_bound() >= incumbent() or sm.relaxed_bound() >= incumbent()):
                 continue
             solved = sm.solve()
             if solved is not None:
@@ -1002,8 +1017,12 @@ class StageModel:
         return s.dense_params + s.tp_params / c.tp + e, e
 
     def state_bytes_per_param(self) -> tuple[float, float]:
-        """Bytes per local parameter of model states after ZeRO sharding: (dense, expert)."""
-        return sum(self.cm.model_states(self.plan0, 1.0, 0.0)), sum(self.cm.model_states(self.plan0, 0.0, 1.0))
+        """Bytes per local parameter of model states after ZeRO sharding: (dense, expert). A function of plan0
+        alone, computed once (the bounds and the options ask for it per rank and per block)."""
+        if not hasattr(self, "_state_bytes"):
+            self._state_bytes = (sum(self.cm.model_states(self.plan0, 1.0, 0.0)),
+                                 sum(self.cm.model_states(self.plan0, 0.0, 1.0)))
+        return self._state_bytes
 
     def fixed_memory(self, d: int) -> float:
         """Bytes on rank d independent of the partition: buffers and the ends' model states."""

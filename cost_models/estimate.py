@@ -255,6 +255,9 @@ class CostModel:
         self.num_experts = num_experts(graph)
         self.vocab_size = vocab_size(graph)
         self.scales_logits = scales_logits(graph)
+        # read once, like the facts above: fsdp_units asks per stage model (~10^3 times a plan), and the
+        # graph's property scans every parametric op each time
+        self.tied_parameters = graph.has_tied_parameters
         self.host = HostTerms.of(self.profile) if runtime == "trainer" else HostTerms()
         self.interference = overlap_interference(self.profile)  # comm.dp_overlap_cost's kappa
         self.segment_cost = lru_cache(maxsize=None)(self._segment_cost)
@@ -516,7 +519,7 @@ class CostModel:
         if self.runtime != "trainer":
             return 0
         if seg.name == "post":
-            return int(not self.graph.has_tied_parameters)
+            return int(not self.tied_parameters)
         return 1 + (seg.name != "pre" and seg.expert_params > 0 and plan.experts_apart)
 
     def _fused_share(self, seg: Segment, phase: int) -> float | None:
