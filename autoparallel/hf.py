@@ -606,6 +606,52 @@ def linear_features(mod: nn.Module | None) -> tuple[int, int] | None:
     return transposed_linear(mod)
 
 
+
+def is_norm_like(mod: nn.Module | None) -> bool:
+    """A norm by what it holds, not its class (HF's LlamaRMSNorm, Qwen3MoeRMSNorm and GemmaRMSNorm are
+    plain nn.Modules): a leaf whose parameters are all vectors of one length (a scale, maybe a bias),
+    which is not a Linear / Embedding. Under tp such a module's weight stays a replicated copy per rank,
+    and the trainer must keep those copies equal (sequence-parallel or head-parallel gradient sums). The
+    tracer records it per parametric op (ParamOp.norm_like) for the planner's rules of the same name."""
+    if mod is None or isinstance(mod, (nn.Linear, nn.Embedding)) or any(True for _ in mod.children()):
+        return False
+    shapes = {tuple(p.shape) for p in mod.parameters(recurse=False)}
+    return len(shapes) == 1 and len(next(iter(shapes))) == 1
+
+
+def normalized_width(mod: nn.Module | None) -> int | None:
+    """A norm's declared width (normalized_shape[-1], nn.LayerNorm / nn.RMSNorm), None where it declares none."""
+    shape = getattr(mod, "normalized_shape", None)
+    return int(shape[-1]) if shape else None
+
+
+# attributes an attention keeps its head counts in and may reshape with (OPT's view(bsz, -1, self.num_heads,
+# head_dim), GPT-J's _split_heads(x, self.num_attention_heads, ...))
+HEAD_COUNT_ATTRS = ("num_heads", "num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads", "n_kv_heads")
+
+
+def head_counts(parent: nn.Module | None) -> set[int]:
+    """The head counts `parent` keeps in HEAD_COUNT_ATTRS (its own attributes, ints)."""
+    attrs = vars(parent) if parent is not None else {}
+    return {v for a in HEAD_COUNT_ATTRS if isinstance(v := attrs.get(a), int) and not isinstance(v, bool) and v > 0}
+
+
+def projection_heads(parent: nn.Module | None, out_features: int) -> tuple[int, int] | None:
+    """(heads, unit) of a projection of `parent` (an attention: an int head_dim) with `out_features` outputs, as
+    tensor parallelism splits it: out_features // head_dim heads of head_dim, or, for a per-head projection (one
+    feature per head, as wide as one of the parent's head counts and no count's heads * head_dim: Laguna's
+    per-head g_proj), out_features heads of 1. None where the parent has no head_dim. A column split must give
+    each rank whole heads (the trainer's tensor_parallel._check_heads refuses any other, and the tracer records
+    the count, ParamOp.heads, for the planner's CostModel._runnable)."""
+    head_dim = getattr(parent, "head_dim", None)
+    if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0:
+        return None
+    counts = head_counts(parent)
+    if out_features in counts and out_features != head_dim and all(c * head_dim != out_features for c in counts):
+        return out_features, 1
+    return out_features // head_dim, head_dim
+
+
 @dataclass(frozen=True)
 class FusedSplit:
     """How a fused projection's output is cut by its parent's forward: `pieces` (sizes along the

@@ -424,12 +424,16 @@ class Planner:
         return self.cm.vocab_splits_evenly(tp) and tp not in self._fallback_tp
 
     def _sp_runs(self, tp: int) -> bool:
-        """Whether the sharding solver finds placements for sequence parallelism at this tp: a block whose ops
-        cannot all take the sequence-sharded residual stream (Qwen3.5's gated full attention, s = 1024) has none,
-        and tp then runs without SP. A pinned SP that cannot run is one error naming the block."""
+        """Whether the sharding solver finds placements for sequence parallelism at this tp that the trainer runs
+        (CostModel.sp_refusal: no norm-like module kept whole on the stream): a block whose
+        ops cannot all take the sequence-sharded residual stream (Qwen3.5's gated full attention, s = 1024) has
+        none, and tp then runs without SP. A pinned SP that cannot run is one error naming the block."""
         if tp not in self._sp_feasible:
             try:
-                self._placements(MeshConfig(tp, 1, 1, 1, 1, 1, 0, True, "fp32"))
+                refusal = self.cm.sp_refusal(self._placements(MeshConfig(tp, 1, 1, 1, 1, 1, 0, True, "fp32")))
+                if refusal:
+                    raise UserError(f"sequence parallelism at tp={tp}: {refusal}, which the trainer cannot run on "
+                                    f"sequence shards; drop the sequence_parallel pin")
                 self._sp_feasible[tp] = True
             except UserError:
                 if self.fix.get("sequence_parallel"):

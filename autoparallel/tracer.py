@@ -42,7 +42,15 @@ from torch.utils.weak import WeakIdKeyDictionary
 from autoparallel.blocks import find_blocks
 from autoparallel.errors import UserError
 from autoparallel.graph import ExpertGroup, OpGraph, ParamOp
-from autoparallel.hf import config_values, fused_split, is_hf_causal_lm, linear_features
+from autoparallel.hf import (
+    config_values,
+    fused_split,
+    is_hf_causal_lm,
+    is_norm_like,
+    linear_features,
+    normalized_width,
+    projection_heads,
+)
 from autoparallel.plan import fingerprint
 from autoparallel.replicate import ReplicationPlan, expand, plan_replication, reduced
 
@@ -885,13 +893,17 @@ def _fill_parameters(graph: OpGraph, model: nn.Module, blocks: list[str], no_gra
         total_bytes += nbytes
         kind, fin, fout, experts = _classify(mod, own, path)
         parent, _, child = path.rpartition(".")
-        split = fused_split(model.get_submodule(parent), child) if kind == "linear" else None
+        parent_mod = model.get_submodule(parent)
+        split = fused_split(parent_mod, child) if kind == "linear" else None
+        feats = linear_features(mod)
+        heads = projection_heads(parent_mod, feats[1]) if feats is not None and split is None else None
         graph.parametric_ops[path] = ParamOp(
             path=path, kind=kind, module_class=type(mod).__name__, param_count=count, param_bytes=nbytes,
             shapes={n: tuple(int(d) for d in p.shape) for n, p in own.items()}, in_features=fin,
             out_features=fout, num_experts=experts, block=block_of(path), tied=tied,
             fused_pieces=split.pieces if split else (), fused_unit=split.unit if split else 1,
-            no_grad=within(path) in no_grad_within)
+            no_grad=within(path) in no_grad_within, heads=heads[0] if heads else None, norm_like=is_norm_like(mod),
+            normalized=normalized_width(mod))
     graph.parameters = total
     graph.param_bytes = total_bytes
 

@@ -76,6 +76,9 @@ from cost_models.facts import (
     no_grad_modules,
     num_experts,
     scales_logits,
+    sees_split_heads,
+    spans_split_heads,
+    splits_whole_heads,
     vocab_size,
 )
 from cost_models.graph import OpGraph
@@ -738,25 +741,85 @@ class CostModel:
         at tp > 1) stays replicated, and so does a fused projection whose pieces (q, k, v) do not each split
         into whole heads over tp, with the Linears beside it in its module (the attention's output
         projection: a head split of one would hand the other mismatched heads), and so does a module holding a
-        convolution or run without autograd, its norms included (facts.convolution_mixers, no_grad_modules). So
-        every plan the planner emits is one the trainer runs."""
+        convolution or run without autograd, its norms included (facts.convolution_mixers, no_grad_modules). The
+        trainer's own head rules keep a module's Linears whole too, by the predicates it checks (cost_models.facts):
+        a column split that would cut heads (ParamOp.heads, splits_whole_heads: tensor_parallel._check_heads;
+        Kimi Linear's one-head f_a_proj) and a norm that sees the split heads of a column-split sibling and spans
+        all of them (sees_split_heads, spans_split_heads: _check_per_head; Moss's projector norm) or that the
+        trainer would run head-parallel on a whole input (a producer not a column-split sibling). So every plan
+        the planner emits is one the trainer runs."""
         out = dict(placements)
+        ops = self.graph.parametric_ops
         mixers = convolution_mixers(self.graph) | no_grad_modules(self.graph)
         whole = set(mixers)
+        cols = self._colwise_features(placements)
         for path, pl in placements.items():
-            op = self.graph.parametric_ops.get(path)
+            op = ops.get(path)
             rows = op.in_features if op is not None and op.kind == "embedding" else (op.out_features if op else None)
             if pl in ("vocab", "colwise") and rows and rows % tp:
                 out[path] = "replicate"
             if pl == "colwise" and op is not None and op.fused_pieces and \
                     any(p % (op.fused_unit * tp) for p in op.fused_pieces):
                 whole.add(path.rpartition(".")[0])
+            if pl == "colwise" and op is not None and not splits_whole_heads(op.heads, tp):
+                whole.add(path.rpartition(".")[0])
+        producers: dict[str, set[str]] = {}
+        for a, b in self.graph.param_op_edges:
+            producers.setdefault(b, set()).add(a)
+        for path, op in ops.items():
+            parent, split = path.rpartition(".")[0], cols.get(path.rpartition(".")[0], ())
+            if not (op.norm_like and parent and split and sees_split_heads(op.normalized, split)):
+                continue
+            # the trainer runs it head-parallel (on dim 2, the heads of a [b, s, heads, d] view): right only on the
+            # per-head output of a column-split sibling, not on a whole one (Ergo's shared-expert norm after its
+            # row-parallel down_proj)
+            width = next(iter(op.shapes.values()))[0]
+            per_head = all(placements.get(a) == "colwise" and a.rpartition(".")[0] == parent
+                           and (ops[a].out_features or 0) % width == 0 for a in producers.get(path, ()) if a in ops)
+            if spans_split_heads(width, split) or not per_head:
+                whole.add(parent)
         for path in placements:
-            op = self.graph.parametric_ops.get(path)
+            op = ops.get(path)
             parent = path.rpartition(".")[0]
             if op is not None and parent in whole and (op.kind == "linear" or op.kind == "norm" and parent in mixers):
                 out[path] = "replicate"
         return out
+
+    def _colwise_features(self, placements: dict[str, str]) -> dict[str, list[tuple[int, int] | None]]:
+        """(in, out) features of each column-split module by parent module (None: not a Linear), as the trainer's
+        head rules read its siblings (facts.sees_split_heads, spans_split_heads)."""
+        cols: dict[str, list[tuple[int, int] | None]] = {}
+        for path, pl in placements.items():
+            if pl == "colwise":
+                op = self.graph.parametric_ops.get(path)
+                feats = (op.in_features, op.out_features) if op is not None and op.kind == "linear" else None
+                cols.setdefault(path.rpartition(".")[0], []).append(feats)
+        return cols
+
+    def sp_refusal(self, placements: dict[str, str]) -> str | None:
+        """Why the trainer cannot run `placements` under sequence parallelism, None where it can
+        (trainer.tensor_parallel.apply_tensor_parallel): a norm-like module on the sequence-sharded stream runs
+        there only as a 'sequence' norm; a replicated one outside a replicated branch of a block, not among split
+        heads (facts.sees_split_heads), would sum no gradient over the shards, which the trainer refuses (Ergo's
+        residual gate, a norm-like vector that takes two inputs)."""
+        ops = self.graph.parametric_ops
+        regions = set()  # a block's children (not norm-like) holding a replicated or expert module that is not
+        for path, pl in placements.items():  # norm-like (tensor_parallel._replicated_regions)
+            op = ops.get(path)
+            block = op.block if op is not None else None
+            if block and pl in ("replicate", "expert") and not op.norm_like and path.startswith(block + "."):
+                child = block + "." + path[len(block) + 1:].split(".")[0]
+                if not (ops.get(child) is not None and ops[child].norm_like):
+                    regions.add(child)
+        cols = self._colwise_features(placements)
+        for path, pl in placements.items():
+            op = ops.get(path)
+            parent = path.rpartition(".")[0]
+            if pl != "replicate" or op is None or not op.norm_like or any(path.startswith(r + ".") for r in regions):
+                continue
+            if not (parent and sees_split_heads(op.normalized, cols.get(parent, ()))):
+                return f"{path} ({op.module_class}) is a norm-like module the sequence-sharded stream would keep whole"
+        return None
 
     def virtual_stage_segments(self, plan: Plan) -> list[list[tuple[str, str, str]]]:
         """(segment name, recompute, fp8 recipe) per virtual stage, in order (the embedding and LM head

@@ -98,3 +98,24 @@ def no_grad_modules(graph: OpGraph) -> set[str]:
     query and weight projections would leave each rank's head sum partial (nothing reduces it: no gradient flows
     there), so the ranks would pick different tokens, and the trainer's per-head norm would cut its key norm."""
     return {path.rpartition(".")[0] for path, op in graph.parametric_ops.items() if op.no_grad}
+
+
+# ---- tensor-parallel rules the trainer checks (trainer/tensor_parallel.py) and the planner keeps (estimate.CostModel):
+# torch-free, on plain numbers, so that the two apply one rule.
+def splits_whole_heads(heads: int | None, tp: int) -> bool:
+    """Whether a column split over tp ranks gives each whole heads of a projection of `heads` heads (None: not an
+    attention's projection, any split)."""
+    return heads is None or heads % tp == 0
+
+
+def sees_split_heads(normalized: int | None, colwise_siblings: Sequence[tuple[int, int] | None]) -> bool:
+    """Whether a norm among column-sharded sibling projections ((in, out) features each, None: not a Linear) sees
+    their split heads (qk-norm): unless it declares the width (`normalized`) of every one's input, the residual
+    stream of a flat block whose norms and projections are all children of the block (a user model's own layout)."""
+    return any(c is None or c[0] != normalized for c in colwise_siblings)
+
+
+def spans_split_heads(width: int, colwise_siblings: Sequence[tuple[int, int] | None]) -> bool:
+    """Whether a norm of `width` parameters spans all heads of a column-sharded sibling (OLMo2's q_norm, as wide as
+    q_proj's output): a head split would normalize each rank's heads separately."""
+    return any(c is not None and c[1] == width for c in colwise_siblings)

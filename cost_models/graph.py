@@ -68,6 +68,13 @@ class ParamOp:
     # ran without autograd in the traced step (DeepSeek V3.2's and dots3's top-k indexer, a @torch.no_grad
     # forward): its parameters get no gradient, and tensor parallelism keeps its module whole (facts.no_grad_modules)
     no_grad: bool = False
+    # what the trainer's tensor-parallel rules read of the module (hf.projection_heads, is_norm_like,
+    # normalized_width; the planner applies the same rules, CostModel._runnable / sp_refusal): the heads a column
+    # split of this projection of an attention cuts, None outside one; a norm-like leaf (one vector's length of
+    # parameters, whatever its class); a norm's declared width
+    heads: int | None = None
+    norm_like: bool = False
+    normalized: int | None = None
 
 
 @dataclass(frozen=True)

@@ -189,3 +189,32 @@ def test_user_model_dp2_tp2_through_trainer_fix(h):
         assert trainer.plan.tp == 2 and trainer.plan.dp == 2
         assert {"colwise", "rowwise"} <= set(trainer.plan.placements.values())
         trainer.step(torch.randint(0, 64, (8, SEQ + 1)))
+
+
+# Hugging Face types whose tp2 plans the trainer refused in one line before the planner applied the trainer's own
+# head and norm rules (cost_models.facts, CostModel._runnable / sp_refusal): Kimi Linear's one-head f_a_proj planned
+# colwise, Laguna's per-head g_proj (48 outputs of 48 heads) counted as 3 heads of 16, Ergo's norm-like residual
+# gate on the sequence-sharded stream and its shared expert's norm after a rowwise down_proj, MOSS-Transcribe's
+# projector norm spanning a colwise projection
+HF_TP2_TYPES = ("kimi_linear", "laguna", "ergo", "moss_transcribe_diarize")
+
+
+@pytest.mark.parametrize("model_type", HF_TP2_TYPES)
+def test_hf_models_as_passed_plan_tp2_the_trainer_builds(model_type):
+    """The trainer plans each type's tiny config itself with tp pinned to 2, builds the plan and runs a step."""
+    transformers = pytest.importorskip("transformers")
+    if model_type not in transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES:
+        pytest.skip(f"this transformers has no {model_type}")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from hf_coverage import tiny_config
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(tiny_config(model_type)).float()
+    with fake_world(2, 0), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = AutoParallelTrainer(model, torch.optim.AdamW, hardware="h100-sxm", fix={"tp": 2, "dp": 1},
+                                      global_batch_size=4, seq_len=SEQ, mixed_precision="fp32")
+        assert trainer.plan.tp == 2
+        trainer.step(torch.randint(3, 100, (4, SEQ + 1)))

@@ -61,21 +61,21 @@ from torch.distributed.tensor.parallel import (
 )
 
 from autoparallel.errors import UserError
-from autoparallel.hf import FusedSplit, fused_split, linear_features, localize_fused, transposed_linear
+from autoparallel.hf import (
+    HEAD_COUNT_ATTRS,
+    FusedSplit,
+    fused_split,
+    is_norm_like,
+    linear_features,
+    localize_fused,
+    normalized_width,
+    projection_heads,
+    transposed_linear,
+)
 from autoparallel.trainer.structure import ModelLayout, get_submodule
+from cost_models.facts import sees_split_heads, spans_split_heads, splits_whole_heads
 
 _TP_KINDS = ("colwise", "rowwise", "vocab")
-
-
-def is_norm_like(mod: nn.Module | None) -> bool:
-    """A norm by what it holds, not its class (HF's LlamaRMSNorm, Qwen3MoeRMSNorm and GemmaRMSNorm are
-    plain nn.Modules): a leaf whose parameters are all vectors of one length (a scale, maybe a bias),
-    which is not a Linear / Embedding. Under tp such a module's weight stays a replicated copy per rank,
-    and the trainer must keep those copies equal (sequence-parallel or head-parallel gradient sums)."""
-    if mod is None or isinstance(mod, (nn.Linear, nn.Embedding)) or any(True for _ in mod.children()):
-        return False
-    shapes = {tuple(p.shape) for p in mod.parameters(recurse=False)}
-    return len(shapes) == 1 and len(next(iter(shapes))) == 1
 
 
 def _is_position_table(path: str, layout: ModelLayout) -> bool:
@@ -123,18 +123,14 @@ def _check_heads(root: nn.Module, placements: dict[str, str], tp: int) -> dict[s
                                 f"{split.unit}); tensor parallelism gives each rank whole heads of every piece, so "
                                 f"pick a tp that divides each piece's (kv) head count")
             continue
-        heads = feats[1] // head_dim
-        if heads % tp:
+        heads, unit = projection_heads(parent, feats[1])
+        if not splits_whole_heads(heads, tp):
             raise UserError(f"plan: {path} projects to {heads} attention heads, not divisible by tp={tp}; "
                             f"tensor parallelism splits whole heads, so pick a tp that divides the (kv) "
                             f"head count")
-        split_widths.setdefault(_parent(path), set()).add(feats[1])
+        if unit == head_dim:  # (a per-head projection, one feature a head, reshapes by no head count)
+            split_widths.setdefault(_parent(path), set()).add(feats[1])
     return split_widths
-
-
-# attributes an attention keeps its head counts in and may reshape with (OPT's view(bsz, -1, self.num_heads,
-# head_dim), GPT-J's _split_heads(x, self.num_attention_heads, ...))
-HEAD_COUNT_ATTRS = ("num_heads", "num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads", "n_kv_heads")
 
 
 def _localize_head_counts(root: nn.Module, split_widths: dict[str, set[int]], tp: int) -> None:
@@ -431,9 +427,8 @@ def _check_per_head(root: nn.Module, path: str, norm: nn.Module, placements: dic
     only this rank's heads: refuse it (head-parallel norms must be per head, like Qwen3's)."""
     width = next(norm.parameters()).numel()
     for p, v in placements.items():
-        sibling = get_submodule(root, p)
-        feats = linear_features(sibling)
-        if v == "colwise" and _parent(p) == _parent(path) and feats is not None and feats[1] == width:
+        feats = linear_features(get_submodule(root, p))
+        if v == "colwise" and _parent(p) == _parent(path) and spans_split_heads(width, [feats]):
             raise UserError(f"plan: norm {path} spans all heads of {p} (width {width}); a head split would "
                             f"normalize each rank's heads separately: place {_parent(path)}'s projections "
                             f"'replicate'")
@@ -447,10 +442,8 @@ def _inside_attention(root: nn.Module, path: str, placements: dict[str, str]) ->
     modules = dict(root.named_modules())
     if not parent or path not in modules:
         return False
-    shape = getattr(modules[path], "normalized_shape", None)
-    width = shape[-1] if shape else None
     cols = [linear_features(modules.get(p)) for p, v in placements.items() if v == "colwise" and _parent(p) == parent]
-    return any(c is None or c[0] != width for c in cols)
+    return sees_split_heads(normalized_width(modules[path]), cols)
 
 
 class _GatherScatter(ParallelStyle):
