@@ -13,11 +13,12 @@ def find_blocks(model: nn.Module) -> list[str]:
     is not a model's layers), preferring the outermost such
     container (MoE expert lists nested in blocks do not win over the layer list); without one, a
     ModuleList / ModuleDict of a single block that holds parameters (a one-layer model). A Hugging Face
-    hybrid's layer list is its blocks whatever their classes (hf.mixed_layer_list)."""
-    from autoparallel.hf import mixed_layer_list
+    causal LM's own layer list is its blocks whatever their classes (hf.hf_layer_list: a hybrid's, a multimodal
+    model's language layers)."""
+    from autoparallel.hf import hf_layer_list
 
-    if (mixed := mixed_layer_list(model)) is not None:
-        return [f"{mixed}.{n}" for n, _ in model.get_submodule(mixed).named_children()]
+    if (layers := hf_layer_list(model)) is not None:
+        return [f"{layers}.{n}" for n, _ in model.get_submodule(layers).named_children()]
     candidates: list[tuple[str, int, int]] = []   # (path, children, depth)
     single: list[tuple[str, int, int]] = []       # a ModuleList / ModuleDict of one block with parameters
     for path, mod in model.named_modules():

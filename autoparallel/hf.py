@@ -180,19 +180,19 @@ def is_hf_causal_lm(model: nn.Module) -> bool:
             and not getattr(config, "is_encoder_decoder", False))
 
 
-def mixed_layer_list(model: nn.Module) -> str | None:
-    """The path of a Hugging Face causal LM's block list where its blocks are of more than one class (Jamba's
-    attention and Mamba layers), else None. structure.find_layout and blocks.find_blocks take the blocks as the
-    children of one class; a hybrid's layer list is its blocks all the same (hf_parts found it)."""
+def hf_layer_list(model: nn.Module) -> str | None:
+    """The path of a Hugging Face causal LM's block list as its base model runs it (hf_parts), else None.
+    structure.find_layout and blocks.find_blocks take it as the blocks: a hybrid's layers of more than one class
+    (Jamba's attention and Mamba layers), and a multimodal model's language layers where another tower holds as
+    many layers of one class (MOSS-Transcribe's audio tower, which a text step never runs, had been taken)."""
     from autoparallel.errors import UserError
 
     if not is_hf_causal_lm(model):
         return None
     try:
-        path = hf_parts(model).layers
+        return hf_parts(model).layers
     except UserError:  # refused where it is run
         return None
-    return path if len({type(c) for c in model.get_submodule(path).children()}) > 1 else None
 
 
 def _output_head(model: nn.Module) -> nn.Module | None:

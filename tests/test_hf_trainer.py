@@ -733,19 +733,29 @@ def test_the_first_batchs_padding_reaches_the_planner(padding, monkeypatch):
 def test_a_hybrids_blocks_of_two_classes_are_its_blocks():
     """Jamba's layer list holds attention and Mamba layers (two classes): the trainer's layout and the tracer's
     blocks are that list (they had required one class: the whole model one FSDP unit, no pipeline stages),
-    and a model of one block class keeps the one-class rule (a MoE's expert list never wins)."""
-    from autoparallel.hf import mixed_layer_list
+    a MoE's expert list never wins, and MOSS-Transcribe's language layers are its blocks, not its audio tower's
+    (as many layers of one class, which a text step never runs)."""
+    from autoparallel.hf import hf_layer_list
     from autoparallel.tracer import find_blocks
     from autoparallel.trainer.structure import find_layout
 
     jamba = HF.build("jamba")
     assert {type(b).__name__ for b in jamba.model.layers} == {"JambaMambaDecoderLayer", "JambaAttentionDecoderLayer"}
-    assert mixed_layer_list(jamba) == "model.layers"
+    assert hf_layer_list(jamba) == "model.layers"
     assert find_blocks(jamba) == ["model.layers.0", "model.layers.1"]
     assert find_layout(jamba).block_paths == ("model.layers.0", "model.layers.1")
     mixtral = HF.build("mixtral")
-    assert mixed_layer_list(mixtral) is None
     assert find_blocks(mixtral) == ["model.layers.0", "model.layers.1"]
+    transformers = pytest.importorskip("transformers")
+    if "moss_transcribe_diarize" in transformers.models.auto.configuration_auto.CONFIG_MAPPING_NAMES:
+        import sys
+        from pathlib import Path
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+        from hf_coverage import tiny_config
+        moss = transformers.AutoModelForCausalLM.from_config(tiny_config("moss_transcribe_diarize"))
+        assert len(moss.model.audio_tower.layers) == len(moss.model.language_model.layers)  # a tie of one class each
+        assert find_blocks(moss) == ["model.language_model.layers.0", "model.language_model.layers.1"]
 
 
 # A heterogeneous config (transformers' per_layer_config, dots3): each layer reads its own heads, and the global
