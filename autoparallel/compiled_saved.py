@@ -70,8 +70,51 @@ class _Flat(nn.Module):
 
     def forward(self, *flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
         args, kwargs = self.rebuild(flat)
-        out = self.block(*args, **kwargs)
+        with _as_dynamo_sees():
+            out = self.block(*args, **kwargs)
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+# The tracing-state functions Dynamo answers with a constant while it traces a torch.compile'd forward
+# (torch._dynamo.variables.torch.tracing_state_functions): model code branches on them
+_TRACING_STATE = ("is_compiling", "is_dynamo_compiling", "is_exporting")
+
+
+@functools.cache
+def _dynamo_flags() -> dict[str, bool]:
+    """What torch.compiler's tracing-state functions return inside a forward that this torch's Dynamo traces for
+    torch.compile, asked of Dynamo itself (a one-op function compiled with the eager backend, ~0.25 s once a
+    process). is_compiling is True; is_exporting depends on the torch: Dynamo folded it to True under
+    torch.compile too until pytorch#176499 (torch 2.11 still does, 2.13 reads export's flag: False).
+    Transformers' gated-DeltaNet fallback (Qwen3.5, Qwen3-Next) builds its chunks' triangular inverse by 63 in-place
+    row updates where `is_torchdynamo_exporting()`, by torch.linalg.solve_triangular elsewhere: on an H200 under
+    torch 2.11 its compiled block kept 3.85 GiB a 4096-token row, the solve_triangular partition 1.50."""
+    try:
+        import torch._dynamo
+
+        def probe(x: torch.Tensor) -> tuple:
+            return x, tuple(getattr(torch.compiler, n)() for n in _TRACING_STATE)
+
+        fn = torch.compile(probe, backend="eager", fullgraph=True)
+        return dict(zip(_TRACING_STATE, fn(torch.zeros(1))[1]))
+    except Exception:  # Dynamo unavailable (an unsupported Python, say): what its table says
+        return {"is_compiling": True, "is_dynamo_compiling": True, "is_exporting": False}
+
+
+class _as_dynamo_sees:
+    """Within: torch.compiler's tracing-state functions answer as under Dynamo (`_dynamo_flags`), so the block's
+    own code takes the branches its compiled forward takes (`if is_torchdynamo_compiling()`,
+    `if is_torchdynamo_exporting()` in Hugging Face models)."""
+
+    def __enter__(self) -> None:
+        flags = _dynamo_flags()
+        self._saved = {n: getattr(torch.compiler, n) for n in flags}
+        for n, v in flags.items():
+            setattr(torch.compiler, n, functools.partial(bool, v))
+
+    def __exit__(self, *exc: Any) -> None:
+        for n, f in self._saved.items():
+            setattr(torch.compiler, n, f)
 
 
 def _flatten(args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], Callable[[tuple], tuple[tuple, dict]]]:
@@ -96,7 +139,14 @@ def _decompositions() -> dict:
     table, 16.3). Importing Inductor's own table (torch._inductor.decomposition) takes ~2 s a process."""
     from torch._decomp import core_aten_decompositions, get_decompositions
     aten = torch.ops.aten
-    return {**core_aten_decompositions(), **get_decompositions([aten._softmax, aten._log_softmax])}
+    table = {**core_aten_decompositions(), **get_decompositions([aten._softmax, aten._log_softmax])}
+    # Inductor keeps the scatters whole (torch._inductor.decomposition.decomps_to_exclude: for its re-inplacing
+    # pass); decomposed, the partitioner saves other nodes around an in-place row update (the DeltaNet
+    # forward substitution, a small Qwen3.5 block: 110 MiB where Inductor on CPU keeps 100.2, now predicted 100.2)
+    for op in (aten.select_scatter, aten.slice_scatter):
+        for overload in op.overloads():
+            table.pop(getattr(op, overload), None)
+    return table
 
 
 def _remove_noop_copies(graph: torch.fx.Graph) -> None:
@@ -158,6 +208,7 @@ def _partition(block: nn.Module, args: tuple, kwargs: dict, decompositions: dict
 
     if decompositions is None:
         decompositions = _decompositions()
+    _dynamo_flags()  # asked of Dynamo here, outside the trace below, which `_Flat` runs under them
     flat, rebuild = _flatten(args, kwargs)
     mod = _Flat(block, rebuild)
     n_static = len(list(mod.parameters())) + len(list(mod.buffers()))

@@ -351,3 +351,44 @@ def test_launches_match_the_kernels_profiled_on_an_h200(model):
         assert fwd.at(seq / 32) == m_fwd
         assert 0 <= m_bwd - bwd.at(seq / 32) <= 1
 
+
+
+class _RowUpdates(torch.nn.Module):
+    """A forward substitution by in-place row updates under Dynamo (transformers' gated-DeltaNet fallback builds
+    its chunks' triangular inverse so under `is_torchdynamo_exporting()`, which torch 2.11's Dynamo answered True
+    under torch.compile; `is_compiling()` is True under every torch's), one batched product elsewhere: the two
+    branches keep different tensors for the backward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16, 16) / 4)
+
+    def forward(self, x: torch.Tensor, _shared: tuple = ()) -> torch.Tensor:
+        a = torch.tanh(x @ self.w)  # [b, 16, 16]
+        if torch.compiler.is_compiling():
+            a = a.clone()
+            for i in range(1, a.shape[-2]):
+                row = a[..., i, :i].clone()
+                a[..., i, :i] = row + (row.unsqueeze(-1) * a[..., :i, :i].clone()).sum(-2)
+            return a
+        return a @ a
+
+
+def test_a_block_is_partitioned_along_the_branch_its_compiled_forward_takes():
+    """The meta partition runs the block under the tracing-state flags (torch.compiler.is_compiling,
+    is_exporting) that this torch's Dynamo gives a torch.compile'd forward, so it partitions the branch the
+    compiled block runs (torch 2.11's Dynamo said is_exporting under torch.compile: Qwen3.5's compiled peak on an
+    H200 was its row-update branch's, 24.7% over the prediction), and keeps the row updates' scatters whole as
+    Inductor does: what torch.compile(backend="aot_eager_decomp_partition") keeps on CPU, up to the RNG state."""
+    torch.manual_seed(0)
+    block = _RowUpdates()
+    x = torch.randn(64, 16, 16, requires_grad=True)
+    torch._dynamo.reset()
+    try:
+        measured = _runtime_saved_bytes(lambda x, _: torch.compile(block, backend="aot_eager_decomp_partition")(x),
+                                        block, x, ())
+    finally:
+        torch._dynamo.reset()
+    xm = torch.empty_like(x, device="meta").requires_grad_()
+    predicted = compiled_saved_bytes(block.to("meta"), (xm,))
+    assert 0 <= predicted - measured <= RNG_STATE_BYTES, (predicted, measured)
