@@ -606,7 +606,6 @@ def linear_features(mod: nn.Module | None) -> tuple[int, int] | None:
     return transposed_linear(mod)
 
 
-
 def is_norm_like(mod: nn.Module | None) -> bool:
     """A norm by what it holds, not its class (HF's LlamaRMSNorm, Qwen3MoeRMSNorm and GemmaRMSNorm are
     plain nn.Modules): a leaf whose parameters are all vectors of one length (a scale, maybe a bias),
@@ -711,9 +710,8 @@ def fused_split(parent: nn.Module | None, child: str) -> FusedSplit | None:
     # the down projection reads `inter` features (the product of the two halves): Aria's shared experts'
     # plain gate_proj is also 2 * intermediate_size wide (moe_num_shared_experts = 2), beside an up_proj of
     # its own and a down_proj that reads all 2 * intermediate_size
-    reads_half = any(f is not None and f[0] == inter for n, m in parent.named_children() if n != child
-                     for f in (linear_features(m),))
-    if isinstance(inter, int) and out == 2 * inter and "gate" in child and reads_half:
+    if isinstance(inter, int) and out == 2 * inter and "gate" in child and any(
+            (f := linear_features(m)) is not None and f[0] == inter for n, m in parent.named_children() if n != child):
         return FusedSplit((inter, inter))
     return None
 
