@@ -75,6 +75,7 @@ from cost_models.facts import (
     flattens_tokens,
     no_grad_modules,
     num_experts,
+    replicated_regions,
     scales_logits,
     sees_split_heads,
     spans_split_heads,
@@ -803,14 +804,8 @@ class CostModel:
         heads (facts.sees_split_heads), would sum no gradient over the shards, which the trainer refuses (Ergo's
         residual gate, a norm-like vector that takes two inputs)."""
         ops = self.graph.parametric_ops
-        regions = set()  # a block's children (not norm-like) holding a replicated or expert module that is not
-        for path, pl in placements.items():  # norm-like (tensor_parallel._replicated_regions)
-            op = ops.get(path)
-            block = op.block if op is not None else None
-            if block and pl in ("replicate", "expert") and not op.norm_like and path.startswith(block + "."):
-                child = block + "." + path[len(block) + 1:].split(".")[0]
-                if not (ops.get(child) is not None and ops[child].norm_like):
-                    regions.add(child)
+        blocks = {op.block for op in ops.values() if op.block}
+        regions = replicated_regions(placements, blocks, lambda p: p in ops and ops[p].norm_like)
         cols = self._colwise_features(placements)
         for path, pl in placements.items():
             op = ops.get(path)

@@ -5,7 +5,7 @@ vocabulary size, whether the model scales its logits."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from cost_models.compute import is_matmul, moved_bytes
 from cost_models.graph import OpGraph
@@ -119,3 +119,19 @@ def spans_split_heads(width: int, colwise_siblings: Sequence[tuple[int, int] | N
     """Whether a norm of `width` parameters spans all heads of a column-sharded sibling (OLMo2's q_norm, as wide as
     q_proj's output): a head split would normalize each rank's heads separately."""
     return any(c is not None and c[1] == width for c in colwise_siblings)
+
+
+def replicated_regions(placements: dict[str, str], blocks: Iterable[str], norm_like: Callable[[str], bool]) -> set[str]:
+    """The children of each block (not norm-like themselves) holding a replicated or expert module that is not
+    norm-like: under sequence parallelism they run on the gathered sequence (the trainer's _GatherScatter), and the
+    norms inside them run replicated with them."""
+    out = set()
+    for path, pl in placements.items():
+        if pl not in ("replicate", "expert") or norm_like(path):
+            continue
+        for block in blocks:
+            if path.startswith(block + "."):
+                child = f"{block}.{path[len(block) + 1:].split('.')[0]}"
+                if not norm_like(child):
+                    out.add(child)
+    return out

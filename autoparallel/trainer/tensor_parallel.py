@@ -73,7 +73,7 @@ from autoparallel.hf import (
     transposed_linear,
 )
 from autoparallel.trainer.structure import ModelLayout, get_submodule
-from cost_models.facts import sees_split_heads, spans_split_heads, splits_whole_heads
+from cost_models.facts import replicated_regions, sees_split_heads, spans_split_heads, splits_whole_heads
 
 _TP_KINDS = ("colwise", "rowwise", "vocab")
 
@@ -202,7 +202,8 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
             colwise_paired |= {p for p, w in placements.items() if w == "colwise" and _parent(p) == _parent(path)}
     # Branches of a block that compute something replicated (routers, experts, an nn.MultiheadAttention
     # left unsharded) run on whole sequences; the sharded linears inside them use the non-SP layouts.
-    regions = _replicated_regions(part, placements, layout)
+    regions = sorted(replicated_regions(placements, layout.block_paths,
+                                        lambda p: is_norm_like(get_submodule(part, p))))
 
     def seq_layout(path: str) -> Shard | Replicate:
         inside = any(path.startswith(r + ".") for r in regions)
@@ -480,20 +481,3 @@ class _GatherScatter(ParallelStyle):
         return module
 
 
-def _replicated_regions(root: nn.Module, placements: dict[str, str], layout: ModelLayout) -> list[str]:
-    """Children of each block (not norms) holding a replicated or expert parametric module that is
-    not a norm: under sequence parallelism they run on the gathered sequence."""
-    out: list[str] = []
-    modules = dict(root.named_modules())
-    for block in layout.block_paths:
-        bmod = get_submodule(root, block)
-        if bmod is None:
-            continue
-        for name, child in bmod.named_children():
-            path = f"{block}.{name}"
-            if is_norm_like(child):
-                continue
-            if any(v in ("replicate", "expert") and (p == path or p.startswith(path + "."))
-                   and not is_norm_like(modules.get(p)) for p, v in placements.items()):
-                out.append(path)
-    return out
