@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 from ortools.linear_solver import pywraplp
@@ -1020,19 +1021,17 @@ class StageModel:
         e = s.expert_params / c.ep
         return s.dense_params + s.tp_params / c.tp + e, e
 
+    @cached_property
     def state_bytes_per_param(self) -> tuple[float, float]:
         """Bytes per local parameter of model states after ZeRO sharding: (dense, expert). A function of plan0
         alone, computed once (the bounds and the options ask for it per rank and per block)."""
-        if not hasattr(self, "_state_bytes"):
-            self._state_bytes = (sum(self.cm.model_states(self.plan0, 1.0, 0.0)),
-                                 sum(self.cm.model_states(self.plan0, 0.0, 1.0)))
-        return self._state_bytes
+        return sum(self.cm.model_states(self.plan0, 1.0, 0.0)), sum(self.cm.model_states(self.plan0, 0.0, 1.0))
 
     def fixed_memory(self, d: int) -> float:
         """Bytes on rank d independent of the partition: buffers and the ends' model states."""
         c = self.cfg
         pb = DTYPE_BYTES.get(self.plan0.param_dtype, 2)
-        dense_b, exp_b = self.state_bytes_per_param()
+        dense_b, exp_b = self.state_bytes_per_param
         mem = 0.0
         if self.cm.held_zero(self.plan0) >= 3:  # CostModel._memory's gathered blocks
             mem += 2 * self.cm.max_block_params(self.plan0) * pb
@@ -1051,7 +1050,7 @@ class StageModel:
 
     def block_memory(self, cls: int) -> float:
         p, e = self.params_of(self.rep[cls])
-        dense_b, exp_b = self.state_bytes_per_param()
+        dense_b, exp_b = self.state_bytes_per_param
         return (p - e) * dense_b + e * exp_b
 
     def dp_time_linear(self) -> tuple[float, float, float, float]:

@@ -895,8 +895,7 @@ def _fill_parameters(graph: OpGraph, model: nn.Module, blocks: list[str], no_gra
         parent, _, child = path.rpartition(".")
         parent_mod = model.get_submodule(parent)
         split = fused_split(parent_mod, child) if kind == "linear" else None
-        feats = linear_features(mod)
-        heads = projection_heads(parent_mod, feats[1]) if feats is not None and split is None else None
+        heads = projection_heads(parent_mod, fout) if kind == "linear" and split is None else None
         graph.parametric_ops[path] = ParamOp(
             path=path, kind=kind, module_class=type(mod).__name__, param_count=count, param_bytes=nbytes,
             shapes={n: tuple(int(d) for d in p.shape) for n, p in own.items()}, in_features=fin,
