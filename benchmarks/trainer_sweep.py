@@ -662,6 +662,24 @@ QWEN3_5_8L = {"name": "qwen3.5-8l", "hf": True, "model_type": "qwen3_5_text", "v
               "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 8, "num_attention_heads": 16,
               "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 32768,
               "tie_word_embeddings": False}
+# and three more after the thirty-sixth session's start (FAMILIES34), predicted before the run, at their published
+# widths: Databricks' DBRX (16 experts of 10752 at 6144, top-4, 48 query heads over 8 kv heads, its fused Wqkv;
+# 1 of 40 layers at 4096), Upstage's Solar Open (128 experts of 1280 and a shared one at 4096, top-8, 64 query heads
+# over 8; 2 of 48 layers at 4096) and MiniMax-M2 (256 experts of 1536 at 3072, top-8, 48 query heads over 8 with
+# per-layer q/k norms; 1 of 62 layers at 4096)
+DBRX_1L = {"name": "dbrx-1l", "hf": True, "model_type": "dbrx", "vocab_size": 100352, "d_model": 6144,
+           "n_heads": 48, "n_layers": 1, "max_seq_len": 32768,
+           "attn_config": {"kv_n_heads": 8, "clip_qkv": 8, "rope_theta": 500000},
+           "ffn_config": {"ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4},
+           "tie_word_embeddings": False}
+SOLAR_OPEN_2L = {"name": "solar-open-2l", "hf": True, "model_type": "solar_open", "vocab_size": 196608,
+                 "hidden_size": 4096, "num_hidden_layers": 2, "num_attention_heads": 64, "num_key_value_heads": 8,
+                 "head_dim": 128, "moe_intermediate_size": 1280, "n_routed_experts": 128, "n_shared_experts": 1,
+                 "num_experts_per_tok": 8, "max_position_embeddings": 131072, "tie_word_embeddings": False}
+MINIMAX_M2_1L = {"name": "minimax-m2-1l", "hf": True, "model_type": "minimax_m2", "vocab_size": 200064,
+                 "hidden_size": 3072, "intermediate_size": 1536, "num_hidden_layers": 1, "num_attention_heads": 48,
+                 "num_key_value_heads": 8, "head_dim": 128, "num_local_experts": 256, "num_experts_per_tok": 8,
+                 "max_position_embeddings": 196608, "tie_word_embeddings": False}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -677,7 +695,8 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  LFM2_1_2B, LFM2_MOE_8L, DOTS1_2L, NEMOTRON_MINI_8L, ERNIE45_0_3B, HUNYUAN_7B_8L,
                                  QWEN3_NEXT_4L, STABLELM_3B_16L, GEMMA_7B_8L, SMOLLM2_360M, PHI4_MINI_8L,
                                  MISTRAL_NEMO_6L, AFMOE_6L, JAIS2_8L, LAGUNA_4L, CWM_4L,
-                                 YOUTU_2B, EXAONE_MOE_4L, MELLUM_8L, OPENAI_GPT, QWEN3_5_8L)}
+                                 YOUTU_2B, EXAONE_MOE_4L, MELLUM_8L, OPENAI_GPT, QWEN3_5_8L,
+                                 DBRX_1L, SOLAR_OPEN_2L, MINIMAX_M2_1L)}
 
 
 @dataclass(frozen=True)
@@ -945,6 +964,12 @@ CONFIGS = [
     _c("1g-youtu-auto", "youtu-2b", 1, 8, fix={"compile": 1}), _c("1g-exaonemoe-auto", "exaone-moe-4l", 1, 4, seq=8192, fix={"compile": 1}),
     _c("1g-mellum-auto", "mellum-8l", 1, 8, fix={"compile": 1}), _c("1g-gpt1-auto", "openai-gpt", 1, 32, seq=512, fix={"compile": 1}),
     _c("1g-qwen35-auto", "qwen3.5-8l", 1, 4, seq=4096, fix={"compile": 1}),
+    # thirty-sixth session, predicted before the run (FAMILIES34)
+    *_trio("1g-dbrx", "dbrx-1l", 4, 2, (1, "op"), seq=4096),
+    *_trio("1g-solaropen", "solar-open-2l", 4, 2, (1, "full"), seq=4096),
+    *_trio("1g-minimaxm2", "minimax-m2-1l", 4, 2, (1, "op"), seq=4096),
+    _c("1g-solaropen-auto", "solar-open-2l", 1, 4, seq=4096, fix={"compile": 1}),
+    _c("1g-minimaxm2-auto", "minimax-m2-1l", 1, 4, seq=4096, fix={"compile": 1}),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),

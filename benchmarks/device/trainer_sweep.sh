@@ -85,6 +85,8 @@
 #                                                           # model (8 layers at 4096) and the planner's own picks of
 #                                                           # both (FAMILIES33); NAME=... ROWS=... families-rest: the
 #                                                           # rows a first call's time limit left
+#   bash benchmarks/device/trainer_sweep.sh families34      # Solar Open (2 layers) and MiniMax-M2 (1 layer) at their
+#                                                           # widths and 4096 tokens, with the planner's picks
 #   bash benchmarks/device/trainer_sweep.sh full-timelines  # compute-stream idle of MoE and dense rows, eager and full
 #   bash benchmarks/device/trainer_sweep.sh carry-check     # twelve full-recompute and MoE rows after the forward's
 #                                                           # carried lead (CARRY_CHECK), predicted before the run
@@ -236,6 +238,9 @@ SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES32
 FAMILIES33=1g-youtu-auto,1g-mellum-auto,1g-exaonemoe-auto,1g-gpt1-eager,1g-gpt1-compiled,1g-gpt1-mb8x4-full
 FAMILIES33=$FAMILIES33,1g-gpt1-auto,1g-qwen35-eager,1g-qwen35-compiled,1g-qwen35-mb1x4-op,1g-qwen35-auto
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES33
+FAMILIES34=1g-solaropen-eager,1g-solaropen-compiled,1g-solaropen-mb1x4-full,1g-solaropen-auto,1g-minimaxm2-eager
+FAMILIES34=$FAMILIES34,1g-minimaxm2-compiled,1g-minimaxm2-mb1x4-op,1g-minimaxm2-auto
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES34
 # single-probed-a / -b: the one-GPU sweep's 30 rows in two calls on one VM (15 each), the speed probes timed in the
 # measuring process before and after each row (measure --host-probes; report --row-speed) (s101), and since s102 one
 # step of each between the row's timed steps too (--interleave-probes; report --row-speed steps)
@@ -498,6 +503,7 @@ PY
   families31) held_out families31 "$FAMILIES31" 470 --host-probes --interleave-probes ;;
   families32) held_out families32 "$FAMILIES32" 520 --host-probes --interleave-probes ;;  # Youtu, EXAONE MoE, Mellum
   families33) held_out families33 "$FAMILIES33" 500 --host-probes --interleave-probes ;;  # GPT-1, Qwen3.5, the picks
+  families34) held_out families34 "$FAMILIES34" 500 --host-probes --interleave-probes ;;  # Solar Open, MiniMax-M2
   families-rest) held_out "${NAME:?set NAME}" "${ROWS:?set ROWS}" 500 --host-probes --interleave-probes ;;
   accumulate-check) held_out accumulate_check "$ACCUMULATE_CHECK" 400 ;;  # several micro-batches, held out (s84)
   moe-compiled)  # the catalog MoE's compiled rows once its blocks are one graph each (s82), then their breaks again
