@@ -1324,7 +1324,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
             rec["measured"] = {"step_time_s": timing.step_time_s, "step_times_s": timing.step_times_s,
                                "peak_memory_gib": timing.peak_memory_gib,
                                "reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
-                               "allocated_before_gib": base / 2**30}
+                               "allocated_before_gib": base / 2**30,
+                               # the caching allocator's cache flushes (each synchronizes the device) since start
+                               "alloc_retries": torch.cuda.memory_stats().get("num_alloc_retries", 0)}
             rec["losses"] = timing.losses
             if (cfg.profile and args.profile) or args.profile_all:
                 rec["profile"] = _profiled_step(trainer, batches[0])

@@ -253,8 +253,8 @@ HOST_PACED=1g-gpt-eager,1g-gpt-auto,1g-moe-eager,1g-moe-auto,1g-gpt-b16-mb8x2,1g
 HOST_PACED=$HOST_PACED,1g-moe-b16-compiled,1g-gpt-mb4x2,1g-gpt-mb4x2-compiled,1g-moe-full,1g-gpt-full
 # rows the forward's carried lead moves most (full recompute, MoE), and controls, held out after that change (s108)
 CARRY_CHECK=1g-moe-full,1g-qwen3moe-full,1g-dsv2-mb2x4-full,1g-moonlight-mb2x4-full,1g-gemma4moe-mb2x4-full,1g-lfm2moe-mb2x4-full,1g-llama-full,1g-starcoder2-mb2x4-full,1g-ministral3-mb1x4-full,1g-gpt-full,1g-moe-eager,1g-moe-b16-mb8x2
-# host-paced rows whose steps stall in the caching allocator on some VMs (alloc-aba)
-ALLOC_ROWS=1g-afmoe-mb2x4-full,1g-laguna-mb2x4-full,1g-llama-mb2x4-full,1g-gpt-mb4x2-compiled
+# host-paced rows whose steps stall in the caching allocator on some VMs (alloc-aba; ALLOC_ROWS=... to choose)
+ALLOC_ROWS=${ALLOC_ROWS:-1g-afmoe-mb2x4-full,1g-laguna-mb2x4-full,1g-llama-mb2x4-full,1g-gpt-mb4x2-compiled}
 # dense and MoE blocks (catalog and Hugging Face) whose replay under full recompute replay-host times
 REPLAY_FAMILIES=llama-1.3b,gpt-350m,qwen3-1.7b,moe-1.2b-8e,qwen3-30b-a3b-4l,deepseek-v2-lite-4l,moonlight-16b-4l,afmoe-6l
 held_out() {
