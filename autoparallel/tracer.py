@@ -555,10 +555,58 @@ class _Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is torch.ops.aten._grouped_mm.default:
             out = _grouped_mm_meta(*args, **kwargs)
+        elif func is torch.ops.aten.nonzero.default and args[0].is_meta:
+            out = _nonzero_meta(self.tracer, args[0])
         else:
             out = func(*args, **kwargs)
         self.tracer.record(func, args, kwargs, out)
         return out
+
+
+class _UniformRouting(TorchFunctionMode):
+    """Runs a per-expert loop on the meta device as under uniform routing. Hugging Face's loop MoEs (DBRX; the
+    eager experts of transformers 4.x) find the experts hit with `nonzero` on a `one_hot` mask of the router's
+    choices, iterate over them and index stacked weights with each 0-d index: neither has a meta kernel (the
+    count and the index are data). Here an F.one_hot output is known to be 1 / num_classes nonzero (one class a
+    row), so the tokens an expert's slice of it selects are tokens x top_k / E, as the cost model assumes for
+    grouped experts; a tensor of unknown density counts as wholly nonzero (every expert is hit: many tokens
+    a step); and a 0-d integer index reads slice 0 (every expert's slice has the same shape)."""
+
+    def __init__(self, tracer: _Tracer) -> None:
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.__getitem__ and len(args) == 2:
+            index = args[1]
+            if isinstance(index, tuple):
+                index = tuple(_static_index(i) for i in index)
+            else:
+                index = _static_index(index)
+            return func(args[0], index)
+        out = func(*args, **kwargs)
+        if func is F.one_hot and isinstance(out, torch.Tensor) and out.is_meta and out.shape[-1] > 0:
+            self.tracer.nonzero_density[_skey(out)] = 1.0 / out.shape[-1]
+        return out
+
+
+def _static_index(index: Any) -> Any:
+    """A 0-d integer meta tensor used as an index (an expert's number from a loop over `nonzero`) as 0."""
+    if isinstance(index, torch.Tensor) and index.is_meta and index.dim() == 0 and not index.is_floating_point() \
+            and index.dtype is not torch.bool:
+        return 0
+    return index
+
+
+def _nonzero_meta(tracer: _Tracer, x: torch.Tensor) -> torch.Tensor:
+    """aten.nonzero of a meta tensor (_UniformRouting): numel x its known density rows, all of them otherwise."""
+    density = tracer.nonzero_density.get(_skey(x), 1.0)
+    msg = ("nonzero (data-dependent, as a per-expert loop's routing) traced as under uniform routing: a one_hot "
+           "mask's 1 / num_classes of its elements, any other tensor all of them; skewed routing runs slower")
+    if msg not in tracer.warnings:
+        tracer.warnings.append(msg)
+    return torch.empty((round(x.numel() * density), x.dim()), dtype=torch.long, device="meta")
 
 
 def _grouped_mm_meta(mat_a: torch.Tensor, mat_b: torch.Tensor, offs: torch.Tensor | None = None,
@@ -634,6 +682,9 @@ class _Tracer:
         self.storage_owner: dict[StorageWeakRef, int] = {}           # storage -> creating node
         self.storage_writer: dict[StorageWeakRef, int] = {}          # storage -> last in-place writer
         self.saved_storages: set[StorageWeakRef] = set()
+        # storage -> fraction of its elements that are nonzero, where the model made it by F.one_hot (a router's
+        # expert mask): what aten.nonzero counts on the meta device (_UniformRouting)
+        self.nonzero_density: dict[StorageWeakRef, float] = {}
         self.pending_saved = 0          # saved bytes of graph inputs, given to the next op
         self.seq_to_node: dict[int, int] = {}
         self.last_seq = torch.autograd._get_sequence_nr()
@@ -697,7 +748,7 @@ class _Tracer:
 
     # -- the step
     def run(self, args: tuple, kwargs: dict, loss_of: Callable[[Any], torch.Tensor]) -> None:
-        with torch.device("meta"), _FusedKernels(), _Recorder(self), \
+        with torch.device("meta"), _FusedKernels(), _UniformRouting(self), _Recorder(self), \
                 torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
             self.phase = "fwd"
             out = self.model(*args, **kwargs)
