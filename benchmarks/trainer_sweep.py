@@ -662,9 +662,10 @@ QWEN3_5_8L = {"name": "qwen3.5-8l", "hf": True, "model_type": "qwen3_5_text", "v
               "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 8, "num_attention_heads": 16,
               "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 32768,
               "tie_word_embeddings": False}
-# and three more after the thirty-sixth session's start (FAMILIES34), predicted before the run, at their published
-# widths: Databricks' DBRX (16 experts of 10752 at 6144, top-4, 48 query heads over 8 kv heads, its fused Wqkv;
-# 1 of 40 layers at 4096), Upstage's Solar Open (128 experts of 1280 and a shared one at 4096, top-8, 64 query heads
+# and more after the thirty-sixth session's start, predicted before the run, at their published widths (FAMILIES34:
+# Solar Open and MiniMax-M2; FAMILIES35, once the tracer ran its per-expert loop: DBRX): Databricks' DBRX (16
+# experts of 10752 at 6144, top-4, 48 query heads over 8 kv heads, its fused Wqkv; 1 of 40 layers at 4096),
+# Upstage's Solar Open (128 experts of 1280 and a shared one at 4096, top-8, 64 query heads
 # over 8; 2 of 48 layers at 4096) and MiniMax-M2 (256 experts of 1536 at 3072, top-8, 48 query heads over 8 with
 # per-layer q/k norms; 1 of 62 layers at 4096)
 DBRX_1L = {"name": "dbrx-1l", "hf": True, "model_type": "dbrx", "vocab_size": 100352, "d_model": 6144,
@@ -970,6 +971,8 @@ CONFIGS = [
     *_trio("1g-minimaxm2", "minimax-m2-1l", 4, 2, (1, "op"), seq=4096),
     _c("1g-solaropen-auto", "solar-open-2l", 1, 4, seq=4096, fix={"compile": 1}),
     _c("1g-minimaxm2-auto", "minimax-m2-1l", 1, 4, seq=4096, fix={"compile": 1}),
+    # and DBRX once the tracer ran its per-expert loop (FAMILIES35)
+    _c("1g-dbrx-auto", "dbrx-1l", 1, 4, seq=4096, fix={"compile": 1}),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),
