@@ -1488,13 +1488,17 @@ def mfu(cfg: SweepConfig, step_s: float) -> float:
     parameters a token runs through: of a layer's routed experts the top_k of num_experts; L layers, h hidden
     size, s the sequence length; attention counted without the causal halving, as PaLM does)."""
     m = MODELS[cfg.model]
-    layers = m.get("num_hidden_layers", m.get("n_layer", m.get("num_layers")))  # GPT-Neo: num_layers
-    hidden = m.get("hidden_size", m.get("n_embd"))
+    # GPT-Neo: num_layers; DBRX: n_layers and d_model
+    layers = m.get("num_hidden_layers", m.get("n_layer", m.get("num_layers", m.get("n_layers"))))
+    hidden = m.get("hidden_size", m.get("n_embd", m.get("d_model")))
     n, _ = _parameters(cfg.model)
     graph, _ = _graph(cfg.model, cfg.seq)
     for g in graph.expert_groups.values():  # a Hugging Face group's top_k is its config's
         k = g.top_k or m.get("num_experts_per_tok") or m.get("moe_k") or g.num_experts
         n -= g.param_count * (1 - k / g.num_experts)
+    if "ffn_config" in m:  # DBRX's experts are stacked 2-D weights, not an expert group: three E*f x h each
+        f = m["ffn_config"]
+        n -= 3 * f["moe_num_experts"] * f["ffn_hidden_size"] * hidden * layers * (1 - f["moe_top_k"] / f["moe_num_experts"])
     tokens_per_s = cfg.rows * cfg.seq / step_s
     return (6 * n + 12 * layers * hidden * cfg.seq) * tokens_per_s / (cfg.gpus * H200_BF16_PEAK)
 

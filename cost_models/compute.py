@@ -124,6 +124,18 @@ def is_matmul(op_name: str) -> bool:
     return any(base.startswith(m) or m in base for m in MATMUL_OPS)
 
 
+# ops whose output shape is the data's (a per-expert loop's routing: the experts hit, each one's tokens): Dynamo
+# breaks its graph at each (torch._dynamo.config.capture_dynamic_output_shape_ops is off by default) and the rest
+# of the block runs as eager Python around the pieces
+DATA_DEPENDENT_SHAPE_OPS = ("nonzero", "masked_select", "_unique", "unique_dim", "unique_consecutive")
+
+
+def breaks_graph(op_name: str) -> bool:
+    """Whether torch.compile breaks its graph at this traced op (DATA_DEPENDENT_SHAPE_OPS)."""
+    base = op_name.split(".")[1] if op_name.startswith("aten.") else op_name
+    return base.startswith(DATA_DEPENDENT_SHAPE_OPS)
+
+
 def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: float = 0.0,
              broadcast: bool = False, strided: bool = False, fp32_broadcast: bool = False,
              fp32_out: bool = False, depthwise: bool = False) -> int:

@@ -310,6 +310,9 @@ class CostModel:
         seg = self.segment_cache[placements_key][name]
         # the trainer compiles each block and, at tp = cp = 1, the loss; the embedding runs eager
         compiled = compiled and name != "pre" and (name != "post" or self.compiled_loss(compiled, tp, cp))
+        # an op whose output shape is data (a per-expert loop's nonzero) breaks Dynamo's graph and the block's loop
+        # runs as eager Python: priced eager, as a per-expert loop's dynamic GEMMs are (`_phase_times`)
+        compiled = compiled and not seg.fwd.graph_break.any()
         recompute = self.runtime_recompute(name, recompute)
         b = float(micro_batch) / cp
         # the trainer's host work around the ops (cost_models.host): per-op dispatch of DTensor and of per-op

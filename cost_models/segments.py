@@ -31,6 +31,7 @@ import numpy as np
 
 from cost_models.compute import (
     CLASS_CODE,
+    breaks_graph,
     classify_node,
     copy_bytes_of,
     gathered_per_row,
@@ -77,6 +78,8 @@ class PhaseOps:
     gathered_per_row: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # the same op's bytes in index_put_terms' convention, per sample (compute.index_put_bytes)
     index_put_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # bool: an op whose output shape is data (compute.breaks_graph): torch.compile runs its block eager around it
+    graph_break: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     @property
     def expert(self) -> np.ndarray:
@@ -293,6 +296,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             index_put_bytes=np.array([index_put_bytes(a["out_shapes"][0], _out_bytes(a), a.get("bytes_read", 0))
                                       if accumulating else 0.0 for a, accumulating in zip(attrs, index_puts)],
                                      dtype=float) * per_sample,
+            graph_break=np.array([breaks_graph(n) for n in names], dtype=bool),
         )
         setattr(seg, phase, ops)
         if phase == "fwd":
