@@ -1027,14 +1027,39 @@ class StageModel:
         alone, computed once (the bounds and the options ask for it per rank and per block)."""
         return sum(self.cm.model_states(self.plan0, 1.0, 0.0)), sum(self.cm.model_states(self.plan0, 0.0, 1.0))
 
+    @cached_property
+    def end_state_bytes_per_param(self) -> tuple[float, float]:
+        """The same with every gradient, as the backward ends (CostModel.reduce_peak)."""
+        return (sum(self.cm.model_states(self.plan0, 1.0, 0.0, grads=True)),
+                sum(self.cm.model_states(self.plan0, 0.0, 1.0, grads=True)))
+
+    def reduce_fixed(self, d: int) -> float:
+        """Rank d's bytes as the backward ends (CostModel.reduce_peak) beside its blocks' `block_end_memory`: the
+        root unit's states with gradients, ZeRO-3's gathered blocks, the largest unit's reduce buffer. 0 where
+        the runtime has no such peak (Megatron-LM)."""
+        if self.cm.runtime != "trainer":
+            return 0.0
+        dense_b, exp_b = self.end_state_bytes_per_param
+        root = 0.0
+        mem = self.cm.gathered_bytes(self.plan0)
+        for name, here in (("pre", d == 0), ("post", d == (self.S - 1) % self.cfg.pp)):
+            if here:
+                p, e = self.params_of(name)
+                mem += (p - e) * dense_b + e * exp_b
+                root += p
+        return mem + self.cm.reduce_buffer_bytes(self.plan0, root)
+
+    def block_end_memory(self, cls: int) -> float:
+        """A block's model states with its gradients (`reduce_fixed`)."""
+        p, e = self.params_of(self.rep[cls])
+        dense_b, exp_b = self.end_state_bytes_per_param
+        return (p - e) * dense_b + e * exp_b
+
     def fixed_memory(self, d: int) -> float:
         """Bytes on rank d independent of the partition: buffers and the ends' model states."""
         c = self.cfg
-        pb = DTYPE_BYTES.get(self.plan0.param_dtype, 2)
         dense_b, exp_b = self.state_bytes_per_param
-        mem = 0.0
-        if self.cm.held_zero(self.plan0) >= 3:  # CostModel._memory's gathered blocks
-            mem += 2 * self.cm.max_block_params(self.plan0) * pb
+        mem = self.cm.gathered_bytes(self.plan0)  # CostModel._memory's gathered blocks under ZeRO-3
         infl = in_flight_micro_batches(d, c.pp, c.vpp, self.m)
         if d == 0:
             p, e = self.params_of("pre")
@@ -1154,6 +1179,10 @@ class StageModel:
         K, NF = np.meshgrid(ks, np.arange(0, ks[-1] + 1 if ok["full"] else 1), indexing="ij")
         K, NF = K[None], NF[None]
         valid = NF <= K
+        # the end of the backward's peak (CostModel.reduce_peak), the same for any recompute mix: a bound on k
+        end_cap = self.pl.budget / (1 + ALLOCATOR_RESERVE)
+        valid = valid & (np.array([self.reduce_fixed(d) for d in range(p)])[:, None, None]
+                         + K * self.block_end_memory(c) <= end_cap)
         rest = K - NF
         base = cap - K * self.block_memory(c) - NF * act["full"]   # for none/selective + working set
         w_full = np.maximum(np.where(NF > 0, work["full"], 0.0),
@@ -1651,7 +1680,9 @@ class StageModel:
     def add_memory(self, model: cp_model.CpModel, cnt, n, used) -> None:
         """(1 + reserve) * [ fixed_d + sum_{s on d,c} cnt[s,c] * states(c)
                               + in_flight(d) * sum_{s on d,c,r} n[s,c,r] * act(c,r) + W_d ] <= budget,
-        W_d >= working(c,r) * used[s,c,r]  (the largest rematerialized block during its backward)."""
+        W_d >= working(c,r) * used[s,c,r]  (the largest rematerialized block during its backward), and
+        (1 + reserve) * [ reduce_fixed_d + sum_{s on d,c} cnt[s,c] * end_states(c) ] <= budget (the backward's
+        end, CostModel.reduce_peak)."""
         p = self.cfg.pp
         cap = int(self.pl.budget / (1 + ALLOCATOR_RESERVE) / self.mem_unit)
         for d in range(p):
@@ -1667,6 +1698,12 @@ class StageModel:
                         expr += int(math.ceil(infl * sc.act_bytes / self.mem_unit)) * n[s, c, r]
                         model.Add(W >= int(math.ceil(sc.working_bytes / self.mem_unit)) * used[s, c, r])
             model.Add(expr <= cap)
+            # the end of the backward (CostModel.reduce_peak): every gradient and the largest unit's reduce buffer
+            end = int(math.ceil(self.reduce_fixed(d) / self.mem_unit))
+            for s in range(d, self.S, p):
+                for c in self.classes:
+                    end += int(math.ceil(self.block_end_memory(c) / self.mem_unit)) * cnt[s, c]
+            model.Add(end <= cap)
 
     def add_data_parallel(self, model: cp_model.CpModel, cnt, n):
         """E >= dp_sync_d - overlap_d, E >= 0 (gradient sync hidden behind the last backward; ZeRO-3:

@@ -851,6 +851,7 @@ class CostModel:
                        w_action=0.0, lead=0.0, idle=0.0)
             act = working = 0.0
             dense = tp_params = expert = 0.0
+            root = 0.0  # the rank's root FSDP unit: the embedding, final norm and head it holds
             for vs, seg_list in enumerate(stage_segments):
                 if vs % p != d:
                     continue
@@ -877,6 +878,8 @@ class CostModel:
                     dense += s.dense_params
                     tp_params += s.tp_params
                     expert += s.expert_params
+                    if name in ("pre", "post"):
+                        root += s.dense_params + s.tp_params / plan.tp + s.expert_params / plan.ep
                     acc["units"] += self.fsdp_units(s, plan)
                 if p > 1:
                     t = self.boundary_time(plan, span["pp"])
@@ -902,7 +905,7 @@ class CostModel:
                 # ZB-H1's peak (1F1B's) now on every rank; on a GPU: benchmarks/zero_bubble_h200.py
                 in_flight = max(in_flight, in_flight_micro_batches(0, p, v, m))
             acc["memory"] = self._memory(plan, params, acc["expert_params"], act * in_flight, working,
-                                         is_last=(d == (plan.pp * plan.vpp - 1) % p))
+                                         is_last=(d == (plan.pp * plan.vpp - 1) % p), root_params=root)
             stages.append(acc)
         return stages
 
@@ -926,29 +929,55 @@ class CostModel:
         return segs[block].input_bytes * plan.micro_batch / (plan.tp if plan.sequence_parallel else 1) / plan.cp
 
     def _memory(self, plan: Plan, params: float, expert_params: float, act: float, working: float,
-                is_last: bool) -> dict[str, float]:
-        """Bytes per device: ZeRO-sharded model states, activations, buffers (see module docstring)."""
-        pb = DTYPE_BYTES.get(plan.param_dtype, 2)
+                is_last: bool, root_params: float = 0.0) -> dict[str, float]:
+        """Bytes per device: ZeRO-sharded model states, activations, buffers (see module docstring), and where
+        the end of the backward holds more (`reduce_peak`), that excess as "reduce"."""
         pd, gd, od = self.model_states(plan, params - expert_params, expert_params)
-        buffers = 0.0
-        if self.held_zero(plan) >= 3:  # gathered parameters of two blocks (current + prefetched), per device
-            buffers += 2 * self.max_block_params(plan) * pb
         logits = self.logits_bytes(plan) if is_last else 0.0
-        buffers += logits  # fp32 logits and their gradient for the loss (vocab-sharded under TP)
+        buffers = self.gathered_bytes(plan) + logits  # fp32 logits and their gradient (vocab-sharded under TP)
         # A recomputed block's working set lives during that block's backward, after the loss backward
         # has freed the logits buffers: the peak holds the larger of the two, not both.
         working = max(0.0, working - logits)
         mem = {"params": pd, "grads": gd, "optimizer": od, "activations": act,
                "working": working, "buffers": buffers}
+        mem["reduce"] = max(0.0, self.reduce_peak(plan, params - expert_params, expert_params, root_params)
+                            - sum(mem.values()))
         mem["allocator"] = ALLOCATOR_RESERVE * sum(mem.values())
         return mem
 
-    def model_states(self, plan: Plan, dense: float, expert: float) -> tuple[float, float, float]:
+    def gathered_bytes(self, plan: Plan) -> float:
+        """ZeRO-3's gathered parameters of two blocks (the current and the prefetched one), per device."""
+        if self.held_zero(plan) < 3:
+            return 0.0
+        return 2 * self.max_block_params(plan) * DTYPE_BYTES.get(plan.param_dtype, 2)
+
+    def reduce_peak(self, plan: Plan, dense: float, expert: float, root_params: float) -> float:
+        """Bytes per device as the trainer's backward ends: the activations are gone, every gradient exists (with
+        one micro-batch too, where `grads_resident` leaves them out of the activation peak), and FSDP2 reduces
+        the last units (foreach_reduce): the largest unit's gradients, unsharded, in the reduce dtype (the
+        reduce-scatter input, kept alive until the next unit's reduce) beside its reduced shard. On an H200,
+        one micro-batch of 4 x 4096 tokens (s112, s114): MiniMax-M2's single layer (3.66B parameters) peaked at
+        93.1 GiB where the activation peak says 80.3 (this: 95.7), DBRX's (3.26B) at 86.8 against 74.2 (87.4),
+        Solar Open's two layers (2.08B each) at 102.7 against 97.2 (105.3). `dense`, `expert`: the rank's
+        local parameters; `root_params`: its root unit's (the embedding, final norm and head it holds). 0 for
+        Megatron-LM, whose gradients live in one persistent buffer (`grads_resident`) reduced in place."""
+        if self.runtime != "trainer":
+            return 0.0
+        states = sum(self.model_states(plan, dense, expert, grads=True))
+        return states + self.gathered_bytes(plan) + self.reduce_buffer_bytes(plan, root_params)
+
+    def reduce_buffer_bytes(self, plan: Plan, root_params: float) -> float:
+        """The largest FSDP unit's reduce-scatter input on a rank: its block or root unit's parameters, as one
+        tp/ep rank holds them, in the gradient reduce dtype (`reduce_peak`)."""
+        return GRAD_STATE_BYTES.get(plan.grad_reduce_dtype, 4) * max(self.max_block_params(plan), root_params)
+
+    def model_states(self, plan: Plan, dense: float, expert: float, grads: bool = False) -> tuple[float, float, float]:
         """(parameter, gradient, optimizer) bytes per device of `dense` and `expert` local parameters at the
-        step's peak: model_state_bytes under the ZeRO mode the peak holds (`held_zero`), dense parameters
-        sharded over the dense data-parallel group, expert ones over theirs. The planner prices blocks by it."""
+        step's activation peak: model_state_bytes under the ZeRO mode the peak holds (`held_zero`), dense
+        parameters sharded over the dense data-parallel group, expert ones over theirs; `grads`: with every
+        gradient, as the backward ends (`reduce_peak`). The planner prices blocks by it."""
         gb = GRAD_STATE_BYTES.get(plan.grad_reduce_dtype, 4)
-        gb = gb if self.grads_resident(plan.num_micro_batches) else 0
+        gb = gb if grads or self.grads_resident(plan.num_micro_batches) else 0
         ps, zero = self.param_state_bytes(plan), self.held_zero(plan)
         d = model_state_bytes(dense, zero, plan.dense_dp, ps, gb)
         e = model_state_bytes(expert, zero, plan.expert_dp, ps, gb)

@@ -222,7 +222,12 @@ def test_recompute_costs_time_saves_memory(gpt_ctx):
                 micro_batch=1)
     est = {rc: cm.estimate(replace(base, recompute=(rc,) * L)) for rc in ("none", "selective", "full")}
     assert est["none"].step_time_s < est["selective"].step_time_s < est["full"].step_time_s
-    assert est["none"].peak_memory_gib > est["selective"].peak_memory_gib > est["full"].peak_memory_gib
+    act = {rc: e.memory_breakdown_gib[0]["activations"] for rc, e in est.items()}
+    assert act["none"] > act["selective"] > act["full"]
+    # at 512 tokens a micro-batch the backward's end (every gradient, a unit's reduce buffer) is this model's
+    # floor (CostModel.reduce_peak): recompute lowers the peak down to it, not below
+    assert est["none"].peak_memory_gib >= est["selective"].peak_memory_gib >= est["full"].peak_memory_gib
+    assert est["full"].memory_breakdown_gib[0]["reduce"] > 0
     assert est["full"].hardware_tflops_per_gpu > est["full"].model_tflops_per_gpu
 
 

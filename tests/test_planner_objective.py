@@ -54,10 +54,11 @@ def _spec(kind: str, layers: int, heads: int, inter: int):
 
 def _planner_memory(sm, d: int, plan) -> float:
     """Bytes on rank d of `plan` as the planner's constraints count them (fixed_memory + per-block states
-    and in-flight activations + the largest working set or the logits floor), plus the allocator reserve."""
+    and in-flight activations + the largest working set or the logits floor; or, where larger, the end of the
+    backward's reduce_fixed + per-block states with gradients), plus the allocator reserve."""
     cm, cfg = sm.cm, sm.cfg
     infl = in_flight_micro_batches(d, cfg.pp, cfg.vpp, sm.m)
-    total, working = sm.fixed_memory(d), sm.logits_floor(d)
+    total, working, end = sm.fixed_memory(d), sm.logits_floor(d), sm.reduce_fixed(d)
     for v, seg_list in enumerate(cm.virtual_stage_segments(plan)):
         if v % cfg.pp != d:
             continue
@@ -68,7 +69,8 @@ def _planner_memory(sm, d: int, plan) -> float:
             cost = sm.cost(name, rc)
             total += sm.block_memory(cls) + infl * cost.act_bytes
             working = max(working, cost.working_bytes)
-    return (total + working) * (1 + ALLOCATOR_RESERVE)
+            end += sm.block_end_memory(cls)
+    return max(total + working, end) * (1 + ALLOCATOR_RESERVE)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
