@@ -204,6 +204,24 @@ def test_falcon_traces_and_keeps_its_fused_attention_whole_under_tp():
     assert (pl["transformer.h.0.mlp.dense_h_to_4h"], pl["transformer.h.0.mlp.dense_4h_to_h"]) == ("colwise", "rowwise")
 
 
+@pytest.mark.parametrize("name, qkv, pieces, unit", [
+    ("bloom", "transformer.h.0.self_attention.query_key_value", (192,), 48),  # per head [q, k, v]: whole heads
+    ("mpt", "transformer.blocks.0.attn.Wqkv", (64, 64, 64), 16),              # [q | k | v], cut by .chunk(3)
+])
+def test_alibi_models_trace_and_split_their_fused_attention_by_heads(name, qkv, pieces, unit):
+    """BLOOM and MPT, whose blocks take ALiBi biases their base models build, trace op-level on the meta device
+    through autoparallel's forward; their fused q/k/v projections are recognized by how the attention reads
+    them, so a tp=2 plan splits them by whole heads (each rank then takes its heads' slopes)."""
+    from autoparallel.api import plan_result
+    graph = trace(HF.build(name, meta=True), batch=1, seq_len=16)
+    assert not graph.module_level and not graph.warnings, graph.warnings
+    op = graph.parametric_ops[qkv]
+    assert (op.fused_pieces, op.fused_unit) == (pieces, unit)
+    result, _ = plan_result(HF.build(name, meta=True), hardware="h100-sxm", gpus=2, global_batch=2, seq_len=16,
+                            fix="tp=2")
+    assert result.plan.placements[qkv] == "colwise"
+
+
 def test_alibi_attention_is_one_clear_error():
     from autoparallel.errors import UserError
     with pytest.raises(UserError, match="ALiBi attention is not supported"):
