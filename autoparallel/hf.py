@@ -544,7 +544,9 @@ def _required_block_args(model: nn.Module, block: nn.Module, rotary: bool,
                     and (bias is None or p.name != bias.arg))
     for name in missing:
         if name != "alibi" or not rotary:  # (config.alibi was refused above)
-            why = ("ALiBi attention is not supported; use a model with rotary or learned positions" if name == "alibi"
+            # (an ALiBi bias is computed only where the base model holds a builder of BIAS_BUILDERS)
+            why = ("ALiBi attention is not supported without BLOOM's or MPT's builder on the base model; use a model "
+                   "with rotary or learned positions" if name == "alibi"
                    else "this architecture is not supported there; pass a package.module:callable")
             raise UserError(f"{type(model).__name__}: its blocks require the argument {name!r}, which autoparallel's "
                             f"Hugging Face path does not compute ({why})")
@@ -690,14 +692,29 @@ def projection_heads(parent: nn.Module | None, out_features: int) -> tuple[int, 
     feature per head, as wide as one of the parent's head counts and no count's heads * head_dim: Laguna's
     per-head g_proj), out_features heads of 1. None where the parent has no head_dim. A column split must give
     each rank whole heads (the trainer's tensor_parallel._check_heads refuses any other, and the tracer records
-    the count, ParamOp.heads, for the planner's CostModel._runnable)."""
+    the count, ParamOp.heads, for the planner's CostModel._runnable). An attention that reshapes its output to
+    the width of its input (reshapes_to_input_width: TrOCR's) is one unit, out_features wide: no split runs."""
     head_dim = getattr(parent, "head_dim", None)
     if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0:
         return None
+    if reshapes_to_input_width(parent):
+        return 1, out_features
     counts = head_counts(parent)
     if out_features in counts and out_features != head_dim and all(c * head_dim != out_features for c in counts):
         return out_features, 1
     return out_features // head_dim, head_dim
+
+
+def reshapes_to_input_width(parent: nn.Module) -> bool:
+    """Whether an attention's forward reshapes its heads' output to the width it reads off its input
+    (`bsz, tgt_len, embed_dim = hidden_states.size()` ... `.reshape(bsz, tgt_len, embed_dim)`: TrOCR's): under a
+    head split the input stays whole, so no local head count makes that reshape fit (the trainer crashed on it)."""
+    try:
+        source = inspect.getsource(type(parent).forward)
+    except (OSError, TypeError):
+        return False
+    dims = re.search(r"(\w+),\s*(\w+),\s*(\w+)\s*=\s*hidden_states\.(?:size\(\)|shape)", source)
+    return dims is not None and re.search(rf"\.reshape\(\s*{dims[1]},\s*{dims[2]},\s*{dims[3]}\s*\)", source) is not None
 
 
 @dataclass(frozen=True)

@@ -191,6 +191,10 @@ def config(name: str):
         return T.BloomConfig(vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4)
     if name == "mpt":
         return T.MptConfig(vocab_size=VOCAB, d_model=64, n_layers=2, n_heads=4, max_seq_len=64)
+    if name == "trocr":  # BART's layernorm_embedding; an attention that reshapes its output to its input's width
+        return T.TrOCRConfig(vocab_size=VOCAB, d_model=64, decoder_layers=2, decoder_attention_heads=4,
+                             decoder_ffn_dim=128, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
+                             activation_dropout=0.0)
     raise KeyError(name)
 
 

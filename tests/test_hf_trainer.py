@@ -409,7 +409,7 @@ def test_train_hf_example_trains_and_exports(tmp_path):
 @pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe", "olmo2", "olmo", "cohere", "granite", "gemma2",
                                   "falcon", "gpt_neox", "gptj", "gemma3", "opt", "nanochat", "doge", "olmo3",
                                   "openai-gpt", "biogpt", "minimax", "deepseek_v3", "deepseek_v32", "gemma4",
-                                  "qwen3_5", "lfm2", "jamba", "whisper", "bloom", "mpt", "bart"))
+                                  "qwen3_5", "lfm2", "jamba", "whisper", "bloom", "mpt", "bart", "trocr"))
 def test_training_forward_equals_the_models_own(name):
     """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
     model's own forward bit for bit, without a padding mask and with right and left padding (OPT counts

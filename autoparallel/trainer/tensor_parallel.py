@@ -70,6 +70,7 @@ from autoparallel.hf import (
     localize_fused,
     normalized_width,
     projection_heads,
+    reshapes_to_input_width,
     transposed_linear,
 )
 from autoparallel.trainer.structure import ModelLayout, get_submodule
@@ -124,6 +125,9 @@ def _check_heads(root: nn.Module, placements: dict[str, str], tp: int) -> dict[s
                                 f"pick a tp that divides each piece's (kv) head count")
             continue
         heads, unit = projection_heads(parent, feats[1])
+        if not splits_whole_heads(heads, tp) and reshapes_to_input_width(parent):
+            raise UserError(f"plan: {path} is a projection of {_parent(path)}, whose forward reshapes its output to "
+                            f"its input's width, which no head split fits; keep its projections replicated")
         if not splits_whole_heads(heads, tp):
             raise UserError(f"plan: {path} projects to {heads} attention heads, not divisible by tp={tp}; "
                             f"tensor parallelism splits whole heads, so pick a tp that divides the (kv) "
