@@ -5,7 +5,8 @@ keeps its own modules and parameter names; what this module adds is a forward fo
 trainer and tracer run, `causal_lm_forward`, that
 
 * computes rotary tables and learned positions from the whole sequence at the model root (HF derives
-  them from the embedding output, which sequence parallelism shards),
+  them from the embedding output, which sequence parallelism shards), and the per-head position biases
+  (ALiBi: BLOOM's, MPT's) its blocks take, with the base model's own builder (BIAS_BUILDERS),
 * runs the blocks without HF's mask builders: causal attention comes from SDPA's `is_causal` (what HF
   itself uses when no padding mask is given), an explicit additive mask otherwise. HF's mask
   utilities call data-dependent checks (`find_packed_sequence_indices(...).all()`) that fail on the
@@ -53,6 +54,15 @@ BLOCK_ARGS = ("attention_mask", "position_ids", "position_embeddings")  # what c
 
 
 @dataclass(frozen=True)
+class BlockBias:
+    """A per-head position bias (ALiBi) that the base model builds once and hands every block as `arg`, built by
+    the base model's own builder (BIAS_BUILDERS) the way its forward calls it. Its dim 0 is (batch x) heads."""
+
+    arg: str    # the block argument ("alibi": BLOOM, "position_bias": MPT)
+    base: str   # the base model's path, which holds the builder and the head count (`num_heads`)
+
+
+@dataclass(frozen=True)
 class HFParts:
     """Module paths of an HF decoder-only causal LM (None: the model has no such piece)."""
 
@@ -90,6 +100,12 @@ class HFParts:
     # layer types the config gives no rotary parameters: their blocks get position_embeddings None (Ergo's full
     # attention, no position embedding), as the base model's forward passes them
     unrotated_types: tuple[str, ...] = ()
+    # norms the base model runs on the embeddings before its blocks, after the positions are added (BLOOM's
+    # word_embeddings_layernorm, BART's layernorm_embedding): the first stage's, like the embedding
+    embed_norms: tuple[str, ...] = ()
+    bias: BlockBias | None = None      # the per-head position bias its blocks take (ALiBi: BLOOM's, MPT's)
+    bool_mask: bool = False            # the blocks take the causal mask as booleans, True where masked (MPT's
+                                       # create_causal_mask(...).to(torch.bool), which its attention masked_fills)
 
 
 # torchao's (one warning per optional CUDA extension its build cannot load: "Failed to load ..._C_mxfp8...so"),
@@ -282,12 +298,13 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"its blocks mix tokens by something other than attention (a recurrence), which "
                         f"autoparallel's Hugging Face forward, tracer and cost model do not cover; this architecture "
                         f"is not supported there")
-    # what runs on the token embeddings before the blocks: only an input projection that changes their width
-    # (OPT's project_in, which must run before the hidden-wide positions are added); anything else there has
-    # no place in causal_lm_forward (XGLM's sinusoidal table, a buffer module with a forward of its own; BART's
-    # layernorm_embedding, after the positions): one error rather than a forward without it
+    # what runs on the token embeddings before the blocks: an input projection that changes their width (OPT's
+    # project_in, which must run before the hidden-wide positions are added) and norms after the positions
+    # (_embed_norms); anything else there has no place in causal_lm_forward (XGLM's sinusoidal table, a buffer
+    # module with a forward of its own): one error rather than a forward without it
     widen = [n for n in before if (f := linear_features(kinds[n])) is not None and f[0] != f[1] and n not in twice]
-    handled = {embed.rpartition(".")[2], positions, rotary_name, *widen, *twice}
+    norms = _embed_norms(base, before, kinds, positions, twice)
+    handled = {embed.rpartition(".")[2], positions, rotary_name, *widen, *twice, *norms}
     skipped = [n for n in mentioned_before(base, [n for n, _ in children], layers_name)
                if n not in handled and not isinstance(kinds[n], nn.Dropout)]
     if skipped:
@@ -342,7 +359,8 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"its last layers reuse earlier layers' keys and values, which autoparallel's Hugging Face "
                         f"forward does not pass between blocks; this architecture is not supported there (set it "
                         f"to 0 for a model whose layers each compute their own); pass a package.module:callable")
-    none_args = _required_block_args(model, blocks[0], rotary is not None) if len(blocks) else ()
+    bias = _block_bias(base, base_path, blocks[0]) if len(blocks) and rotary is None else None
+    none_args = _required_block_args(model, blocks[0], rotary is not None, bias) if len(blocks) else ()
     if "shared" in (getattr(config, "indexer_types", None) or ()):
         # GLM-5's DSA: a "shared" layer reuses the top-k of the layer before it, which its base forward passes as
         # `prev_topk_indices` from layer to layer (and no pipeline stage could); "full" layers select their own
@@ -353,7 +371,7 @@ def hf_parts(model: nn.Module) -> HFParts:
     inputs = set(inspect.signature(type(base).forward).parameters)
     passed = _passed_keywords(source)
     for block in {type(b): b for b in blocks}.values():
-        _check_passed_block_args(model, block, passed, none_args, inputs)
+        _check_passed_block_args(model, block, passed, (*none_args, *([bias.arg] if bias else [])), inputs)
     table = kinds[positions] if positions is not None else None
     takes_all = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     # a table whose forward takes position ids by keyword beside other arguments (OPT's and BioGPT's, the mask
@@ -374,7 +392,37 @@ def hf_parts(model: nn.Module) -> HFParts:
                    # Doge's forward builds the causal mask even where SDPA's is_causal would do: its attention adds
                    # to it; DeepSeek V3.2's indexer reads it (a keyword, or a key of the mask's kwargs dict)
                    explicit_mask=re.search(r"allow_is_causal_skip['\"]?\s*[=:]\s*False", source) is not None,
-                   padding_mask_types=padding_types, kv_store=kv_store, unrotated_types=unrotated)
+                   padding_mask_types=padding_types, kv_store=kv_store, unrotated_types=unrotated,
+                   embed_norms=tuple(full(n) for n in norms), bias=bias,
+                   bool_mask=re.search(r"create_causal_mask\([^()]*\)\.to\(torch\.bool\)", source) is not None)
+
+
+def _embed_norms(base: nn.Module, before: list[str], kinds: dict[str, nn.Module], positions: str | None,
+                 twice: set[str]) -> list[str]:
+    """The norms (is_norm_like) the base model's forward runs on the embeddings before its blocks, which
+    causal_lm_forward runs after adding the positions: only where the forward names the norm after the position
+    table (BART's layernorm_embedding; BLOOM's word_embeddings_layernorm, without positions). A norm before the
+    positions stays unhandled (hf_parts' one error)."""
+    from autoparallel.trainer.structure import forward_order
+
+    norms = [n for n in before if is_norm_like(kinds[n]) and n not in twice]
+    if positions is None:
+        return norms
+    order = forward_order(base, [positions, *norms])
+    return [n for n in norms if order.index(n) > order.index(positions)]
+
+
+def _block_bias(base: nn.Module, base_path: str, block: nn.Module) -> BlockBias | None:
+    """The per-head position bias a block requires (an argument of BIAS_BUILDERS without a default) where the base
+    model holds its builder and its head count (`num_heads`): BLOOM's `alibi`, MPT's `position_bias`."""
+    params = inspect.signature(block.forward).parameters
+    heads = getattr(base, "num_heads", None)
+    for arg, (builder, _) in BIAS_BUILDERS.items():
+        p = params.get(arg)
+        if p is not None and p.default is inspect.Parameter.empty and callable(getattr(base, builder, None)) \
+                and isinstance(heads, int):
+            return BlockBias(arg=arg, base=base_path)
+    return None
 
 
 def _head_path(model: nn.Module, base_path: str) -> str:
@@ -476,12 +524,12 @@ def apply_logit_ops(logits: torch.Tensor, ops: tuple[tuple[str, float], ...]) ->
 
 
 
-def _required_block_args(model: nn.Module, block: nn.Module, rotary: bool) -> tuple[str, ...]:
-    """Required arguments of a block's forward beyond the hidden states and BLOCK_ARGS, each of which
-    causal_lm_forward passes as None. Only ALiBi's `alibi` qualifies, and only in a model with rotary
-    embeddings that does not use ALiBi (Falcon's blocks require the argument and take None then; BLOOM's
-    ALiBi is its only position signal and has no config flag); any other is one clear error rather than a
-    wrong forward."""
+def _required_block_args(model: nn.Module, block: nn.Module, rotary: bool,
+                         bias: BlockBias | None = None) -> tuple[str, ...]:
+    """Required arguments of a block's forward beyond the hidden states, BLOCK_ARGS and the position bias
+    causal_lm_forward builds (`bias`: BLOOM's and MPT's ALiBi), each of which causal_lm_forward passes as None.
+    Only ALiBi's `alibi` qualifies, and only in a model with rotary embeddings that does not use ALiBi (Falcon's
+    blocks require the argument and take None then); any other is one clear error rather than a wrong forward."""
     from autoparallel.errors import UserError
 
     if getattr(model.config, "alibi", False) is True:
@@ -492,10 +540,13 @@ def _required_block_args(model: nn.Module, block: nn.Module, rotary: bool) -> tu
                         f"or learned positions")
     params = [p for p in inspect.signature(block.forward).parameters.values()
               if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)][1:]
-    missing = tuple(p.name for p in params if p.default is inspect.Parameter.empty and p.name not in BLOCK_ARGS)
+    missing = tuple(p.name for p in params if p.default is inspect.Parameter.empty and p.name not in BLOCK_ARGS
+                    and (bias is None or p.name != bias.arg))
     for name in missing:
         if name != "alibi" or not rotary:  # (config.alibi was refused above)
-            why = ("ALiBi attention is not supported; use a model with rotary or learned positions" if name == "alibi"
+            # (an ALiBi bias is computed only where the base model holds a builder of BIAS_BUILDERS)
+            why = ("ALiBi attention is not supported without BLOOM's or MPT's builder on the base model; use a model "
+                   "with rotary or learned positions" if name == "alibi"
                    else "this architecture is not supported there; pass a package.module:callable")
             raise UserError(f"{type(model).__name__}: its blocks require the argument {name!r}, which autoparallel's "
                             f"Hugging Face path does not compute ({why})")
@@ -641,14 +692,29 @@ def projection_heads(parent: nn.Module | None, out_features: int) -> tuple[int, 
     feature per head, as wide as one of the parent's head counts and no count's heads * head_dim: Laguna's
     per-head g_proj), out_features heads of 1. None where the parent has no head_dim. A column split must give
     each rank whole heads (the trainer's tensor_parallel._check_heads refuses any other, and the tracer records
-    the count, ParamOp.heads, for the planner's CostModel._runnable)."""
+    the count, ParamOp.heads, for the planner's CostModel._runnable). An attention that reshapes its output to
+    the width of its input (reshapes_to_input_width: TrOCR's) is one unit, out_features wide: no split runs."""
     head_dim = getattr(parent, "head_dim", None)
     if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0:
         return None
+    if reshapes_to_input_width(parent):
+        return 1, out_features
     counts = head_counts(parent)
     if out_features in counts and out_features != head_dim and all(c * head_dim != out_features for c in counts):
         return out_features, 1
     return out_features // head_dim, head_dim
+
+
+def reshapes_to_input_width(parent: nn.Module) -> bool:
+    """Whether an attention's forward reshapes its heads' output to the width it reads off its input
+    (`bsz, tgt_len, embed_dim = hidden_states.size()` ... `.reshape(bsz, tgt_len, embed_dim)`: TrOCR's): under a
+    head split the input stays whole, so no local head count makes that reshape fit (the trainer crashed on it)."""
+    try:
+        source = inspect.getsource(type(parent).forward)
+    except (OSError, TypeError):
+        return False
+    dims = re.search(r"(\w+),\s*(\w+),\s*(\w+)\s*=\s*hidden_states\.(?:size\(\)|shape)", source)
+    return dims is not None and re.search(rf"\.reshape\(\s*{dims[1]},\s*{dims[2]},\s*{dims[3]}\s*\)", source) is not None
 
 
 @dataclass(frozen=True)
@@ -697,6 +763,9 @@ def fused_split(parent: nn.Module | None, child: str) -> FusedSplit | None:
     falcon = _falcon_split(parent, child, out)
     if falcon is not None:
         return falcon
+    by_heads = _head_layout(parent, child, out)
+    if by_heads is not None:
+        return by_heads[1]
     split = getattr(parent, "split_size", None)
     head_dim = getattr(parent, "head_dim", None)
     if isinstance(split, int) and 0 < split < out and out % split == 0:
@@ -734,11 +803,51 @@ def _falcon_split(parent: nn.Module, child: str, out: int) -> FusedSplit | None:
     return FusedSplit((out,), out)
 
 
-def localize_fused(parent: nn.Module, child: str, tp: int) -> None:
+def _head_layout(parent: nn.Module, child: str, out: int) -> tuple[str, FusedSplit] | None:
+    """(the head-count attribute the parent's forward reshapes by, the split) of a fused q/k/v projection whose
+    parent reads it by its own head count, found in the parent's source:
+
+    * per head, [heads, k, head_dim]: viewed as (.., self.<count>, k, self.head_dim) (BLOOM's, Persimmon's
+      query_key_value): a contiguous column shard already holds whole heads with all k pieces, so it is one piece
+      of units k * head_dim,
+    * piece by piece, [k, heads, head_dim]: its output cut by .chunk(k) unviewed, each piece reshaped to
+      (.., self.<count>, self.head_dim) (MPT's Wqkv): k pieces of heads of head_dim.
+
+    None where the parent's source is unreadable or reads the projection otherwise."""
+    head_dim = getattr(parent, "head_dim", None)
+    if not isinstance(head_dim, int) or head_dim <= 0:
+        return None
+    try:
+        source = inspect.getsource(type(parent))
+    except (OSError, TypeError):
+        return None
+    for count, k in re.findall(r"\.view\([^()]*self\.(\w+),\s*(\d+),\s*self\.head_dim\)", source):
+        if getattr(parent, count, None) == out // (int(k) * head_dim) and out % (int(k) * head_dim) == 0:
+            return count, FusedSplit((out,), int(k) * head_dim)
+    var = re.search(rf"(\w+)\s*=\s*self\.{re.escape(child)}\(", source)
+    chunks = re.findall(rf"\b{var.group(1)}\.chunk\((\d+)", source) if var is not None else []
+    if len(chunks) != 1 or re.search(rf"\b{var.group(1)}\.(view|reshape|unflatten)\(", source):
+        return None
+    k = int(chunks[0])
+    for count in re.findall(r"\.reshape\([^()]*self\.(\w+),\s*self\.head_dim\)", source):
+        if getattr(parent, count, None) == out // (k * head_dim) and out % (k * head_dim) == 0:
+            return count, FusedSplit((out // k,) * k, head_dim)
+    return None
+
+
+def localize_fused(parent: nn.Module, child: str, tp: int, rank: int) -> None:
     """Make the parent's forward (on a trainer's copy) cut the local output of its column-sharded fused
-    projection, which holds this rank's 1/tp of each piece: the sizes it slices with become local."""
-    split = getattr(parent, "split_size", None)
+    projection, which holds this rank's 1/tp of each piece (`rank`'s): the sizes it slices with become local,
+    and an attention read by its own head count (_head_layout) takes its heads' rows of a per-head position
+    bias (localize_head_bias)."""
     out = linear_features(getattr(parent, child))[1]
+    by_heads = _head_layout(parent, child, out)
+    if by_heads is not None:
+        count = by_heads[0]
+        localize_head_bias(parent, getattr(parent, count), rank, tp)
+        setattr(parent, count, getattr(parent, count) // tp)
+        return
+    split = getattr(parent, "split_size", None)
     if isinstance(split, int) and 0 < split < out:
         parent.split_size = split // tp
         return
@@ -826,6 +935,52 @@ def causal_mask(attention_mask: torch.Tensor | None, seq: int, dtype: torch.dtyp
     return torch.where(allowed, zero, torch.finfo(dtype).min).expand(batch, 1, seq, seq)
 
 
+def _bloom_alibi(base: nn.Module, h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """BLOOM's ALiBi, [B * H, 1, S]: each key's slope-scaled position among its row's unpadded tokens. Without a
+    mask transformers >= 5.25 multiplies the slopes by 0..S-1 directly, which is what an all-ones mask gives."""
+    mask = attention_mask if attention_mask is not None else torch.ones(h.shape[:2], dtype=torch.long,
+                                                                         device=h.device)
+    return base.build_alibi_tensor(mask.to(h.device), base.num_heads, dtype=h.dtype)
+
+
+def _mpt_alibi(base: nn.Module, h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """MPT's ALiBi, [H, 1, max_seq_len], whatever the mask (its attention reads the last S keys' columns)."""
+    return base.build_mpt_alibi_tensor(base.num_heads, base.config.max_seq_len, device=h.device)
+
+
+# block argument -> (the base model's builder method, how its forward calls it); a required block argument of
+# this name is computed where the base model holds that builder
+BIAS_BUILDERS = {"alibi": ("build_alibi_tensor", _bloom_alibi),
+                 "position_bias": ("build_mpt_alibi_tensor", _mpt_alibi)}
+
+
+def heads_slice(bias: torch.Tensor, heads: int, rank: int, tp: int) -> torch.Tensor:
+    """The rows of a per-head bias ([(B x) heads, ...], BlockBias) that belong to tensor-parallel rank `rank`'s
+    heads, a contiguous 1/tp of them (its column shard of the attention's projections)."""
+    local = heads // tp
+    return bias.unflatten(0, (-1, heads))[:, rank * local:(rank + 1) * local].flatten(0, 1)
+
+
+def localize_head_bias(attention: nn.Module, heads: int, rank: int, tp: int) -> None:
+    """An attention split by heads over tensor parallelism (this rank's 1/tp of `heads`) whose forward takes a
+    per-head position bias (an argument of BIAS_BUILDERS: BLOOM's `alibi`, MPT's `position_bias`, built for all
+    heads) gets this rank's rows of it, by a pre-hook: ALiBi gives every head its own slope."""
+    names = list(inspect.signature(attention.forward).parameters)
+    arg = next((a for a in BIAS_BUILDERS if a in names), None)
+    if arg is None:
+        return
+    index = names.index(arg)
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if kwargs.get(arg) is not None:
+            kwargs = {**kwargs, arg: heads_slice(kwargs[arg], heads, rank, tp)}
+        elif len(args) > index and args[index] is not None:
+            args = (*args[:index], heads_slice(args[index], heads, rank, tp), *args[index + 1:])
+        return args, kwargs
+
+    attention.register_forward_pre_hook(hook, with_kwargs=True)
+
+
 def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
                       *, parts: HFParts) -> torch.Tensor:
     """Logits of an HF causal LM (or of the pipeline stage `model` holds: see the module docstring).
@@ -846,6 +1001,8 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
             ids = (attention_mask.cumsum(1) * attention_mask - 1).long()
         # OPT's and BioGPT's tables take the ids by keyword (and add their offset)
         h = h + (table(None, 0, position_ids=ids) if parts.positions_by_keyword else table(ids))
+    for path in parts.embed_norms if embed is not None else ():
+        h = _get(model, path)(h)
     drop = _get(model, parts.dropout)
     if embed is not None and drop is not None:
         h = drop(h)
@@ -858,8 +1015,10 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     def mask_of(kind: str | None) -> torch.Tensor | None:
         if kind not in masks:
             w = window if not parts.mixed_windows or kind == "sliding_attention" else None
-            masks[kind] = causal_mask(attention_mask, seq, h.dtype, h.device, parts.attn_implementation, w,
-                                      x.shape[0], parts.explicit_mask, chunk if kind == "chunked_attention" else None)
+            mask = causal_mask(attention_mask, seq, h.dtype, h.device, parts.attn_implementation, w,
+                               x.shape[0], parts.explicit_mask or parts.bool_mask,
+                               chunk if kind == "chunked_attention" else None)
+            masks[kind] = mask.to(torch.bool) if parts.bool_mask else mask  # (the additive mask's min: True)
         return masks[kind]
 
     kwargs: dict = {"attention_mask": None, "position_ids": positions[None]}
@@ -872,6 +1031,8 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     kwargs = {k: v for k, v in kwargs.items() if k in parts.block_args or k in parts.none_args}
     if parts.kv_store:
         kwargs["shared_kv_states"] = {}
+    if parts.bias is not None:
+        kwargs[parts.bias.arg] = BIAS_BUILDERS[parts.bias.arg][1](_get(model, parts.bias.base), h, attention_mask)
     layers = _get(model, parts.layers)
     for layer in layers if layers is not None else ():
         kind = _layer_type(layer) if parts.rotary_by_layer_type or parts.padding_mask_types or by_kind else None

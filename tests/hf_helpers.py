@@ -97,7 +97,7 @@ def config(name: str):
         return T.OpenAIGPTConfig(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, resid_pdrop=0.0,
                                  embd_pdrop=0.0, attn_pdrop=0.0)
     # refused, each with one line: a sinusoidal table the base model holds itself (CTRL), a position module of
-    # its own forward (XGLM), a norm between the embeddings and the blocks (BART's decoder)
+    # its own forward (XGLM); run as it is: a norm between the embeddings and the blocks (BART's decoder)
     if name == "ctrl":
         return T.CTRLConfig(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, dff=64, n_positions=64,
                             resid_pdrop=0.0, embd_pdrop=0.0)
@@ -185,6 +185,16 @@ def config(name: str):
                                decoder_ffn_dim=64, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=64,
                                max_target_positions=64, pad_token_id=0, decoder_start_token_id=0,
                                bos_token_id=0, eos_token_id=0)
+    # ALiBi, per-head position biases their base models build: BLOOM's from the attention mask (with a LayerNorm on
+    # the embeddings and a per-head fused query_key_value), MPT's from max_seq_len (a [q | k | v] fused Wqkv)
+    if name == "bloom":
+        return T.BloomConfig(vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4)
+    if name == "mpt":
+        return T.MptConfig(vocab_size=VOCAB, d_model=64, n_layers=2, n_heads=4, max_seq_len=64)
+    if name == "trocr":  # BART's layernorm_embedding; an attention that reshapes its output to its input's width
+        return T.TrOCRConfig(vocab_size=VOCAB, d_model=64, decoder_layers=2, decoder_attention_heads=4,
+                             decoder_ffn_dim=128, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0,
+                             activation_dropout=0.0)
     raise KeyError(name)
 
 

@@ -204,10 +204,57 @@ def test_falcon_traces_and_keeps_its_fused_attention_whole_under_tp():
     assert (pl["transformer.h.0.mlp.dense_h_to_4h"], pl["transformer.h.0.mlp.dense_4h_to_h"]) == ("colwise", "rowwise")
 
 
-def test_alibi_attention_is_one_clear_error():
+@pytest.mark.parametrize("name, qkv, pieces, unit", [
+    ("bloom", "transformer.h.0.self_attention.query_key_value", (192,), 48),  # per head [q, k, v]: whole heads
+    ("mpt", "transformer.blocks.0.attn.Wqkv", (64, 64, 64), 16),              # [q | k | v], cut by .chunk(3)
+])
+def test_alibi_models_trace_and_split_their_fused_attention_by_heads(name, qkv, pieces, unit):
+    """BLOOM and MPT, whose blocks take ALiBi biases their base models build, trace op-level on the meta device
+    through autoparallel's forward; their fused q/k/v projections are recognized by how the attention reads
+    them, so a tp=2 plan splits them by whole heads (each rank then takes its heads' slopes)."""
+    from autoparallel.api import plan_result
+    graph = trace(HF.build(name, meta=True), batch=1, seq_len=16)
+    assert not graph.module_level and not graph.warnings, graph.warnings
+    op = graph.parametric_ops[qkv]
+    assert (op.fused_pieces, op.fused_unit) == (pieces, unit)
+    result, _ = plan_result(HF.build(name, meta=True), hardware="h100-sxm", gpus=2, global_batch=2, seq_len=16,
+                            fix="tp=2")
+    assert result.plan.placements[qkv] == "colwise"
+
+
+def test_an_attention_reshaped_to_its_input_width_stays_whole_under_tp():
+    """TrOCR's attention reshapes its heads' output to the width it reads off its (whole) input: no head split runs
+    (the trainer crashed in it at tp2). The tracer records its projections as one unit (hf.projection_heads), so a
+    tp=2 plan keeps the attention replicated and splits the MLP, and the trainer refuses a hand-written head split
+    in one line."""
+    from autoparallel.api import plan_result
+    from autoparallel.errors import UserError
+    from autoparallel.trainer.tensor_parallel import _check_heads
+    attn = "model.decoder.layers.0.self_attn"
+    graph = trace(HF.build("trocr", meta=True), batch=1, seq_len=16)
+    assert graph.parametric_ops[f"{attn}.q_proj"].heads == 1
+    result, _ = plan_result(HF.build("trocr", meta=True), hardware="h100-sxm", gpus=2, global_batch=2, seq_len=16,
+                            fix="tp=2")
+    pl = result.plan.placements
+    assert {pl[f"{attn}.{p}"] for p in ("q_proj", "k_proj", "v_proj", "out_proj")} == {"replicate"}
+    assert (pl["model.decoder.layers.0.fc1"], pl["model.decoder.layers.0.fc2"]) == ("colwise", "rowwise")
+    model = HF.build("trocr")
+    split = {**{f"{attn}.{p}": "colwise" for p in ("q_proj", "k_proj", "v_proj")}, f"{attn}.out_proj": "rowwise"}
+    with pytest.raises(UserError, match=rf"{attn}\.q_proj is a projection of {attn}, whose forward reshapes its "
+                                        r"output to its input's width"):
+        _check_heads(model, split, 2)
+
+
+def test_alibi_attention_is_one_clear_error(monkeypatch):
+    """Falcon's config.alibi (transformers >= 5.25 folds it into the mask it builds), and blocks that require an
+    ALiBi bias whose base model holds no builder autoparallel knows (hf.BIAS_BUILDERS; BLOOM's taken away here)."""
     from autoparallel.errors import UserError
     with pytest.raises(UserError, match="ALiBi attention is not supported"):
         trace(_falcon(alibi=True), batch=1, seq_len=16)
+    bloom = HF.build("bloom", meta=True)
+    monkeypatch.setattr(type(bloom.transformer), "build_alibi_tensor", None)
+    with pytest.raises(UserError, match=r"its blocks require the argument 'alibi'.*ALiBi attention is not supported"):
+        trace(bloom, batch=1, seq_len=16)
 
 
 def test_selective_recompute_is_priced_as_the_trainer_runs_it():

@@ -82,6 +82,11 @@ WORLD4: list[Config] = [
     Config("olmo2-head-split-refused", "olmo2", {**DP2TP2, "overrides": {
         **{f"model.layers.{i}.self_attn.{p}": "colwise" for i in range(2) for p in ("q_proj", "k_proj", "v_proj")},
         **{f"model.layers.{i}.self_attn.o_proj": "rowwise" for i in range(2)}}}),
+    # ALiBi built from the padding mask (BLOOM) or max_seq_len (MPT) on every stage, each tp rank its heads' slopes
+    # of it, the sequence gathered for the attention under SP; BLOOM's embedding norm on the first stage only
+    Config("bloom-dp2xtp2-sp-masked", "bloom", DP2TP2SP, masked=True),
+    Config("mpt-dp2xtp2-sp-masked", "mpt", DP2TP2SP, masked=True),
+    Config("bloom-pp2xdp2-masked", "bloom", PP2DP2, masked=True),
     # a pinned tp the solver found not worth splitting: every module replicated, the tp ranks redundant
     Config("qwen2-dp2xtp2-sp-all-replicated", "qwen2", {**DP2TP2SP, "replicate_all": True}),
     # activation checkpointing of HF blocks (called with keyword arguments), FSDP (zero 3) expert units
@@ -280,14 +285,16 @@ def test_meta_hf_models_initialize_and_train(cfg, world4):
 
 
 @pytest.mark.parametrize("masked", [False, True])
-def test_local_mode_hf_batches_and_token_weighting(masked):
+@pytest.mark.parametrize("name", ["llama", "bloom", "mpt"])
+def test_local_mode_hf_batches_and_token_weighting(name, masked):
     """One process, 4 micro-batches: HF label shift, -100 ignored and the loss averaged over the valid
-    tokens of the whole batch (not per micro-batch) equal HF's own loss on the whole batch."""
-    model = HF.build("llama")
+    tokens of the whole batch (not per micro-batch) equal HF's own loss on the whole batch. BLOOM's and MPT's
+    ALiBi biases (BLOOM's counted from each row's padding mask) come from autoparallel's forward."""
+    model = HF.build(name)
     trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
                                   plan=HF.make_plan(model, micro_batch=2))
     losses = [trainer.step(b) for b in HF.batches(masked=masked)]
-    ref_losses, ref_params = reference("llama", masked)
+    ref_losses, ref_params = reference(name, masked)
     loss_rel, param_abs = _max_diffs(losses, trainer.full_state_dict(), ref_losses, ref_params)
     assert loss_rel <= 1e-5 and param_abs <= 1e-5, (loss_rel, param_abs)
 
@@ -402,7 +409,7 @@ def test_train_hf_example_trains_and_exports(tmp_path):
 @pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe", "olmo2", "olmo", "cohere", "granite", "gemma2",
                                   "falcon", "gpt_neox", "gptj", "gemma3", "opt", "nanochat", "doge", "olmo3",
                                   "openai-gpt", "biogpt", "minimax", "deepseek_v3", "deepseek_v32", "gemma4",
-                                  "qwen3_5", "lfm2", "jamba", "whisper"))
+                                  "qwen3_5", "lfm2", "jamba", "whisper", "bloom", "mpt", "bart", "trocr"))
 def test_training_forward_equals_the_models_own(name):
     """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
     model's own forward bit for bit, without a padding mask and with right and left padding (OPT counts
@@ -486,7 +493,6 @@ def test_a_block_argument_the_base_model_computes_is_one_error():
 @pytest.mark.parametrize("name, message", [
     ("ctrl", r"transformer holds \['pos_encoding'\] itself"),
     ("xglm", r"runs \['embed_positions'\] \(XGLMSinusoidalPositionalEmbedding\) before its blocks"),
-    ("bart", r"runs \['layernorm_embedding'\] \(LayerNorm\) before its blocks"),
     ("deepseek_v4", r"model.layers.0 is a layer of type 'heavily_compressed_attention', for which model.rotary_emb "
                     r"\(DeepseekV4RotaryEmbedding\) holds no rotary table \(it holds \['compress', 'main'\]\)"),
     # the trainer failed in the blocks: no per-layer input; no dict of shared keys and values to read
@@ -768,11 +774,13 @@ def test_a_hybrids_blocks_of_two_classes_are_its_blocks():
 # the trainer took for Phi-3's fused gate_up_proj (hf.fused_split: only where a sibling reads half of it); the
 # sharding solver leaves Nemotron-H's token embedding and LM head whole under sequence parallelism, and the trainer
 # now slices and gathers there as the solver priced it (each rank had read its whole sequence as its chunk)
+# BLOOM's and MPT's attention split by heads: each rank takes its heads' rows of the ALiBi bias (hf.localize_head_bias)
 INDEXED = [FalconCase("dots3-hetero"), FalconCase("deepseek_v32"), FalconCase("olmo"), FalconCase("nanochat"),
-           FalconCase("moshi"), FalconCase("persimmon"), FalconCase("aria_text"), FalconCase("nemotron_h")]
+           FalconCase("moshi"), FalconCase("persimmon"), FalconCase("aria_text"), FalconCase("nemotron_h"),
+           FalconCase("bloom"), FalconCase("mpt")]
 # read piece by piece through a view of their features: Moshi's gating MLP (fc1 as view(b, s, 2, -1)[..., 0 / 1, :],
-# gate and up) and Persimmon's per-head fused qkv (view(b, s, H, 3, d)[..., 0 / 1 / 2, :]); Megatron-style columns
-# would hand each rank gate or up, or crash on the heads
+# gate and up) and Persimmon's per-head fused qkv (view(b, s, H, 3, d)[..., 0 / 1 / 2, :], split by whole heads:
+# hf._head_layout); Megatron-style columns would hand each rank gate or up, or crash on the heads
 TINY = ("moshi", "persimmon", "aria_text", "nemotron_h")  # built from benchmarks/hf_coverage.py's tiny config (tests/hf_helpers builds neither)
 
 
@@ -826,7 +834,7 @@ def test_a_heterogeneous_config_plans_with_the_heads_every_layer_divides():
 
 
 def test_tensor_parallelism_of_models_as_passed_matches_hf(tmp_path):
-    """dp1 x tp2 on a heterogeneous dots3, DeepSeek V3.2, OLMo, nanochat, Moshi, Persimmon, Aria and Nemotron-H,
+    """dp1 x tp2 on a heterogeneous dots3, DeepSeek V3.2, OLMo, nanochat, Moshi, Persimmon, Aria, Nemotron-H, BLOOM and MPT,
     passed as they are: per-step losses of HF's own loop (same SGD, same batches) within the file's fp32 bound
     (1e-5 relative)."""
     transformers = pytest.importorskip("transformers")

@@ -70,6 +70,7 @@ from autoparallel.hf import (
     localize_fused,
     normalized_width,
     projection_heads,
+    reshapes_to_input_width,
     transposed_linear,
 )
 from autoparallel.trainer.structure import ModelLayout, get_submodule
@@ -124,6 +125,9 @@ def _check_heads(root: nn.Module, placements: dict[str, str], tp: int) -> dict[s
                                 f"pick a tp that divides each piece's (kv) head count")
             continue
         heads, unit = projection_heads(parent, feats[1])
+        if not splits_whole_heads(heads, tp) and reshapes_to_input_width(parent):
+            raise UserError(f"plan: {path} is a projection of {_parent(path)}, whose forward reshapes its output to "
+                            f"its input's width, which no head split fits; keep its projections replicated")
         if not splits_whole_heads(heads, tp):
             raise UserError(f"plan: {path} projects to {heads} attention heads, not divisible by tp={tp}; "
                             f"tensor parallelism splits whole heads, so pick a tp that divides the (kv) "
@@ -238,7 +242,7 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
                         mod.register_forward_pre_hook(_sequence_dim_check(path))
                 split = fused_split(get_submodule(part, _parent(path)), path.rpartition(".")[2])
                 if split is not None:
-                    relayout.update(_fused_relayout(part, path, split, tp, transposed))
+                    relayout.update(_fused_relayout(part, path, split, tp, tp_mesh.get_local_rank(), transposed))
             elif path == head:
                 styles[path] = colwise(input_layouts=seq_in, output_layouts=Shard(-1), use_local_output=False)
             else:
@@ -375,16 +379,17 @@ class Relayout:
         return t.index_select(self.dim, torch.argsort(self.order).to(t.device))
 
 
-def _fused_relayout(part: nn.Module, path: str, split: FusedSplit, tp: int, transposed: bool
+def _fused_relayout(part: nn.Module, path: str, split: FusedSplit, tp: int, rank: int, transposed: bool
                     ) -> dict[str, Relayout]:
     """Column-parallel fused projection: its rows are re-laid so that the contiguous Shard(0) of rank r
     holds [q_r, k_r, v_r] (gate_r, up_r), and its parent's forward is made to cut that local output
-    (hf.localize_fused). The output-feature dim is the weight's 0 (Linear) or 1 (Conv1D), the bias's 0."""
+    (hf.localize_fused, which also hands rank r's heads their rows of a per-head position bias). The
+    output-feature dim is the weight's 0 (Linear) or 1 (Conv1D), the bias's 0."""
     parent, child = get_submodule(part, _parent(path)), path.rpartition(".")[2]
     if not split.divisible(tp):
         raise UserError(f"plan: {path} is a fused projection of pieces {list(split.pieces)} (units of {split.unit}); "
                         f"each piece must divide by tp={tp}")
-    localize_fused(parent, child, tp)
+    localize_fused(parent, child, tp, rank)
     order = split.rank_order(tp)
     mod = get_submodule(part, path)
     out = {f"{path}.weight": Relayout(1 if transposed else 0, order)}
