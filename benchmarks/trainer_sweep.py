@@ -681,6 +681,16 @@ MINIMAX_M2_1L = {"name": "minimax-m2-1l", "hf": True, "model_type": "minimax_m2"
                  "hidden_size": 3072, "intermediate_size": 1536, "num_hidden_layers": 1, "num_attention_heads": 48,
                  "num_key_value_heads": 8, "head_dim": 128, "num_local_experts": 256, "num_experts_per_tok": 8,
                  "max_position_embeddings": 196608, "tie_word_embeddings": False}
+# and two more once autoparallel's forward ran ALiBi models as passed (FAMILIES36), predicted before the run:
+# BigScience's BLOOM-1b7 whole (24 layers of 2048, 16 heads, its 250880-token vocabulary tied, LayerNorm after the
+# embedding, ALiBi in eager attention) and MosaicML's MPT-7B's widths (32 heads of 128, no biases, ALiBi; 8 of 32
+# layers), both at 2048 tokens
+BLOOM_1B7 = {"name": "bloom-1b7", "hf": True, "model_type": "bloom", "vocab_size": 250880, "hidden_size": 2048,
+             "n_layer": 24, "n_head": 16, "tie_word_embeddings": True,
+             "attn_implementation": "eager"}
+MPT_7B_8L = {"name": "mpt-7b-8l", "hf": True, "model_type": "mpt", "vocab_size": 50432, "d_model": 4096,
+             "n_heads": 32, "n_layers": 8, "expansion_ratio": 4, "max_seq_len": 2048, "no_bias": True,
+             "attn_implementation": "eager"}
 MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_8B_8L, QWEN3_1_7B, QWEN2_5_1_5B,
                                  QWEN3_MOE_4L, MIXTRAL_8X7B_2L, QWEN1_5_MOE_4L, GPT2_XL, PHI3_MINI_16L, GEMMA_2B,
                                  PYTHIA_1_4B, OLMO2_1B, GRANITE_3_2B, LLAMA3_2_1B, STABLELM_2_1_6B, GEMMA3_1B,
@@ -697,7 +707,7 @@ MODELS = {m["name"]: m for m in (LLAMA_1_3B, GPT_350M, MOE_1B, LLAMA_7B, LLAMA3_
                                  QWEN3_NEXT_4L, STABLELM_3B_16L, GEMMA_7B_8L, SMOLLM2_360M, PHI4_MINI_8L,
                                  MISTRAL_NEMO_6L, AFMOE_6L, JAIS2_8L, LAGUNA_4L, CWM_4L,
                                  YOUTU_2B, EXAONE_MOE_4L, MELLUM_8L, OPENAI_GPT, QWEN3_5_8L,
-                                 DBRX_1L, SOLAR_OPEN_2L, MINIMAX_M2_1L)}
+                                 DBRX_1L, SOLAR_OPEN_2L, MINIMAX_M2_1L, BLOOM_1B7, MPT_7B_8L)}
 
 
 @dataclass(frozen=True)
@@ -973,6 +983,10 @@ CONFIGS = [
     _c("1g-minimaxm2-auto", "minimax-m2-1l", 1, 4, seq=4096, fix={"compile": 1}),
     # and DBRX once the tracer ran its per-expert loop (FAMILIES35)
     _c("1g-dbrx-auto", "dbrx-1l", 1, 4, seq=4096, fix={"compile": 1}),
+    # and BLOOM and MPT once they ran as passed (FAMILIES36)
+    *_trio("1g-bloom", "bloom-1b7", 8, 4, (2, "full")),
+    *_trio("1g-mpt", "mpt-7b-8l", 8, 4, (2, "op")),
+    _c("1g-bloom-auto", "bloom-1b7", 1, 8, fix={"compile": 1}), _c("1g-mpt-auto", "mpt-7b-8l", 1, 8, fix={"compile": 1}),
     # twenty-first session, predicted before the run (PADDED): batches with padding, planned as padded (every
     # attention a masked kernel), three families whose unpadded rows ran earlier
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),

@@ -88,6 +88,7 @@
 #   bash benchmarks/device/trainer_sweep.sh families34      # Solar Open (2 layers) and MiniMax-M2 (1 layer) at their
 #                                                           # widths and 4096 tokens, with the planner's picks
 #   bash benchmarks/device/trainer_sweep.sh families35      # DBRX (1 layer at 4096) once the tracer ran its loop
+#   bash benchmarks/device/trainer_sweep.sh families36      # BLOOM-1b7 whole and MPT-7B's widths (8 layers), ALiBi
 #   bash benchmarks/device/trainer_sweep.sh full-timelines  # compute-stream idle of MoE and dense rows, eager and full
 #   bash benchmarks/device/trainer_sweep.sh carry-check     # twelve full-recompute and MoE rows after the forward's
 #                                                           # carried lead (CARRY_CHECK), predicted before the run
@@ -244,6 +245,9 @@ FAMILIES34=$FAMILIES34,1g-minimaxm2-compiled,1g-minimaxm2-mb1x4-op,1g-minimaxm2-
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES34
 FAMILIES35=1g-dbrx-eager,1g-dbrx-mb1x4-op,1g-dbrx-auto,1g-dbrx-compiled
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES35
+FAMILIES36=1g-bloom-eager,1g-bloom-compiled,1g-bloom-mb2x4-full,1g-bloom-auto,1g-mpt-eager,1g-mpt-compiled
+FAMILIES36=$FAMILIES36,1g-mpt-mb2x4-op,1g-mpt-auto
+SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES36
 # single-probed-a / -b: the one-GPU sweep's 30 rows in two calls on one VM (15 each), the speed probes timed in the
 # measuring process before and after each row (measure --host-probes; report --row-speed) (s101), and since s102 one
 # step of each between the row's timed steps too (--interleave-probes; report --row-speed steps)
@@ -508,6 +512,7 @@ PY
   families33) held_out families33 "$FAMILIES33" 500 --host-probes --interleave-probes ;;  # GPT-1, Qwen3.5, the picks
   families34) held_out families34 "$FAMILIES34" 500 --host-probes --interleave-probes ;;  # Solar Open, MiniMax-M2
   families35) held_out families35 "$FAMILIES35" 500 --host-probes --interleave-probes ;;  # DBRX (its expert loop)
+  families36) held_out families36 "$FAMILIES36" 500 --host-probes --interleave-probes ;;  # BLOOM, MPT (ALiBi)
   families-rest) held_out "${NAME:?set NAME}" "${ROWS:?set ROWS}" 500 --host-probes --interleave-probes ;;
   accumulate-check) held_out accumulate_check "$ACCUMULATE_CHECK" 400 ;;  # several micro-batches, held out (s84)
   moe-compiled)  # the catalog MoE's compiled rows once its blocks are one graph each (s82), then their breaks again
