@@ -106,6 +106,9 @@ class HFParts:
     bias: BlockBias | None = None      # the per-head position bias its blocks take (ALiBi: BLOOM's, MPT's)
     bool_mask: bool = False            # the blocks take the causal mask as booleans, True where masked (MPT's
                                        # create_causal_mask(...).to(torch.bool), which its attention masked_fills)
+    # the LM's own loss scores position t against labels[t + 1] (transformers' ForCausalLMLoss); BART's, mBART's,
+    # PLBART's, TrOCR's and Whisper's decoders score it against labels[t]: their labels come shifted
+    shifts_labels: bool = True
 
 
 # torchao's (one warning per optional CUDA extension its build cannot load: "Failed to load ..._C_mxfp8...so"),
@@ -394,7 +397,22 @@ def hf_parts(model: nn.Module) -> HFParts:
                    explicit_mask=re.search(r"allow_is_causal_skip['\"]?\s*[=:]\s*False", source) is not None,
                    padding_mask_types=padding_types, kv_store=kv_store, unrotated_types=unrotated,
                    embed_norms=tuple(full(n) for n in norms), bias=bias,
-                   bool_mask=re.search(r"create_causal_mask\([^()]*\)\.to\(torch\.bool\)", source) is not None)
+                   bool_mask=re.search(r"create_causal_mask\([^()]*\)\.to\(torch\.bool\)", source) is not None,
+                   shifts_labels=shifts_labels(model))
+
+
+def shifts_labels(model: nn.Module) -> bool:
+    """Whether the causal LM's own forward shifts its labels (HF's convention: labels aligned with the inputs,
+    position t scored against labels[t + 1]): it calls transformers' loss_function (ForCausalLMLoss) or shifts
+    them itself. The decoders of encoder-decoder families (BART, mBART, PLBART, TrOCR, Whisper) apply a plain
+    CrossEntropyLoss to labels[t]: their callers pass labels already shifted, and the trainer follows the model
+    (its loss is the model's own on the same batch)."""
+    try:
+        source = inspect.getsource(type(model).forward)
+    except (OSError, TypeError):
+        return True
+    return any(s in source for s in ("loss_function(", "shift_labels", "shift_logits", "labels[..., 1:]",
+                                     "labels[:, 1:]"))
 
 
 def _embed_norms(base: nn.Module, before: list[str], kinds: dict[str, nn.Module], positions: str | None,

@@ -285,11 +285,13 @@ def test_meta_hf_models_initialize_and_train(cfg, world4):
 
 
 @pytest.mark.parametrize("masked", [False, True])
-@pytest.mark.parametrize("name", ["llama", "bloom", "mpt"])
+@pytest.mark.parametrize("name", ["llama", "bloom", "mpt", "bart", "whisper"])
 def test_local_mode_hf_batches_and_token_weighting(name, masked):
     """One process, 4 micro-batches: HF label shift, -100 ignored and the loss averaged over the valid
     tokens of the whole batch (not per micro-batch) equal HF's own loss on the whole batch. BLOOM's and MPT's
-    ALiBi biases (BLOOM's counted from each row's padding mask) come from autoparallel's forward."""
+    ALiBi biases (BLOOM's counted from each row's padding mask) come from autoparallel's forward. BART's and
+    Whisper's decoders score each position against its own label (hf.shifts_labels False), and so does the
+    trainer (it had shifted them: a different objective from the model's own)."""
     model = HF.build(name)
     trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
                                   plan=HF.make_plan(model, micro_batch=2))

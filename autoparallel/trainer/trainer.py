@@ -353,7 +353,7 @@ class AutoParallelTrainer:
 
     def step(self, batch: Any) -> float:
         """One optimizer step on the global batch; returns the global mean loss (equal on all ranks)."""
-        b = parse_batch(batch, hf_shift=self._hf is not None)
+        b = parse_batch(batch, hf_shift=self._hf is not None and self._hf.shifts_labels)
         check_token_ids(b, self._vocab if self._token_ids_only or not b.inputs.is_floating_point() else None,
                         self._label_vocab)
         if b.attention_mask is not None and not self._takes_mask:
