@@ -812,52 +812,16 @@ def test_a_compiled_block_pays_per_kernel_it_launches_and_its_split_reductions_g
         assert cm.estimate(eager).step_time_s == cm0.estimate(eager).step_time_s
 
 
-class _LoopMoE(nn.Module):
-    """Token embedding, two blocks of a per-expert loop as DBRX writes it (a one_hot mask, nonzero, a 0-d expert
-    index), an output head."""
-
-    def __init__(self, vocab: int = 64, h: int = 32, f: int = 48, experts: int = 4, top_k: int = 2) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(vocab, h)
-        self.blocks = nn.ModuleList(_LoopBlock(h, f, experts, top_k) for _ in range(2))
-        self.head = nn.Linear(h, vocab, bias=False)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.emb(tokens)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
-
-
-class _LoopBlock(nn.Module):
-    def __init__(self, h: int, f: int, experts: int, top_k: int) -> None:
-        super().__init__()
-        self.router = nn.Linear(h, experts, bias=False)
-        self.w1 = nn.Parameter(torch.randn(experts * f, h) / h**0.5)
-        self.w2 = nn.Parameter(torch.randn(experts * f, h) / f**0.5)
-        self.f, self.experts, self.top_k = f, experts, top_k
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        weights, chosen = self.router(flat).softmax(-1).topk(self.top_k, dim=-1)
-        out = torch.zeros_like(flat)
-        mask = torch.nn.functional.one_hot(chosen, num_classes=self.experts).permute(2, 1, 0)
-        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
-            e = e[0]
-            slot, token = torch.where(mask[e])
-            w1, w2 = (w.view(-1, self.f, flat.shape[-1])[e] for w in (self.w1, self.w2))
-            out = out.index_add(0, token, torch.nn.functional.silu(flat[token] @ w1.T) @ w2 * weights[token, slot, None])
-        return x + out.view_as(x)
-
-
 def test_a_block_whose_graph_breaks_at_a_data_dependent_shape_is_priced_eager_when_compiled():
     """DBRX's compiled step (s114): its per-expert loop's nonzero breaks Dynamo's graph and the loop runs as
     eager Python, 552 ms against 580 eager, where pricing the block as fused predicted 422 (-23.6%). A block
     with such an op (compute.breaks_graph) is priced as eager under compile=True, time and memory alike, while
     the compiled loss still counts (the head's step differs)."""
+    from loop_moe import LoopMoE
+
     from autoparallel.api import make_cluster, trace_model
     from autoparallel.sharding import cost_model
-    graph = trace_model(_LoopMoE(), seq_len=64)
+    graph = trace_model(LoopMoE(), seq_len=64)
     cm = cost_model(graph, make_cluster(load_profile("h200"), 1))
     plan = Plan(model="loop-moe", hardware="h200", gpus=1, gpus_per_node=1, global_batch=4, seq_len=64, micro_batch=2)
     placements = cm.placements_for(plan)

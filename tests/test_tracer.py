@@ -291,38 +291,13 @@ def test_item_call_falls_back_too():
     assert g.module_level and [a["module"] for _, a in g.nodes(phase="fwd")] == ["emb", ""]
 
 
-class _ExpertLoop(nn.Module):
-    """A per-expert loop as Hugging Face's loop MoEs write it (DBRX): stacked 2-D expert weights, the experts
-    hit found by `nonzero` on a one_hot mask of the router's top-k, a 0-d index into the weights."""
-
-    def __init__(self, h: int = 16, f: int = 24, experts: int = 4, top_k: int = 2) -> None:
-        super().__init__()
-        self.router = nn.Linear(h, experts, bias=False)
-        self.w1 = nn.Parameter(torch.randn(experts * f, h) / h**0.5)
-        self.w2 = nn.Parameter(torch.randn(experts * f, h) / f**0.5)
-        self.f, self.experts, self.top_k = f, experts, top_k
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        weights, chosen = self.router(flat).softmax(-1).topk(self.top_k, dim=-1)
-        out = torch.zeros_like(flat)
-        mask = F.one_hot(chosen, num_classes=self.experts).permute(2, 1, 0)
-        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
-            e = e[0]
-            slot, token = torch.where(mask[e])
-            w1 = self.w1.view(-1, self.f, flat.shape[-1])[e]
-            w2 = self.w2.view(-1, self.f, flat.shape[-1])[e]
-            y = F.silu(flat[token] @ w1.T) @ w2 * weights[token, slot, None]
-            out = out.index_add(0, token, y)
-        return (x + out.view_as(x)).sum()
-
-
 def test_a_per_expert_loop_traces_as_under_uniform_routing():
     """DBRX planned from a module-level graph: its experts' nonzero and 0-d indices have no meta kernel.
     Traced op by op, each of the E experts gets rows x top_k / E tokens: the expert GEMMs' forward FLOPs are
     exactly those of the tokens' top-k experts (2 x rows x top_k x 2 x h x f), and the loop runs E times."""
     rows, h, f, experts, top_k = 32, 16, 24, 4, 2
-    g = trace(_ExpertLoop(h, f, experts, top_k), example_inputs=torch.randn(rows, h), dtype=torch.float32)
+    from loop_moe import ExpertLoop
+    g = trace(ExpertLoop(h, f, experts, top_k), example_inputs=torch.randn(rows, h), dtype=torch.float32)
     assert not g.module_level
     assert any("uniform routing" in w for w in g.warnings)
     fwd = [a for _, a in g.nodes(phase="fwd")]
