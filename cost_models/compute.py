@@ -127,13 +127,14 @@ def is_matmul(op_name: str) -> bool:
 # ops whose output shape is the data's (a per-expert loop's routing: the experts hit, each one's tokens): Dynamo
 # breaks its graph at each (torch._dynamo.config.capture_dynamic_output_shape_ops is off by default) and the rest
 # of the block runs as eager Python around the pieces
-DATA_DEPENDENT_SHAPE_OPS = ("nonzero", "masked_select", "_unique", "unique_dim", "unique_consecutive")
+# (nonzero_static, whose size is given, does not)
+DATA_DEPENDENT_SHAPE_OPS = frozenset({"nonzero", "masked_select", "_unique", "_unique2", "unique_dim",
+                                      "unique_consecutive", "unique_dim_consecutive"})
 
 
 def breaks_graph(op_name: str) -> bool:
     """Whether torch.compile breaks its graph at this traced op (DATA_DEPENDENT_SHAPE_OPS)."""
-    base = op_name.split(".")[1] if op_name.startswith("aten.") else op_name
-    return base.startswith(DATA_DEPENDENT_SHAPE_OPS)
+    return (op_name.split(".")[1] if op_name.startswith("aten.") else op_name) in DATA_DEPENDENT_SHAPE_OPS
 
 
 def classify(op_name: str, out_shapes: Sequence[Sequence[int]] = (), flops: float = 0.0,
