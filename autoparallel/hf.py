@@ -735,6 +735,18 @@ def reshapes_to_input_width(parent: nn.Module) -> bool:
     return dims is not None and re.search(rf"\.reshape\(\s*{dims[1]},\s*{dims[2]},\s*{dims[3]}\s*\)", source) is not None
 
 
+def runs_without_grad(module: nn.Module) -> bool:
+    """Whether a module's forward is decorated to run without autograd (`@torch.no_grad()`,
+    `@torch.inference_mode()`): DeepSeek V3.2's top-k indexer. The tracer sees the same as ParamOp.no_grad
+    (cost_models.facts.no_grad_modules), which the planner keeps whole; this is the trainer's reading of a plan it
+    was handed."""
+    try:
+        source = inspect.getsource(type(module))
+    except (OSError, TypeError):
+        return False
+    return re.search(r"@torch\.(?:no_grad|inference_mode)\(\)\s*\n(?:\s*@[^\n]*\n)*\s*def forward\b", source) is not None
+
+
 @dataclass(frozen=True)
 class FusedSplit:
     """How a fused projection's output is cut by its parent's forward: `pieces` (sizes along the

@@ -437,6 +437,21 @@ def test_training_forward_equals_the_models_own(name):
         assert torch.equal(mine(ids, left)[valid], model(input_ids=ids, attention_mask=left).logits[valid])
 
 
+def test_a_split_of_a_projection_that_runs_without_autograd_is_one_clear_error():
+    """DeepSeek V3.2's top-k indexer runs under @torch.no_grad(): a head split of its projections leaves each rank's
+    head sum partial (no gradient's reduction completes it) and the ranks would pick different tokens. The planner
+    keeps it whole (cost_models.facts.no_grad_modules); a plan handed to the trainer that splits it is refused in
+    one line, while the attention's own projections beside it split."""
+    from autoparallel.trainer.tensor_parallel import _check_heads
+
+    model = HF.build("deepseek_v32")
+    attn = "model.layers.0.self_attn"
+    for path, placement in ((f"{attn}.indexer.wq_b", "colwise"), (f"{attn}.indexer.weights_proj", "rowwise")):
+        with pytest.raises(UserError, match=r"runs without autograd"):
+            _check_heads(model, {path: placement}, 2)
+    _check_heads(model, {f"{attn}.q_b_proj": "colwise", f"{attn}.o_proj": "rowwise"}, 2)  # raises nothing
+
+
 def test_a_layer_type_without_rotary_parameters_gets_no_position_embedding():
     """Ergo's config gives its full-attention layers no rotary parameters (`rope_parameters["full_attention"]`
     None) and its base model passes them position_embeddings None; autoparallel's forward does the same (it had

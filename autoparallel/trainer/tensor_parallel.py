@@ -71,6 +71,7 @@ from autoparallel.hf import (
     normalized_width,
     projection_heads,
     reshapes_to_input_width,
+    runs_without_grad,
     transposed_linear,
 )
 from autoparallel.trainer.structure import ModelLayout, get_submodule
@@ -113,6 +114,11 @@ def _check_heads(root: nn.Module, placements: dict[str, str], tp: int) -> dict[s
     for path, placement in placements.items():
         parent = get_submodule(root, _parent(path))
         mod = get_submodule(root, path)
+        if placement in ("colwise", "rowwise") and runs_without_grad(parent):
+            raise UserError(f"plan: {path} ({placement}) is a projection of {_parent(path)}, whose forward runs "
+                            f"without autograd (a top-k indexer): split, each rank's head sum stays partial with no "
+                            f"gradient's reduction to complete it, and the ranks would select different tokens; "
+                            f"keep its projections replicated")
         head_dim = getattr(parent, "head_dim", None)
         feats = linear_features(mod)
         if placement != "colwise" or not isinstance(head_dim, int) or feats is None:
