@@ -30,12 +30,13 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy
+import functools
 import inspect
 import logging
 import re
 import textwrap
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -185,6 +186,16 @@ def config_value(config: object, key: str) -> object:
     return values[0] if all(v == values[0] for v in values) else None
 
 
+@functools.cache
+def source_of(obj: type | Callable) -> str:
+    """inspect.getsource of a class or function, read once per object ("" where it has none: a builtin, code
+    made at runtime): hf_parts and the tracer's per-projection questions read the same classes many times."""
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:300] if text else "no message"
@@ -289,10 +300,7 @@ def hf_parts(model: nn.Module) -> HFParts:
     rotary = full(rotary_name) if rotary_name is not None else None
     by_type = rotary_mod is not None and "layer_type" in inspect.signature(rotary_mod.forward).parameters
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
-    try:
-        source = inspect.getsource(type(base).forward)
-    except (OSError, TypeError):
-        source = ""
+    source = source_of(type(base).forward)
     window, mixed = _windows(model.config, source)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     if not any(config_values(config, "num_attention_heads")):  # RWKV's time mixing (no convolution): a Python loop
@@ -407,12 +415,9 @@ def shifts_labels(model: nn.Module) -> bool:
     them itself. The decoders of encoder-decoder families (BART, mBART, PLBART, TrOCR, Whisper) apply a plain
     CrossEntropyLoss to labels[t]: their callers pass labels already shifted, and the trainer follows the model
     (its loss is the model's own on the same batch)."""
-    try:
-        source = inspect.getsource(type(model).forward)
-    except (OSError, TypeError):
-        return True
-    return any(s in source for s in ("loss_function(", "shift_labels", "shift_logits", "labels[..., 1:]",
-                                     "labels[:, 1:]"))
+    source = source_of(type(model).forward)
+    return not source or any(s in source for s in ("loss_function(", "shift_labels", "shift_logits",
+                                                   "labels[..., 1:]", "labels[:, 1:]"))
 
 
 def _embed_norms(base: nn.Module, before: list[str], kinds: dict[str, nn.Module], positions: str | None,
@@ -727,10 +732,7 @@ def reshapes_to_input_width(parent: nn.Module) -> bool:
     """Whether an attention's forward reshapes its heads' output to the width it reads off its input
     (`bsz, tgt_len, embed_dim = hidden_states.size()` ... `.reshape(bsz, tgt_len, embed_dim)`: TrOCR's): under a
     head split the input stays whole, so no local head count makes that reshape fit (the trainer crashed on it)."""
-    try:
-        source = inspect.getsource(type(parent).forward)
-    except (OSError, TypeError):
-        return False
+    source = source_of(type(parent).forward)
     dims = re.search(r"(\w+),\s*(\w+),\s*(\w+)\s*=\s*hidden_states\.(?:size\(\)|shape)", source)
     return dims is not None and re.search(rf"\.reshape\(\s*{dims[1]},\s*{dims[2]},\s*{dims[3]}\s*\)", source) is not None
 
@@ -740,11 +742,8 @@ def runs_without_grad(module: nn.Module) -> bool:
     `@torch.inference_mode()`): DeepSeek V3.2's top-k indexer. The tracer sees the same as ParamOp.no_grad
     (cost_models.facts.no_grad_modules), which the planner keeps whole; this is the trainer's reading of a plan it
     was handed."""
-    try:
-        source = inspect.getsource(type(module))
-    except (OSError, TypeError):
-        return False
-    return re.search(r"@torch\.(?:no_grad|inference_mode)\(\)\s*\n(?:\s*@[^\n]*\n)*\s*def forward\b", source) is not None
+    return re.search(r"@torch\.(?:no_grad|inference_mode)\(\)\s*\n(?:\s*@[^\n]*\n)*\s*def forward\b",
+                     source_of(type(module))) is not None
 
 
 @dataclass(frozen=True)
@@ -847,10 +846,7 @@ def _head_layout(parent: nn.Module, child: str, out: int) -> tuple[str, FusedSpl
     head_dim = getattr(parent, "head_dim", None)
     if not isinstance(head_dim, int) or head_dim <= 0:
         return None
-    try:
-        source = inspect.getsource(type(parent))
-    except (OSError, TypeError):
-        return None
+    source = source_of(type(parent))
     for count, k in re.findall(r"\.view\([^()]*self\.(\w+),\s*(\d+),\s*self\.head_dim\)", source):
         if getattr(parent, count, None) == out // (int(k) * head_dim) and out % (int(k) * head_dim) == 0:
             return count, FusedSplit((out,), int(k) * head_dim)
