@@ -231,6 +231,31 @@ def test_recompute_costs_time_saves_memory(gpt_ctx):
     assert est["full"].hardware_tflops_per_gpu > est["full"].model_tflops_per_gpu
 
 
+@pytest.mark.parametrize("zero", [0, 2, 3])
+def test_the_backward_end_holds_every_gradient_and_the_largest_units_reduce_buffer(gpt_ctx, gpt_megatron_ctx, zero):
+    """CostModel.reduce_peak, term by term: with one micro-batch (no gradient in the activation peak) and full
+    recompute at 512 tokens, this GPT's step peaks as its backward ends, at the parameter and optimizer states with
+    every gradient (fp32, sharded as ZeRO shards them) plus ZeRO-3's gathered blocks plus FSDP2's reduce-scatter
+    input of the largest unit: its parameters in fp32, unsharded (a block here, wider than the root unit's
+    embedding and head). Megatron-LM's gradients live in one buffer reduced in place: no such term."""
+    from cost_models.estimate import GRAD_STATE_BYTES, model_state_bytes
+    cm = gpt_ctx.cost_model
+    plan = Plan(model="gpt", hardware="h100-sxm", gpus=8, gpus_per_node=8, global_batch=8, seq_len=S, dp=8,
+                micro_batch=1, zero=zero, recompute=("full",) * L)
+    mem = cm.estimate(plan).memory_breakdown_gib[0]
+    assert mem["grads"] == 0 and mem["reduce"] > 0
+    n = cm.graph.parameters
+    states = sum(model_state_bytes(n, cm.held_zero(plan), 8, cm.param_state_bytes(plan), 4))
+    segs = cm.segments(cm.placements_for(plan), False)
+    root = sum(segs[s].dense_params + segs[s].tp_params for s in ("pre", "post"))
+    block = cm.max_block_params(plan)
+    assert block > root
+    end = states + cm.gathered_bytes(plan) + GRAD_STATE_BYTES["fp32"] * block
+    assert sum(v for k, v in mem.items() if k != "allocator") * 2**30 == pytest.approx(end, rel=1e-12)
+    megatron = gpt_megatron_ctx.cost_model.estimate(plan).memory_breakdown_gib[0]
+    assert megatron["reduce"] == 0
+
+
 def _without_host_terms(profile):
     """The profile with the trainer's host terms (cost_models.host) removed: the kernels' view."""
     from cost_models.host import HELD_TERMS, HOST_TERMS
