@@ -1034,20 +1034,15 @@ class StageModel:
                 sum(self.cm.model_states(self.plan0, 0.0, 1.0, grads=True)))
 
     def reduce_fixed(self, d: int) -> float:
-        """Rank d's bytes as the backward ends (CostModel.reduce_peak) beside its blocks' `block_end_memory`: the
-        root unit's states with gradients, ZeRO-3's gathered blocks, the largest unit's reduce buffer. 0 where
-        the runtime has no such peak (Megatron-LM)."""
-        if self.cm.runtime != "trainer":
-            return 0.0
-        dense_b, exp_b = self.end_state_bytes_per_param
-        root = 0.0
-        mem = self.cm.gathered_bytes(self.plan0)
+        """Rank d's bytes as the backward ends beside its blocks' `block_end_memory`: CostModel.reduce_peak of its
+        root unit alone (its states with gradients, ZeRO-3's gathered blocks, the largest unit's reduce buffer);
+        0 where the runtime has no such peak (Megatron-LM)."""
+        dense = expert = 0.0
         for name, here in (("pre", d == 0), ("post", d == (self.S - 1) % self.cfg.pp)):
             if here:
                 p, e = self.params_of(name)
-                mem += (p - e) * dense_b + e * exp_b
-                root += p
-        return mem + self.cm.reduce_buffer_bytes(self.plan0, root)
+                dense, expert = dense + p - e, expert + e
+        return self.cm.reduce_peak(self.plan0, dense, expert, dense + expert)
 
     def block_end_memory(self, cls: int) -> float:
         """A block's model states with its gradients (`reduce_fixed`)."""
