@@ -12,7 +12,6 @@ convention; Hugging Face models get one from autoparallel/hf.py).
 from __future__ import annotations
 
 import ast
-import inspect
 import textwrap
 from dataclasses import dataclass
 
@@ -88,9 +87,14 @@ class _SelfUses(ast.NodeVisitor):
 def _mentions(parent: nn.Module, names: list[str]) -> dict[str, list[int]] | None:
     """Where `parent`'s class forward uses each of `names` (`self.<name>`; [] where it does not), as
     indices in the order the uses run (`_SelfUses`); None where the source cannot be read."""
+    from autoparallel.hf import source_of  # (hf reads this module's helpers at call time too)
+
+    source = source_of(type(parent).forward)
+    if not source:
+        return None
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(type(parent).forward)))
-    except (OSError, TypeError, SyntaxError):
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
         return None
     uses = _SelfUses()
     uses.visit(tree)
