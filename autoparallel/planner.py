@@ -630,6 +630,7 @@ class Planner:
         self._say(f"planning {self.model_name}: {len(configs)} mesh configurations on {self.cluster}")
         order = self._bound_order(configs)
         best: list[Candidate] = []    # feasible, sorted by step time
+        deferred: list[tuple[float, int, MeshConfig]] = []  # (relaxed bound, index, config): greedy plans to prove
         misses: list[MeshConfig] = []   # configurations that did not fit, for the explanation
         solved = 0
         last_say = time.perf_counter()
@@ -655,21 +656,28 @@ class Planner:
                 lb2 = sm.relaxed_bound()
                 if lb2 >= best[0].estimate.step_time_s:
                     continue
-            plan = sm.solve()
+            lazy = len(sm.classes) == 1 and cfg.pp > 2  # CBC's configurations
+            plan = sm.greedy_plan() if lazy else sm.solve()
+            if plan is None and lazy:
+                plan, lazy = sm.solve(), False
             if plan is None:
                 misses.append(cfg)
                 proven &= sm.proven is not False  # a time-limited solve that found nothing proves nothing
                 continue
-            proven &= bool(sm.proven)  # FEASIBLE at the time limit: this configuration's optimum is unproven
-            est = self.cm.estimate(plan, self.budget)
-            best.append(Candidate(plan, est))
-            best.sort(key=lambda c: (c.estimate.step_time_s, MeshConfig_of(c.plan), c.plan.stage_layers,
-                                     c.plan.recompute))
+            if lazy:
+                # the greedy plan is real but not proven this configuration's best: CBC runs after the loop,
+                # where the bounds say it still may beat the incumbent (often never: fewer CBC solves)
+                deferred.append((sm.relaxed_bound(), i, cfg))
+            else:
+                proven &= bool(sm.proven)  # FEASIBLE at the time limit: this configuration's optimum is unproven
+            self._keep(best, plan)
             if time.perf_counter() - last_say > 1.0:
                 self._say(f"  {solved} configurations solved, best {best[0].estimate.step_time_s:.4f} s/step")
                 last_say = time.perf_counter()
+        done, greedy = self._solve_deferred(best, deferred, t0 + time_limit_s)
+        proven &= done
         rest = itertools.chain([pending] if pending else [], order)
-        runners = self._find_runners_up(best, rest, top_k) if best else []
+        runners = self._find_runners_up(best, rest, top_k, greedy) if best else []
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         if not best:
             return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved, cpu),
@@ -684,6 +692,38 @@ class Planner:
         return PlanResult(winner.plan, winner.estimate,
                           SolverInfo(status, wall, searched.estimate.step_time_s, bound, len(configs), solved, cpu),
                           runners_up=runners)
+
+    def _keep(self, best: list[Candidate], plan: Plan) -> None:
+        """Add `plan`, estimated, to the candidates `best`, kept sorted by step time (ties by mesh, then
+        partition: the same winner whatever order the plans come in)."""
+        best.append(Candidate(plan, self.cm.estimate(plan, self.budget)))
+        best.sort(key=lambda c: (c.estimate.step_time_s, MeshConfig_of(c.plan), c.plan.stage_layers,
+                                 c.plan.recompute))
+
+    def _solve_deferred(self, best: list[Candidate], deferred: list[tuple[float, int, MeshConfig]],
+                        deadline: float) -> tuple[bool, dict[tuple, MeshConfig]]:
+        """Improve the configurations the search took greedy plans of (StageModel.improve), in increasing relaxed
+        bound, skipping each whose relaxed bound is not below the incumbent (it cannot beat it: the search's own
+        pruning rule, applied with a better incumbent). Returns whether every optimum is proven (False when the
+        time limit cut the solves short or CBC stopped at its own), and the configurations whose greedy plan was
+        kept unimproved (by MeshConfig_of), which runners-up solve exactly before they are shown."""
+        proven, greedy = True, {}
+        ordered = sorted(deferred)
+        for n, (bound, _, cfg) in enumerate(ordered):
+            incumbent = best[0].estimate.step_time_s
+            if bound >= incumbent or time.perf_counter() > deadline:
+                # sorted: no later one can beat it either; past the deadline nothing more is proven
+                proven &= bound >= incumbent
+                greedy.update((MeshConfig_of(self._stage_model(c).plan0), c) for _, _, c in ordered[n:])
+                break
+            sm = self._stage_model(cfg)
+            plan = sm.improve(incumbent)
+            proven &= bool(sm.proven)
+            if plan is None:
+                greedy[MeshConfig_of(sm.plan0)] = cfg  # not faster than the incumbent: its greedy plan stands
+            else:
+                self._keep(best, plan)
+        return proven, greedy
 
     def _with_compile(self, winner: Candidate, searched: Sequence[Candidate] = ()) -> Candidate:
         """The best compiled version of the winner, or of a `searched` candidate whose eager step is within
@@ -741,7 +781,13 @@ class Planner:
                 continue
             if len(sm.classes) == 1 and (sm.quick_relaxed_bound() >= incumbent() or sm.relaxed_bound() >= incumbent()):
                 continue
-            solved = sm.solve()
+            if len(sm.classes) == 1 and cfg.pp > 2:  # CBC's configurations: the greedy plan, then CBC if it may win
+                greedy = sm.greedy_plan()
+                if greedy is not None:
+                    yield Candidate(greedy, self.cm.estimate(greedy, self.budget))
+                solved = sm.improve(incumbent())
+            else:
+                solved = sm.solve()
             if solved is not None:
                 yield Candidate(solved, self.cm.estimate(solved, self.budget))
 
@@ -793,11 +839,21 @@ class Planner:
         return current
 
     def _find_runners_up(self, best: list[Candidate], rest: Iterable[tuple[float, int, MeshConfig]], k: int,
-                         budget_s: float = 2.0) -> list[Candidate]:
+                         greedy: dict[tuple, MeshConfig] | None = None, budget_s: float = 2.0) -> list[Candidate]:
         """Runners-up: the best other meshes among those solved, topped up by solving the next
-        configurations in bound order (not proven the 2nd..k-th best: each is a real, costed plan)."""
+        configurations in bound order (not proven the 2nd..k-th best: each is a real, costed plan). A runner-up
+        the search kept as a greedy plan (`greedy`, _solve_deferred) is solved exactly first: its mesh's best
+        partition, not a near one, is what it is compared at."""
         t0 = time.perf_counter()
         runners = self._runners_up(best, k)
+        greedy = dict(greedy or {})
+        while any(MeshConfig_of(c.plan) in greedy for c in runners):
+            for c in runners:
+                cfg = greedy.pop(MeshConfig_of(c.plan), None)
+                plan = self._stage_model(cfg).solve() if cfg is not None else None
+                if plan is not None:
+                    self._keep(best, plan)
+            runners = self._runners_up(best, k)
         seen = {MeshConfig_of(c.plan) for c in best}
         for _, _, cfg in rest:
             if len(runners) >= k or time.perf_counter() - t0 > budget_s:
@@ -1237,7 +1293,13 @@ class StageModel:
     def min_max_time(self) -> tuple[float, list[int] | None]:
         """The smallest bottleneck time tau such that every rank d can hold k_d blocks with
         t*(d, k_d) + ends_d <= tau and sum k_d = L (bisection over the candidate times; t* grows with
-        k and feasibility is downward closed), and a greedy assignment achieving it."""
+        k and feasibility is downward closed), and a greedy assignment achieving it (computed once: the
+        bounds, the greedy plan and CBC's cut and hint all read it)."""
+        if not hasattr(self, "_min_max"):
+            self._min_max = self._min_max_time()
+        return self._min_max
+
+    def _min_max_time(self) -> tuple[float, list[int] | None]:
         opts, L = self.options(), self.cm.num_blocks
         ends = [self._device_constants(d)[0] for d in range(self.cfg.pp)]
         table = [sorted((k, t + e) for k, (t, _) in o.items()) for o, e in zip(opts, ends)]
@@ -1397,13 +1459,15 @@ class StageModel:
         self._relaxed_cache = (base + float(allslopes[:need].sum()), floor_max)
         return self._relaxed_cache
 
-    def solve_uniform(self) -> Plan | None:
+    def solve_uniform(self, below: float = math.inf) -> Plan | None:
         """x[d,k] = 1 when rank d holds k blocks (each with its fastest fitting recompute mix):
             sum_k x[d,k] = 1,  sum_{d,k} k x[d,k] = L,  k >= vpp (every virtual stage >= 1 block)
             T_d = sum_k t(d,k) x[d,k] + ends_d + vpp * p2p;  Tmax >= T_d
             E >= sync_d - overlap_d,  Opt >= optimizer_d        (see add_data_parallel)
-            minimize m*Tmax + (sum_d T_d - Tmax)/vpp + E + Opt        (= the step time, seconds)."""
-        cfg, p, L = self.cfg, self.cfg.pp, self.cm.num_blocks
+            minimize m*Tmax + (sum_d T_d - Tmax)/vpp + E + Opt        (= the step time, seconds).
+        With `below` (pp > 2), only over the block counts that can give a step faster than it (options_below):
+        None then also when no plan of this configuration is faster."""
+        p, L = self.cfg.pp, self.cm.num_blocks
         options = self.options()
         if any(not o for o in options):
             self.proven = True  # some rank has no fitting block count: infeasible in closed form
@@ -1418,11 +1482,53 @@ class StageModel:
             self.proven = True
             return self._uniform_plan(best, options)
         # OR-Tools' MIP backend (CBC): continuous times in seconds, binary x; single-threaded and
-        # deterministic. The LP relaxation of this assignment model is tight, so it solves in ms.
-        solver = pywraplp.Solver.CreateSolver("CBC")
+        # deterministic. The cuts close most of the LP gap, so it solves in milliseconds.
+        if below < math.inf:
+            options = self.options_below(below)
+            if options is None:
+                self.proven = True  # no block count of some rank can beat `below`
+                return None
+        solver, x = self._uniform_program("CBC", options)
+        status = solver.Solve()
+        if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+            self.proven = status == pywraplp.Solver.INFEASIBLE  # else stopped at the limit: unknown
+            return None
+        self.proven = status == pywraplp.Solver.OPTIMAL
+        plan = self._uniform_plan([next(k for k in options[d] if x[d, k].solution_value() > 0.5) for d in range(p)],
+                                  options)
+        return plan if self.objective < below else None  # the window is necessary for `below`, not sufficient
+
+    def options_below(self, below: float) -> list[dict] | None:
+        """The options (all_device_options) of block counts that a plan faster than `below` can use, or None when
+        some rank keeps none. The step is at least (m - 1/v) Tmax + sum_d T_d / v + E + Opt with sum_d T_d >=
+        relaxed_sum and E + Opt >= sync_bound, so a faster plan has Tmax < (below - relaxed_sum / v - sync_bound)
+        / (m - 1/v), and every rank's time at its count is at most Tmax. With many micro-batches the window is a
+        block or two wide: CBC's program shrinks to a few variables a rank and its LP bound tightens."""
+        options = self.options()
+        v, m = self.cfg.vpp, self.m
+        if m - 1 / v <= 0:
+            return options
+        t_hi = (below - self.relaxed_sum() / v - self.sync_bound()) / (m - 1 / v) * (1 + 1e-9)
+        out = []
+        for d, o in enumerate(options):
+            ends = self._device_constants(d)[0]
+            kept = {k: val for k, val in o.items() if val[0] + ends <= t_hi}
+            if not kept:
+                return None
+            out.append(kept)
+        return out
+
+    def _uniform_program(self, backend: str, options: list[dict]
+                         ) -> tuple[pywraplp.Solver, dict[tuple[int, int], pywraplp.Variable]]:
+        """solve_uniform's program over `options` on `backend`: "CBC" with binary x, or "GLOP" with x relaxed to
+        [0, 1] (its optimum then a lower bound on the MIP's: `improve`)."""
+        cfg, p, L = self.cfg, self.cfg.pp, self.cm.num_blocks
+        solver = pywraplp.Solver.CreateSolver(backend)
         solver.SetNumThreads(1)
         solver.SetTimeLimit(20_000)
-        x = {(d, k): solver.BoolVar(f"x{d}_{k}") for d in range(p) for k in options[d]}
+        relax = backend == "GLOP"
+        x = {(d, k): solver.NumVar(0, 1, f"x{d}_{k}") if relax else solver.BoolVar(f"x{d}_{k}")
+             for d in range(p) for k in options[d]}
         for d in range(p):
             solver.Add(sum(x[d, k] for k in options[d]) == 1)
         solver.Add(sum(k * var for (d, k), var in x.items()) == L)
@@ -1452,18 +1558,47 @@ class StageModel:
         tau, hint = self.min_max_time()
         solver.Add(Tmax >= tau * (1 - 1e-9))
         solver.Add(sum(T) >= self.relaxed_sum() * (1 - 1e-9))
-        if hint is not None:
+        if hint is not None and all(k in o for k, o in zip(hint, options)):
             solver.SetHint([x[d, k] for d in range(p) for k in options[d]],
                            [1.0 if hint[d] == k else 0.0 for d in range(p) for k in options[d]])
         v, m = cfg.vpp, self.m
         solver.Minimize(m * Tmax + (sum(T) - Tmax) * (1.0 / v) + E + Opt)
-        status = solver.Solve()
-        if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
-            self.proven = status == pywraplp.Solver.INFEASIBLE  # else stopped at the limit: unknown
+        return solver, x
+
+    def improve(self, incumbent: float) -> Plan | None:
+        """Uniform blocks, pp > 2: this configuration's best plan where it is faster than `incumbent`, else None.
+        First the LP relaxation of solve_uniform's program over options_below (GLOP, about a millisecond against
+        CBC's tens): at or above `incumbent` nothing here can beat it; an integral LP optimum is the MIP's
+        optimum; else CBC. The LP's objective equals estimate's to ~1e-9 (test_planner_objective): the 1e-7
+        margin has a near tie solved, not pruned on rounding."""
+        below = incumbent * (1 + 1e-7)
+        options = self.options_below(below)
+        if options is None:
+            self.proven = True
             return None
-        self.proven = status == pywraplp.Solver.OPTIMAL
-        return self._uniform_plan([next(k for k in options[d] if x[d, k].solution_value() > 0.5) for d in range(p)],
-                                  options)
+        solver, x = self._uniform_program("GLOP", options)
+        status = solver.Solve()
+        if status == pywraplp.Solver.INFEASIBLE or (status == pywraplp.Solver.OPTIMAL
+                                                    and solver.Objective().Value() >= below):
+            self.proven = True
+            return None
+        if status == pywraplp.Solver.OPTIMAL:
+            counts = [[k for k in options[d] if x[d, k].solution_value() > 1 - 1e-6] for d in range(self.cfg.pp)]
+            if all(len(c) == 1 for c in counts) and sum(c[0] for c in counts) == self.cm.num_blocks:
+                self.proven = True
+                return self._uniform_plan([c[0] for c in counts], options)
+        return self.solve_uniform(below)
+
+    def greedy_plan(self) -> Plan | None:
+        """Uniform blocks: the plan of min_max_time's greedy assignment (every rank within the min-max stage
+        time, the other blocks added where the marginal time is least), or None. A real plan, and on the
+        llama3-70b case of benchmarks/plan_speed.py CBC's optimum in each of its 15 solves: the search takes
+        it as an incumbent and runs CBC only where a bound says the optimum may be better (Planner._solve)."""
+        options = self.options()
+        if any(not o for o in options):
+            return None
+        _, hint = self.min_max_time()
+        return None if hint is None else self._uniform_plan(hint, options)
 
     def _uniform_objective(self, counts: list[int], options: list[dict]) -> float:
         """The uniform model's step time [s] at block counts per rank (solve_uniform's objective)."""

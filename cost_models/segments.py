@@ -135,22 +135,25 @@ class SegmentCache:
     calibration fit prices hundreds) share one cache instead of each analysing the graph again."""
 
     graph: OpGraph
-    _segments: dict[tuple, dict[str, Segment]] = field(default_factory=dict)
+    _segments: dict[tuple[int, bool], dict[str, Segment]] = field(default_factory=dict)
+    _ids: dict[tuple, int] = field(default_factory=dict)
     _keys: dict[tuple, tuple] = field(default_factory=dict)
 
-    def key(self, placements: dict[str, str], sp: bool) -> tuple:
+    def key(self, placements: dict[str, str], sp: bool) -> tuple[int, bool]:
         """Key of a (placements, sequence-parallel) analysis; builds the analysis on first use. Placement
-        dicts are keyed by identity first: sorting a 1000-entry dict per query is slow."""
+        dicts are keyed by identity first: sorting a 1000-entry dict per query is slow. The key is (the number
+        of the placements' contents in this cache, sp): callers hash it per cost query (the cost model's
+        lru_cache), and a tuple of every placement would be hashed whole each time."""
         ident = (id(placements), sp)
         if ident in self._keys and self._keys[ident][0] is placements:
             return self._keys[ident][1]
-        key = (tuple(sorted(placements.items())), sp)
+        key = (self._ids.setdefault(tuple(sorted(placements.items())), len(self._ids)), sp)
         if key not in self._segments:
             self._segments[key] = split_segments(self.graph, placements, sp)
         self._keys[ident] = (placements, key)
         return key
 
-    def __getitem__(self, key: tuple) -> dict[str, Segment]:
+    def __getitem__(self, key: tuple[int, bool]) -> dict[str, Segment]:
         return self._segments[key]
 
 
@@ -170,6 +173,17 @@ def phase_node_ids(graph: OpGraph, seg_of: dict[int, str], name: str, phase: str
     return [n for n in sorted(g.nodes) if seg_of.get(n) == name and g.nodes[n].get("phase") == phase]
 
 
+def _phase_nodes(graph: OpGraph, seg_of: dict[int, str], names: set[str]) -> dict[tuple[str, str], list[int]]:
+    """phase_node_ids of every (segment in `names`, phase) at once: one pass over the graph, not one per pair."""
+    g = _digraph(graph)
+    out: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for n in sorted(g.nodes):
+        name = seg_of.get(n)
+        if name in names:
+            out[name, g.nodes[n].get("phase")].append(n)
+    return out
+
+
 def split_segments(graph: OpGraph, placements: dict[str, str], sequence_parallel: bool) -> dict[str, Segment]:
     """Build the "pre", "post" and one Segment per block class representative."""
     g = _digraph(graph)
@@ -177,19 +191,25 @@ def split_segments(graph: OpGraph, placements: dict[str, str], sequence_parallel
     for b, c in zip(graph.blocks, block_classes(graph)):
         reps.setdefault(c, b)
     seg_of = segment_of(graph)
-    sharded, gathered = _propagate_tp(graph, placements, seg_of)
+    names = ["pre", *reps.values(), "post"]
+    nodes = _phase_nodes(graph, seg_of, set(names))
+    sharded, gathered = _propagate_tp(graph, placements, seg_of, nodes)
     segments: dict[str, Segment] = {}
-    for name in ["pre", *reps.values(), "post"]:
-        segments[name] = _build_segment(graph, name, seg_of, sharded, placements, sequence_parallel)
+    regions = _param_regions(graph)
+    for name in names:
+        segments[name] = _build_segment(graph, name, nodes, sharded, placements, sequence_parallel, regions)
         segments[name].tp_gather_bytes = [_out_bytes(g.nodes[p]) / max(graph.batch, 1)
                                           for p in sorted(gathered) if seg_of.get(p) == name]
     return segments
 
 
-def _propagate_tp(graph: OpGraph, placements: dict[str, str],
-                  seg_of: dict[int, str]) -> tuple[dict[int, bool], set[int]]:
+def _propagate_tp(graph: OpGraph, placements: dict[str, str], seg_of: dict[int, str],
+                  nodes: dict[tuple[str, str], list[int]]) -> tuple[dict[int, bool], set[int]]:
     """Forward propagation of feature sharding (see module docstring); bwd ops inherit. Also returns
-    the feature-sharded forward ops whose output is all-gathered for a whole consumer."""
+    the feature-sharded forward ops whose output is all-gathered for a whole consumer. Only over the
+    segments in `nodes` (_phase_nodes): an input from another segment arrives gathered, so a segment's
+    flags do not depend on the others (the other 79 blocks of a uniform 80-block model are never read),
+    and an output that leaves its segment is gathered there."""
     g = _digraph(graph)
     out_sharded: dict[int, bool] = {}
     op_sharded: dict[int, bool] = {}
@@ -197,17 +217,14 @@ def _propagate_tp(graph: OpGraph, placements: dict[str, str],
     fwd_by_module: dict[str, list[bool]] = defaultdict(list)
     colwise_parents = {p.rpartition(".")[0] for p, v in placements.items() if v == "colwise"}
     norms = {p for p, op in graph.parametric_ops.items() if op.kind == "norm"}
-    for n in sorted(g.nodes):
+    for n in sorted(n for (_, phase), ids in nodes.items() if phase == "fwd" for n in ids):
         a = g.nodes[n]
-        if a.get("phase") != "fwd":
-            continue
         module = a.get("module", "")
         pl = placements.get(module)
         ins = []
         for p in g.predecessors(n):
             s = out_sharded.get(p, False)
-            if s and seg_of.get(p) != seg_of.get(n):  # leaves its segment: gathered there
-                gathered.add(p)
+            if s and seg_of.get(p) != seg_of.get(n):
                 s = False
             ins.append(s)
         whole = pl in ("replicate", "sequence") and not (module in norms
@@ -227,10 +244,11 @@ def _propagate_tp(graph: OpGraph, placements: dict[str, str],
             s = any(ins)
             op_sharded[n], out_sharded[n] = s, s
         fwd_by_module[a.get("module", "")].append(op_sharded[n])
-    for n in sorted(g.nodes):
+        if out_sharded[n] and any(seg_of.get(s) != seg_of.get(n) and g.nodes[s].get("phase") == "fwd"
+                                  for s in g.successors(n)):
+            gathered.add(n)  # leaves its segment: gathered there
+    for n in sorted(n for (_, phase), ids in nodes.items() if phase != "fwd" for n in ids):
         a = g.nodes[n]
-        if a.get("phase") == "fwd":
-            continue
         f = a.get("fwd_node")
         if f is not None and f in op_sharded:
             op_sharded[n] = op_sharded[f]
@@ -240,8 +258,8 @@ def _propagate_tp(graph: OpGraph, placements: dict[str, str],
     return op_sharded, gathered
 
 
-def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: dict[int, bool],
-                   placements: dict[str, str], sequence_parallel: bool) -> Segment:
+def _build_segment(graph: OpGraph, name: str, nodes: dict[tuple[str, str], list[int]], sharded: dict[int, bool],
+                   placements: dict[str, str], sequence_parallel: bool, regions: dict[str, str]) -> Segment:
     g = _digraph(graph)
     per_sample = 1.0 / max(graph.batch, 1)
     experts = {p for p, op in graph.parametric_ops.items() if op.kind == "experts"}
@@ -257,7 +275,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
     weight_shapes = {tuple(int(d) for d in shape) for op in graph.parametric_ops.values()
                      for shape in op.shapes.values()}
     for phase in ("fwd", "bwd"):
-        ids = phase_node_ids(graph, seg_of, name, phase)
+        ids = nodes.get((name, phase), [])
         attrs = [g.nodes[n] for n in ids]
         names = [a.get("op", "") for a in attrs]
         flops = np.array([a.get("flops", 0.0) for a in attrs], dtype=float) * per_sample
@@ -306,7 +324,7 @@ def _build_segment(graph: OpGraph, name: str, seg_of: dict[int, str], sharded: d
             _collect_collectives(graph, seg, ids, placements, per_sample)
             if ids:
                 seg.input_bytes = _segment_input_bytes(graph, ids) * per_sample
-    _count_params(graph, seg, name, placements)
+    _count_params(graph, seg, name, placements, regions)
     return seg
 
 
@@ -415,17 +433,25 @@ def _first_out_bytes(attrs: dict) -> float:
     return _out_bytes({"out_shapes": attrs.get("out_shapes", [])[:1], "out_dtypes": attrs.get("out_dtypes", [])[:1]})
 
 
-def _param_region(graph: OpGraph, path: str) -> str:
-    """'pre' or 'post' for a parametric op outside the blocks: the region of its first forward op."""
+def _param_regions(graph: OpGraph) -> dict[str, str]:
+    """Each parametric op's segment: its block, else 'pre' or 'post' (the region of its first forward op;
+    'post' when it runs none), in one pass over the forward."""
+    out = {path: op.block for path, op in graph.parametric_ops.items() if op.block}
+    outside = [path for path in graph.parametric_ops if path not in out]
     for _, a in graph.nodes(phase="fwd"):
-        if a["module"] == path or a["module"].startswith(path + "."):
-            return a["region"]
-    return "post"
+        if not outside:
+            break
+        module = a["module"]
+        for path in [p for p in outside if module == p or module.startswith(p + ".")]:
+            out[path] = a["region"]
+            outside.remove(path)
+    return out | {path: "post" for path in outside}
 
 
-def _count_params(graph: OpGraph, seg: Segment, name: str, placements: dict[str, str]) -> None:
+def _count_params(graph: OpGraph, seg: Segment, name: str, placements: dict[str, str],
+                  regions: dict[str, str]) -> None:
     for path, op in graph.parametric_ops.items():
-        if (op.block or _param_region(graph, path)) != name:
+        if regions[path] != name:
             continue
         pl = placements.get(path)
         seg.param_tensors += len(op.shapes) - len(op.tied)

@@ -4,6 +4,7 @@ determinism, pins, infeasibility explanations, runners-up."""
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import replace
 
@@ -173,6 +174,39 @@ def test_search_bounds_are_below_the_bounds_they_stand_in_for(layers, gpus, batc
             assert gb <= planner.lower_bound(c)
             sm = planner._stage_model(c)
             assert sm.quick_relaxed_bound() <= sm.relaxed_bound()
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(layers=st.integers(6, 10), gpus=st.just(8), batch=st.sampled_from([16, 32]), squeeze=st.floats(0.02, 1.0))
+def test_greedy_then_bounded_search_finds_what_solving_every_configuration_finds(layers, gpus, batch, squeeze):
+    """The search takes the greedy plan of each pp > 2 configuration and runs CBC only where a bound leaves
+    room (Planner._solve_deferred, StageModel.improve). Its objective is the best of CBC's optima over every
+    configuration, and at each: the greedy plan is no better than CBC's, improve(inf) is CBC's optimum, and
+    improve below that optimum finds nothing."""
+    spec = _spec(layers, 8, 4, 16, 256, 512)
+    ctx = context(spec, "h100-sxm", gpus, 1024, gpus_per_node=8)
+    budget = squeeze * 80 * 2**30
+    result = Planner(ctx.graph, ctx.cluster, batch, 1024, budget, cost_model=ctx.cost_model).solve(top_k=0)
+    every = Planner(ctx.graph, ctx.cluster, batch, 1024, budget, cost_model=ctx.cost_model)
+    best, lazy = math.inf, 0
+    for cfg in every.mesh_configs():
+        sm = every._stage_model(cfg)
+        plan = sm.solve() if sm.memory_may_fit() else None
+        if plan is None:
+            continue
+        optimum = sm.objective
+        best = min(best, every.cm.estimate(plan, budget).step_time_s)
+        if cfg.pp > 2:
+            lazy += 1
+            assert sm.greedy_plan() is not None and sm.objective >= optimum * (1 - 1e-9)
+            assert sm.improve(math.inf) is not None and sm.objective == pytest.approx(optimum, rel=1e-9)
+            assert sm.improve(optimum * (1 - 1e-6)) is None
+    assert lazy > 0  # the space has configurations the lazy path handles
+    if best == math.inf:
+        assert result.plan is None
+    else:
+        assert result.solver.status == "OPTIMAL"
+        assert result.solver.objective == pytest.approx(best, rel=1e-9)
 
 
 def _llama7b_on_two_h200s():
