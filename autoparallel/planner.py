@@ -631,6 +631,7 @@ class Planner:
         order = self._bound_order(configs)
         best: list[Candidate] = []    # feasible, sorted by step time
         deferred: list[tuple[float, int, MeshConfig]] = []  # (relaxed bound, index, config): greedy plans to prove
+        beaten: list[tuple[float, int, MeshConfig]] = []  # (bound, index, config): solved only below the incumbent
         misses: list[MeshConfig] = []   # configurations that did not fit, for the explanation
         solved = 0
         last_say = time.perf_counter()
@@ -657,11 +658,16 @@ class Planner:
                 if lb2 >= best[0].estimate.step_time_s:
                     continue
             lazy = len(sm.classes) == 1 and cfg.pp > 2  # CBC's configurations
-            plan = sm.greedy_plan() if lazy else sm.solve()
+            # a configuration that cannot beat the incumbent needs no optimum of its own
+            below = best[0].estimate.step_time_s if best else math.inf
+            plan = sm.greedy_plan() if lazy else sm.solve(below)
             if plan is None and lazy:
-                plan, lazy = sm.solve(), False
+                plan, lazy = sm.solve(below), False
             if plan is None:
-                misses.append(cfg)
+                if best:
+                    beaten.append((lb, i, cfg))  # nothing faster than the incumbent: a runner-up candidate
+                else:
+                    misses.append(cfg)  # for the explanation of an infeasible search
                 proven &= sm.proven is not False  # a time-limited solve that found nothing proves nothing
                 continue
             if lazy:
@@ -677,7 +683,9 @@ class Planner:
         done, greedy = self._solve_deferred(best, deferred, t0 + time_limit_s)
         proven &= done
         rest = itertools.chain([pending] if pending else [], order)
-        runners = self._find_runners_up(best, rest, top_k, greedy) if best else []
+        # runners-up get a quarter of the search's time (at least 2 s): a large mixed-class model's solves take ~1 s
+        runners = self._find_runners_up(best, rest, top_k, greedy, beaten,
+                                        max(2.0, 0.25 * (time.perf_counter() - t0))) if best else []
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         if not best:
             return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved, cpu),
@@ -787,7 +795,7 @@ class Planner:
                     yield Candidate(greedy, self.cm.estimate(greedy, self.budget))
                 solved = sm.improve(incumbent())
             else:
-                solved = sm.solve()
+                solved = sm.solve(incumbent())
             if solved is not None:
                 yield Candidate(solved, self.cm.estimate(solved, self.budget))
 
@@ -839,11 +847,13 @@ class Planner:
         return current
 
     def _find_runners_up(self, best: list[Candidate], rest: Iterable[tuple[float, int, MeshConfig]], k: int,
-                         greedy: dict[tuple, MeshConfig] | None = None, budget_s: float = 2.0) -> list[Candidate]:
+                         greedy: dict[tuple, MeshConfig] | None = None,
+                         beaten: Sequence[tuple[float, int, MeshConfig]] = (), budget_s: float = 2.0) -> list[Candidate]:
         """Runners-up: the best other meshes among those solved, topped up by solving the next
         configurations in bound order (not proven the 2nd..k-th best: each is a real, costed plan). A runner-up
         the search kept as a greedy plan (`greedy`, _solve_deferred) is solved exactly first: its mesh's best
-        partition, not a near one, is what it is compared at."""
+        partition, not a near one, is what it is compared at. The configurations the search solved only below
+        its incumbent (`beaten`: none faster) are solved again, in increasing bound, below the k-th runner-up."""
         t0 = time.perf_counter()
         runners = self._runners_up(best, k)
         greedy = dict(greedy or {})
@@ -854,6 +864,14 @@ class Planner:
                 if plan is not None:
                     self._keep(best, plan)
             runners = self._runners_up(best, k)
+        for lb, _, cfg in sorted(beaten):
+            bar = runners[-1].estimate.step_time_s if len(runners) >= k else math.inf
+            if lb >= bar or time.perf_counter() - t0 > budget_s:
+                break
+            plan = self._stage_model(cfg).solve(bar)
+            if plan is not None:
+                self._keep(best, plan)
+                runners = self._runners_up(best, k)
         seen = {MeshConfig_of(c.plan) for c in best}
         for _, _, cfg in rest:
             if len(runners) >= k or time.perf_counter() - t0 > budget_s:
@@ -1186,9 +1204,10 @@ class StageModel:
         return states * (1 + ALLOCATOR_RESERVE) <= self.pl.budget
 
     # ---- the model -----------------------------------------------------------------------------------------
-    def solve(self) -> Plan | None:
-        """Uniform blocks (one class): the per-rank model `solve_uniform`; mixed classes: `solve_general`."""
-        return self.solve_uniform() if len(self.classes) == 1 else self.solve_general()
+    def solve(self, below: float = math.inf) -> Plan | None:
+        """Uniform blocks (one class): the per-rank model `solve_uniform`; mixed classes: `solve_general`. With
+        `below`, None also where no plan of this configuration is faster than it."""
+        return self.solve_uniform(below) if len(self.classes) == 1 else self.solve_general(below)
 
     def _solver(self) -> cp_model.CpSolver:
         solver = cp_model.CpSolver()
@@ -1414,7 +1433,7 @@ class StageModel:
         affine in the blocks a rank holds, whose mean is L/pp; E is at least each affine piece of
         comm.dp_overlap_cost, whose GPU idle time is at most every block's largest over the recompute modes."""
         if len(self.classes) != 1:
-            return 0.0
+            return self._mixed_sync_bound()
         p, L = self.cfg.pp, self.cm.num_blocks
         rep = self.rep[self.classes[0]]
         sync_k, opt_k, cover_k, _ = self._dp_coefficients(rep)
@@ -1427,6 +1446,36 @@ class StageModel:
         # the optimizer term's update part and the per-step host work; the FSDP meetings (>= 0) left out
         o = sum(c[2] for c in consts) / p + opt_k * L / p + self.cm.host.step_s
         return max(e, 0.0) + o
+
+    def _mixed_sync_bound(self) -> float:
+        """sync_bound for mixed block classes, from add_data_parallel's rows: E and Opt are at least each rank's
+        affine terms, so at least their mean over the ranks, which sums every block's coefficient once (per class:
+        its count); a block's backward cover and GPU idle at their largest over the recompute modes, and the
+        expert groups' constant (>= 0) left out. The CP-SAT model's search prunes on it (DeepSeek-V3's 3 dense +
+        58 MoE blocks: without it every configuration whose memory-blind pipeline bound is below the incumbent
+        was solved, on 1024 GPUs past the search's time limit)."""
+        c, p, m = self.cfg, self.cfg.pp, self.m
+        ds, dc, es, _ = self.dp_time_linear()
+        const = (dc if c.dense_dp > 1 else 0.0) * p
+        sync = cover = idle = 0.0
+        opt = self.cm.host.step_s * p
+        for name in ("pre", "post"):
+            pa, pe = self.params_of(name)
+            const += ds * (pa - pe) + es * pe
+            opt += self.opt_time(name)
+            cover += self.cover(self.cost(name, "none"))
+            idle += m * self.cost(name, "none").idle_s
+        for cls, k in self.class_counts.items():
+            pa, pe = self.params_of(self.rep[cls])
+            sync += k * (ds * (pa - pe) + (es * pe if c.expert_dp > 1 else 0.0))
+            opt += k * self.opt_time(self.rep[cls])
+            costs = [self.cost(self.rep[cls], r) for r in self.modes]
+            cover += k * max(self.cover(sc) for sc in costs)
+            idle += k * m * max(sc.idle_s for sc in costs)
+        if not self.cm.overlap_grad_sync:
+            cover = 0.0
+        e = max(dp_overlap_pieces((const + sync) / p, cover / p, idle / p, self.cm.interference))
+        return max(e, 0.0) + opt / p
 
     def _relaxed(self) -> tuple[float, float]:
         """(convex-minorant lower bound on sum_d T_d, largest single-rank minimum time)."""
@@ -1702,7 +1751,11 @@ class StageModel:
         return time_, sync, opt, cover, tail, idle
 
     # ---- general: mixed block classes, contiguous boundaries ----------------------------------------------
-    def solve_general(self) -> Plan | None:
+    def solve_general(self, below: float = math.inf) -> Plan | None:
+        """The CP-SAT model (mixed block classes). With `below`, only plans whose step the model puts under it
+        (None, proven, when there is none): a configuration the search's incumbent already beats is then a short
+        infeasibility proof, not a search for its own optimum to the time limit (DeepSeek-V3's 3 dense + 58 MoE
+        blocks on 1024 H100s: 20 s a pp=4 configuration before)."""
         model = cp_model.CpModel()
         B, cnt = self.add_partition(model)
         n, used = self.add_recompute(model, cnt)
@@ -1710,7 +1763,12 @@ class StageModel:
         self.add_memory(model, cnt, n, used)
         E, Opt = self.add_data_parallel(model, cnt, n)
         v, m = self.cfg.vpp, self.m
-        model.Minimize(v * m * Tmax + sum(T) - Tmax + v * E + v * Opt)
+        objective = v * m * Tmax + sum(T) - Tmax + v * E + v * Opt
+        model.Minimize(objective)
+        if below < math.inf:
+            # in the model's integer units (RESOLUTION of the step's work: each term rounds by half a unit, so
+            # the model's step is within ~1e-5 of estimate's); the 1e-4 margin keeps a near tie in
+            model.Add(objective <= int(below * (1 + 1e-4) * v * self.ns))
         solver = self._solver()
         status = solver.Solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

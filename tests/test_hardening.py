@@ -298,8 +298,8 @@ def test_solver_status_is_feasible_when_a_solve_is_unproven(monkeypatch):
     from autoparallel.api import plan_result
     real = planner_mod.StageModel.solve
 
-    def unproven(self):
-        plan = real(self)
+    def unproven(self, below=float("inf")):
+        plan = real(self, below)
         self.proven = False
         return plan
     monkeypatch.setattr(planner_mod.StageModel, "solve", unproven)

@@ -109,3 +109,9 @@ def test_planner_objective_and_memory_equal_estimate(kind, layers, heads, inter,
         assert abs(sm.objective - est.step_time_s) <= (7 * layers + 8) * 0.5 / sm.ns
     for d in range(pp):
         assert _planner_memory(sm, d, plan) == pytest.approx(est.memory_per_stage_gib[d] * 2**30, rel=1e-9)
+    # the search prunes a configuration on lower_bound (its pipeline term and sync_bound, which for mixed classes
+    # sums add_data_parallel's per-block coefficients): at most the step of any plan of it, this one's included
+    tol = 1e-9 * est.step_time_s if len(sm.classes) == 1 else (7 * layers + 8) * 0.5 / sm.ns
+    assert planner.lower_bound(cfg) <= est.step_time_s + tol
+    b = est.breakdown  # sync_bound: at most the plan's data-parallel exposure, interference and optimizer terms
+    assert sm.sync_bound() <= b["dp_comm_exposed_s"] + b["dp_interference_s"] + b["optimizer_s"] + tol
