@@ -11,6 +11,8 @@ trainer and tracer run, `causal_lm_forward`, that
   itself uses when no padding mask is given), an explicit additive mask otherwise. HF's mask
   utilities call data-dependent checks (`find_packed_sequence_indices(...).all()`) that fail on the
   meta device, so the tracer sees an op-level graph only on this path,
+* computes Gemma 4's per-layer inputs (E2B / E4B: `PerLayerInputs`) beside the token embedding, as the base
+  model's own methods do, and hands each block its slice,
 * skips the pieces a pipeline stage does not hold (embeddings before the first stage, final norm and
   head after the last) and takes hidden states as its input on later stages,
 * returns logits (not a ModelOutput, no loss): the trainer computes HF's loss itself (`hf_labels`,
@@ -28,6 +30,7 @@ file of a model_type the catalog does not implement, given to the CLI) imports i
 from __future__ import annotations
 
 import ast
+import collections
 import contextlib
 import copy
 import functools
@@ -64,6 +67,21 @@ class BlockBias:
 
 
 @dataclass(frozen=True)
+class PerLayerInputs:
+    """Per-layer embeddings (PLE: Gemma 4's E2B and E4B). Beside the token embedding, the base model looks each
+    token up in a second table, `num_layers x width` wide, adds a projection of the token embeddings (scaled, cut
+    per layer, normalized), scales the sum, and hands block i its slice i as `per_layer_input`: what its
+    get_per_layer_inputs and project_per_layer_inputs compute, run where the token embedding runs."""
+
+    table: str               # the per-layer embedding ("model.embed_tokens_per_layer"), [vocab, layers x width]
+    projection: str          # the token embeddings' projection to every layer's input ("model.per_layer_model_projection")
+    norm: str                # the norm over each layer's slice of that projection ("model.per_layer_projection_norm")
+    width: int               # config.hidden_size_per_layer_input
+    projection_scale: float  # the base model's per_layer_model_projection_scale (hidden_size ** -0.5)
+    input_scale: float       # its per_layer_input_scale (2 ** -0.5), applied to the sum
+
+
+@dataclass(frozen=True)
 class HFParts:
     """Module paths of an HF decoder-only causal LM (None: the model has no such piece)."""
 
@@ -96,7 +114,8 @@ class HFParts:
     padding_mask_types: tuple[str, ...] = ()  # layer types whose blocks take the [B, S] padding mask itself, not
                                               # a causal one (MiniMax's "linear_attention", a recurrent mixer)
     # the blocks take a dict into which a layer of each type stores its keys and values (Gemma 4's
-    # `shared_kv_states`, written whether or not a later layer reuses them): a fresh one every forward
+    # `shared_kv_states`, written whether or not a later layer reuses them, read by the last
+    # num_kv_shared_layers layers): a fresh one every forward
     kv_store: bool = False
     # layer types the config gives no rotary parameters: their blocks get position_embeddings None (Ergo's full
     # attention, no position embedding), as the base model's forward passes them
@@ -110,6 +129,11 @@ class HFParts:
     # the LM's own loss scores position t against labels[t + 1] (transformers' ForCausalLMLoss); BART's, mBART's,
     # PLBART's, TrOCR's and Whisper's decoders score it against labels[t]: their labels come shifted
     shifts_labels: bool = True
+    per_layer: PerLayerInputs | None = None  # per-layer embeddings every block takes a slice of (Gemma 4's E2B/E4B)
+    # why the blocks cannot be cut into pipeline stages ("" where they can): a tensor causal_lm_forward hands from
+    # one block to later ones besides the hidden states (per-layer inputs, shared keys and values), which the
+    # trainer's stages do not pass on
+    no_pipeline: str = ""
 
 
 # torchao's (one warning per optional CUDA extension its build cannot load: "Failed to load ..._C_mxfp8...so"),
@@ -272,6 +296,13 @@ def hf_parts(model: nn.Module) -> HFParts:
         raise UserError(f"{type(model).__name__}: {base_path}'s forward runs {sorted(twice)} both before and after "
                         f"its blocks with the same parameters, which pipeline stages cannot share; not supported")
     before, after = order[:cut], [n for n in order[:cut] if n in twice] + order[cut + 1:]
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    # per-layer embeddings (Gemma 4's E2B / E4B): their modules run beside the token embedding, by
+    # causal_lm_forward's own rule (PerLayerInputs), not as an input projection or a position table
+    per_layer = _per_layer_inputs(model, base, base_path, config, blocks)
+    if per_layer is not None:
+        ple = {per_layer.table, per_layer.projection, per_layer.norm}
+        before, after = [n for n in before if full(n) not in ple], [n for n in after if full(n) not in ple]
     # floating-point tensors the base model holds itself are values its forward mixes in (CTRL's sinusoidal
     # position table), which causal_lm_forward would skip; integer and boolean ones are the causal masks and
     # position ids it builds itself (GPT-BigCode's `bias`, GPT-1's `position_ids`)
@@ -302,7 +333,6 @@ def hf_parts(model: nn.Module) -> HFParts:
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     source = source_of(type(base).forward)
     window, mixed = _windows(model.config, source)
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     if not any(config_values(config, "num_attention_heads")):  # RWKV's time mixing (no convolution): a Python loop
         # over the sequence, whose meta trace at 1024 tokens ran past 5 minutes (`autoparallel plan`)
         raise UserError(f"{type(model).__name__}: its config declares no attention heads (num_attention_heads), so "
@@ -315,7 +345,9 @@ def hf_parts(model: nn.Module) -> HFParts:
     # module with a forward of its own): one error rather than a forward without it
     widen = [n for n in before if (f := linear_features(kinds[n])) is not None and f[0] != f[1] and n not in twice]
     norms = _embed_norms(base, before, kinds, positions, twice)
-    handled = {embed.rpartition(".")[2], positions, rotary_name, *widen, *twice, *norms}
+    handled = {embed.rpartition(".")[2], positions, rotary_name, *widen, *twice, *norms,
+               *(n.rpartition(".")[2] for n in ((per_layer.table, per_layer.projection, per_layer.norm)
+                                                 if per_layer is not None else ()))}
     skipped = [n for n in mentioned_before(base, [n for n, _ in children], layers_name)
                if n not in handled and not isinstance(kinds[n], nn.Dropout)]
     if skipped:
@@ -354,22 +386,16 @@ def hf_parts(model: nn.Module) -> HFParts:
         raise UserError(f"{type(model).__name__}: config.{loops[0]}={loops[1]} runs some of its layers {loops[1]} "
                         f"times a forward, which autoparallel's Hugging Face forward does not (each layer runs "
                         f"once); this architecture is not supported there; pass a package.module:callable")
-    # per-layer input embeddings (Gemma 3n's and Gemma 4's small models): a second embedding table whose slices
-    # the base forward hands each block as `per_layer_input`; causal_lm_forward hands none (the trainer failed)
-    if getattr(config, "hidden_size_per_layer_input", None):
-        raise UserError(f"{type(model).__name__}: config.hidden_size_per_layer_input="
-                        f"{config.hidden_size_per_layer_input} feeds each block a slice of a second, per-layer "
-                        f"embedding, which autoparallel's Hugging Face forward does not compute; this architecture "
-                        f"is not supported there (set it to 0 for a model without per-layer inputs); pass a "
-                        f"package.module:callable")
     accepted = inspect.signature(blocks[0].forward).parameters if len(blocks) else {}
     kv_store = "shared_kv_states" in accepted
-    if kv_store and getattr(config, "num_kv_shared_layers", 0):
-        # a later layer reads an earlier one's keys and values: across pipeline stages they would not reach it
-        raise UserError(f"{type(model).__name__}: config.num_kv_shared_layers={config.num_kv_shared_layers} makes "
-                        f"its last layers reuse earlier layers' keys and values, which autoparallel's Hugging Face "
-                        f"forward does not pass between blocks; this architecture is not supported there (set it "
-                        f"to 0 for a model whose layers each compute their own); pass a package.module:callable")
+    # what a block hands later blocks besides the hidden states: within one pipeline stage causal_lm_forward
+    # passes it, across stages it would not arrive (the trainer's stages send the hidden states only)
+    shared = (getattr(config, "num_kv_shared_layers", 0) or 0) if kv_store else 0
+    no_pipeline = "; ".join(
+        ([f"config.hidden_size_per_layer_input={per_layer.width}: every block takes its slice of per-layer inputs "
+          f"computed beside the token embedding"] if per_layer is not None else [])
+        + ([f"config.num_kv_shared_layers={shared}: its last {shared} layers reuse earlier layers' keys and "
+            f"values"] if shared else []))
     bias = _block_bias(base, base_path, blocks[0]) if len(blocks) and rotary is None else None
     none_args = _required_block_args(model, blocks[0], rotary is not None, bias) if len(blocks) else ()
     if "shared" in (getattr(config, "indexer_types", None) or ()):
@@ -406,7 +432,54 @@ def hf_parts(model: nn.Module) -> HFParts:
                    padding_mask_types=padding_types, kv_store=kv_store, unrotated_types=unrotated,
                    embed_norms=tuple(full(n) for n in norms), bias=bias,
                    bool_mask=re.search(r"create_causal_mask\([^()]*\)\.to\(torch\.bool\)", source) is not None,
-                   shifts_labels=shifts_labels(model))
+                   shifts_labels=shifts_labels(model), per_layer=per_layer, no_pipeline=no_pipeline)
+
+
+def _per_layer_inputs(model: nn.Module, base: nn.Module, base_path: str, config: object,
+                      blocks: nn.ModuleList) -> PerLayerInputs | None:
+    """The per-layer embeddings of a base model whose config sets hidden_size_per_layer_input (Gemma 4's E2B / E4B,
+    PerLayerInputs), None without them. causal_lm_forward computes them as the base model's get_per_layer_inputs and
+    project_per_layer_inputs do; a base model whose pieces or methods are not those (Gemma 3n's, whose blocks also
+    take AltUp's stacked streams) is one error."""
+    from autoparallel.errors import UserError
+
+    width = getattr(config, "hidden_size_per_layer_input", None)
+    if not width:
+        return None
+    names = ("embed_tokens_per_layer", "per_layer_model_projection", "per_layer_projection_norm")
+    pieces = [getattr(base, n, None) for n in names]
+    scales = [_number(getattr(base, a, None)) for a in ("per_layer_model_projection_scale", "per_layer_input_scale")]
+
+    def source(method: str) -> str:
+        fn = getattr(type(base), method, None)
+        return source_of(fn) if callable(fn) else ""
+
+    takes = len(blocks) > 0 and "per_layer_input" in inspect.signature(blocks[0].forward).parameters
+    project = source("project_per_layer_inputs")
+    if not (isinstance(pieces[0], nn.Embedding) and linear_features(pieces[1]) is not None and is_norm_like(pieces[2])
+            and None not in scales and takes and "self.embed_tokens_per_layer(" in source("get_per_layer_inputs")
+            and all(f"self.{n}" in project for n in (*names[1:], "per_layer_model_projection_scale",
+                                                     "per_layer_input_scale"))):
+        raise UserError(f"{type(model).__name__}: config.hidden_size_per_layer_input={width} feeds each block a "
+                        f"slice of a second, per-layer embedding, which autoparallel's Hugging Face forward computes "
+                        f"only as Gemma 4's base model does ({', '.join(names)}); {base_path} "
+                        f"({type(base).__name__}) computes it otherwise: this architecture is not supported there; "
+                        f"pass a package.module:callable")
+    return PerLayerInputs(table=f"{base_path}.{names[0]}", projection=f"{base_path}.{names[1]}",
+                          norm=f"{base_path}.{names[2]}", width=int(width), projection_scale=scales[0],
+                          input_scale=scales[1])
+
+
+def per_layer_inputs(model: nn.Module, spec: PerLayerInputs, ids: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
+    """[B, S, layers, width]: the base model's get_per_layer_inputs (the table's rows of the tokens, cut per layer)
+    and project_per_layer_inputs (the token embeddings projected, scaled, cut per layer, normalized; added to the
+    rows, the sum scaled), op for op. Cut by the width rather than by the batch and sequence of the ids: under
+    sequence parallelism the table's and the projection's outputs hold this rank's chunk of the sequence."""
+    rows = _get(model, spec.table)(ids)
+    rows = rows.reshape(*rows.shape[:-1], -1, spec.width)
+    projected = _get(model, spec.projection)(embeds) * spec.projection_scale
+    projected = _get(model, spec.norm)(projected.reshape(*projected.shape[:-1], -1, spec.width))
+    return (projected + rows) * spec.input_scale
 
 
 def shifts_labels(model: nn.Module) -> bool:
@@ -1016,6 +1089,14 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     h = embed(x) if embed is not None else x
     if embed is not None and parts.embed_scale != 1.0:
         h = h * parts.embed_scale
+    per_layer = None
+    if parts.per_layer is not None:  # from the ids and the token embeddings, before anything else runs on them
+        if embed is None:
+            from autoparallel.errors import UserError
+
+            raise UserError(f"{type(model).__name__}: a pipeline stage without the token embedding cannot compute "
+                            f"the per-layer inputs its blocks take ({parts.no_pipeline}); use a plan with pp=1")
+        per_layer = per_layer_inputs(model, parts.per_layer, x, h)
     for path in parts.before if embed is not None else ():
         h = _get(model, path)(h)
     positions = torch.arange(seq, device=x.device)
@@ -1055,12 +1136,14 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
         kwargs["position_embeddings"] = rotary(h, rotary_ids)
     kwargs.update(dict.fromkeys(parts.none_args))
     kwargs = {k: v for k, v in kwargs.items() if k in parts.block_args or k in parts.none_args}
-    if parts.kv_store:
-        kwargs["shared_kv_states"] = {}
+    if parts.kv_store:  # a mapping FSDP2's input casts hand on as it is (a dict they would copy: transformers'
+        kwargs["shared_kv_states"] = collections.UserDict()  # KVSharingDict is one too)
     if parts.bias is not None:
         kwargs[parts.bias.arg] = BIAS_BUILDERS[parts.bias.arg][1](_get(model, parts.bias.base), h, attention_mask)
     layers = _get(model, parts.layers)
-    for layer in layers if layers is not None else ():
+    for key, layer in layers._modules.items() if layers is not None else ():  # (each entry, repeats included)
+        if per_layer is not None:  # block i's slice (a ModuleList keeps its indices as keys on a pipeline stage)
+            kwargs["per_layer_input"] = per_layer[:, :, int(key), :]
         kind = _layer_type(layer) if parts.rotary_by_layer_type or parts.padding_mask_types or by_kind else None
         if rotary is not None and parts.rotary_by_layer_type:
             if kind not in tables:  # a layer type without rotary parameters takes none (Ergo's full attention)

@@ -202,10 +202,11 @@ def _feeds_linear(path: str, kinds: dict[str, str], succs: dict[str, set[str]], 
 
 
 def _is_token_embedding(graph: OpGraph, path: str) -> bool:
-    """The embedding with the most rows, the vocabulary's (OPT's position table is wider than its token
-    embedding, which project_in widens)."""
-    embs = [(op.in_features or 0, p) for p, op in graph.parametric_ops.items() if op.kind == "embedding"]
-    return bool(embs) and max(embs)[1] == path
+    """An embedding with the most rows, the vocabulary's (OPT's position table is wider than its token
+    embedding, which project_in widens); each of several (Gemma 4's per-layer table beside its token embedding,
+    the LM head's tied weight: by name the per-layer table had been the one, the tied pair split two ways)."""
+    rows = [op.in_features or 0 for op in graph.parametric_ops.values() if op.kind == "embedding"]
+    return bool(rows) and (graph.parametric_ops[path].in_features or 0) == max(rows)
 
 
 def _outside_blocks(graph: OpGraph, path: str) -> bool:

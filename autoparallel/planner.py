@@ -324,6 +324,9 @@ class Planner:
             raise UserError(f"pin ep={f['ep']}: the model has {experts or 'no'} experts")
         if "pp" in f and f["pp"] > max(self.cm.num_blocks, 1):
             raise UserError(f"pin pp={f['pp']} exceeds the model's {self.cm.num_blocks} blocks")
+        if f.get("pp", 1) > 1 and self.graph.no_pipeline:
+            raise UserError(f"pin pp={f['pp']}: {self.model_name}'s blocks cannot be cut into pipeline stages "
+                            f"({self.graph.no_pipeline}, which the trainer's stages do not pass on); use pp=1")
         if f.get("vpp", 1) > 1 and f.get("pp", 2) == 1:
             raise UserError("pin vpp>1 contradicts pp=1: interleaving needs pipeline stages")
         if f.get("sequence_parallel") and not self.cm.sequence_splits:
@@ -344,8 +347,8 @@ class Planner:
             if not self._tp_runs(tp):
                 continue
             for pp in _divisors(n // tp):
-                if f.get("pp", pp) != pp or pp > L:
-                    continue
+                if f.get("pp", pp) != pp or pp > L or (pp > 1 and self.graph.no_pipeline):
+                    continue  # (no_pipeline: later blocks read more than the hidden states a stage sends)
                 for ep, cp in ((e, c) for e in _divisors(n // (tp * pp)) for c in self._cp_degrees(n // (tp * pp * e))):
                     if f.get("ep", ep) != ep or (ep > 1 and (not experts or experts % ep)):
                         continue

@@ -96,7 +96,7 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise UserError(f"trace: dtype must be a floating torch.dtype such as torch.bfloat16, got {dtype!r}")
     meta_model, name, spec = _meta_model(model, dtype)
-    _use_training_forward(meta_model)
+    no_pipeline = _use_training_forward(meta_model)
     name = model_name or name
     meta_model.train()  # training step: dropout active, as in the runs being planned
     blocks = find_blocks(meta_model)
@@ -133,6 +133,7 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     graph.selective_as_op = [p for p in blocks if not any(hasattr(m, "recompute_core")
                                                           for m in meta_model.get_submodule(p).modules())]
     graph.config_heads = _config_heads(meta_model)
+    graph.no_pipeline = no_pipeline
     if error is None:
         _build_op_graph(graph, tr)
         if compiled_saved:
@@ -230,15 +231,19 @@ def _meta_model(model: Any, dtype: torch.dtype) -> tuple[nn.Module, str, Any]:
     return _meta_copy(built, dtype), name, spec
 
 
-def _use_training_forward(meta_model: nn.Module) -> None:
+def _use_training_forward(meta_model: nn.Module) -> str:
     """A Hugging Face causal LM traces through autoparallel.hf's forward (installed on the meta copy,
     the user's module and transformers stay untouched): the training step the trainer runs, without
     a KV cache and without transformers' mask builders, whose data-dependent checks
-    (find_packed_sequence_indices(...).all()) cannot run on meta tensors."""
+    (find_packed_sequence_indices(...).all()) cannot run on meta tensors. Returns why its blocks cannot be cut
+    into pipeline stages (HFParts.no_pipeline; "" where they can, and for every other model)."""
     from autoparallel.hf import hf_parts, install_forward, is_hf_causal_lm
 
-    if is_hf_causal_lm(meta_model):
-        install_forward(meta_model, hf_parts(meta_model))
+    if not is_hf_causal_lm(meta_model):
+        return ""
+    parts = hf_parts(meta_model)
+    install_forward(meta_model, parts)
+    return parts.no_pipeline
 
 
 def _meta_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:

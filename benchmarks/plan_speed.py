@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,14 +32,31 @@ CASES = [
      "seq_len": 8192, "max_memory_per_gpu": "80GB", "target_s": None, "overlap_grad_sync": True},
     {"name": "mixtral-8x22b", "model": "mixtral-8x22b", "hardware": "h200", "gpus": 128, "global_batch": 512,
      "seq_len": 4096, "target_s": None, "overlap_grad_sync": True},
+    # mixed block classes (3 dense, then 58 MoE blocks): the CP-SAT model; widths of deepseek-ai/DeepSeek-V3's
+    # config.json
+    {"name": "deepseek-v3 (3 dense + 58 MoE blocks)", "model": {"hf_config": {
+        "model_type": "deepseek_v3", "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432,
+        "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128,
+        "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+        "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "max_position_embeddings": 163840, "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5}},
+     "hardware": "h100-sxm", "gpus": 1024, "global_batch": 4096, "seq_len": 4096, "max_memory_per_gpu": "80GB",
+     "target_s": None, "overlap_grad_sync": True},
 ]
 
 
 def main() -> None:
     load = os.getloadavg()[0]
     rows = []
+    tmp = tempfile.TemporaryDirectory()
     for case in CASES:
-        model = load_model_spec(case["model"]) if isinstance(case["model"], dict) else case["model"]
+        model = case["model"]
+        if isinstance(model, dict) and "hf_config" in model:  # a transformers config: planned from its file
+            path = Path(tmp.name) / f"{model['hf_config']['model_type']}.json"
+            path.write_text(json.dumps(model["hf_config"]))
+            model = str(path)
+        elif isinstance(model, dict):
+            model = load_model_spec(model)
         t0 = time.perf_counter()
         ctx = context(model, case["hardware"], case["gpus"], case["seq_len"],
                       max_memory_per_gpu=case.get("max_memory_per_gpu"), overlap_grad_sync=case["overlap_grad_sync"],

@@ -176,6 +176,9 @@ class OpGraph:
     # (query heads, key/value heads) from a Hugging Face model's config, (0, 0) otherwise: without a spec the
     # graph shows only query heads (the fused attention outputs), and nothing in an eager attention
     config_heads: tuple[int, int] = (0, 0)
+    # why the blocks cannot be cut into pipeline stages, "" where they can: a Hugging Face model whose blocks take
+    # more from earlier ones than the hidden states (autoparallel.hf.HFParts.no_pipeline); the planner keeps pp=1
+    no_pipeline: str = ""
 
     def op_sac_mutated(self) -> list[tuple[str, str]]:
         """(op, module) of forward ops in blocks whose outputs per-op selective checkpointing caches and the block

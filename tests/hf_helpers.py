@@ -134,7 +134,8 @@ def config(name: str):
                                   moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
                                   max_position_embeddings=64)
     # Gemma 4: the last layer of each type stores its keys and values in a dict the base model passes every
-    # block (no layer reuses them here); per-layer inputs and reused keys and values are refused
+    # block (no layer reuses them here); per-layer inputs and reused keys and values (pp=1 only:
+    # tests/test_hf_gemma4_ple.py)
     if name == "gemma4":
         return T.Gemma4TextConfig(**_KW, head_dim=4, hidden_size_per_layer_input=0, sliding_window=64,
                                   layer_types=["sliding_attention", "full_attention"])

@@ -411,6 +411,7 @@ def test_train_hf_example_trains_and_exports(tmp_path):
 @pytest.mark.parametrize("name", (*HF.MODELS, "mistral", "qwen2moe", "olmo2", "olmo", "cohere", "granite", "gemma2",
                                   "falcon", "gpt_neox", "gptj", "gemma3", "opt", "nanochat", "doge", "olmo3",
                                   "openai-gpt", "biogpt", "minimax", "deepseek_v3", "deepseek_v32", "gemma4",
+                                  "gemma4-per-layer-input", "gemma4-kv-shared",
                                   "qwen3_5", "lfm2", "jamba", "whisper", "bloom", "mpt", "bart", "trocr"))
 def test_training_forward_equals_the_models_own(name):
     """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
@@ -512,9 +513,6 @@ def test_a_block_argument_the_base_model_computes_is_one_error():
     ("xglm", r"runs \['embed_positions'\] \(XGLMSinusoidalPositionalEmbedding\) before its blocks"),
     ("deepseek_v4", r"model.layers.0 is a layer of type 'heavily_compressed_attention', for which model.rotary_emb "
                     r"\(DeepseekV4RotaryEmbedding\) holds no rotary table \(it holds \['compress', 'main'\]\)"),
-    # the trainer failed in the blocks: no per-layer input; no dict of shared keys and values to read
-    ("gemma4-per-layer-input", r"config.hidden_size_per_layer_input=8 feeds each block a slice of a second"),
-    ("gemma4-kv-shared", r"config.num_kv_shared_layers=2 makes its last layers reuse earlier layers' keys"),
     # the trainer failed on the shapes: one residual stream where the blocks take hc_mult
     ("hy_v4", r"HYV4ForCausalLM: model's forward reshapes the token embeddings before its blocks \(hyper-connections"),
     ("qwen4_exp", r"Qwen4ExpForCausalLM: model's forward reshapes the token embeddings before its blocks"),

@@ -12,6 +12,7 @@ convention; Hugging Face models get one from autoparallel/hf.py).
 from __future__ import annotations
 
 import ast
+import inspect
 import textwrap
 from dataclasses import dataclass
 
@@ -63,10 +64,13 @@ def find_layout(model: nn.Module) -> ModelLayout:
 class _SelfUses(ast.NodeVisitor):
     """`self.<name>` uses of a forward in the order they run: a call's arguments before the call
     (`self.norm(self.proj(h))` runs proj first), an assignment's value before its targets; the rest in
-    source order."""
+    source order. A call of one of the class's own methods (`cls`: Gemma 4's `self.get_per_layer_inputs(..)`, which
+    runs `self.embed_tokens_per_layer`) counts the uses in that method's body where the call runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, cls: type | None = None, inside: frozenset[str] = frozenset()) -> None:
         self.order: list[str] = []
+        self.cls = cls
+        self.inside = inside  # the methods being read (a recursive one is read once)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self.generic_visit(node)
@@ -77,11 +81,34 @@ class _SelfUses(ast.NodeVisitor):
         for arg in (*node.args, *node.keywords):
             self.visit(arg)
         self.visit(node.func)
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            self.order += _method_uses(self.cls, func.attr, self.inside)
 
     def visit_Assign(self, node: ast.Assign) -> None:
         self.visit(node.value)
         for target in node.targets:
             self.visit(target)
+
+
+def _method_uses(cls: type | None, name: str, inside: frozenset[str]) -> list[str]:
+    """The `self.<name>` uses (_SelfUses) in the body of `cls`'s own method `name`, [] for anything else (a child
+    module, an attribute, a method without readable source, `forward` or a method already being read)."""
+    from autoparallel.hf import source_of
+
+    method = inspect.getattr_static(cls, name, None) if cls is not None else None
+    if not inspect.isfunction(method) or name == "forward" or name in inside:
+        return []
+    source = source_of(method)
+    try:
+        tree = ast.parse(textwrap.dedent(source)) if source else None
+    except SyntaxError:
+        return []
+    if tree is None:
+        return []
+    uses = _SelfUses(cls, inside | {name})
+    uses.visit(tree)
+    return uses.order
 
 
 def _mentions(parent: nn.Module, names: list[str]) -> dict[str, list[int]] | None:
@@ -96,7 +123,7 @@ def _mentions(parent: nn.Module, names: list[str]) -> dict[str, list[int]] | Non
         tree = ast.parse(textwrap.dedent(source))
     except SyntaxError:
         return None
-    uses = _SelfUses()
+    uses = _SelfUses(type(parent))
     uses.visit(tree)
     return {n: [i for i, u in enumerate(uses.order) if u == n] for n in names}
 

@@ -22,7 +22,9 @@ Placement -> ParallelStyle (Megatron-LM layout, as torchtitan applies it to Llam
             all-reduce of h elements per norm and micro-batch; Megatron sums them once per step).
   replicate parameters replicated, computed redundantly on every tp rank. Under sequence parallelism
             a replicated branch of a block (e.g. nn.MultiheadAttention, an MoE layer) runs on the
-            gathered sequence and its output is sliced back (PrepareModuleInput/Output).
+            gathered sequence and its output is sliced back (PrepareModuleInput/Output); a replicated
+            Linear before the blocks (Gemma 4's per-layer projection of the token embeddings) runs on
+            their sequence chunk as SequenceParallel, its chunks' partial weight gradients all-reduced.
   expert    nothing here (see expert_parallel.py); an MoE layer is a replicated branch for tp.
 
 Async TP (plan.async_tp, enable_async_tp): inductor's micro-pipeline TP rewrites the compiled blocks'
@@ -276,6 +278,11 @@ def apply_tensor_parallel(part: nn.Module, full_placements: dict[str, str], tp_m
             # embedding it did not vocab-shard) hands the sequence-sharded residual stream its chunk
             # [S, h] ([B, S, h]) positional rows -> this rank's sequence chunk (a slice, no communication)
             styles[path] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(-2))
+        elif v == "replicate" and sequence_parallel and path in layout.pre and linear_features(mod) is not None:
+            # a Linear before the blocks reads the token embeddings' sequence chunk (Gemma 4's per-layer projection):
+            # its weight a replicated DTensor, so the chunks' partial gradients are all-reduced, as a norm's are
+            styles[path] = SequenceParallel(use_local_output=True)
+            mod.register_forward_pre_hook(_sequence_dim_check(path))
         elif (v == "replicate" and sequence_parallel and layout.post and path == layout.post[-1]):
             # the solver's Q->R at the other end: a replicated LM head reads the whole sequence (all-gather)
             styles[path] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),

@@ -537,6 +537,10 @@ class AutoParallelTrainer:
             raise UserError(f"plan asks for {'pipeline stages' if plan.pp > 1 else 'per-block recompute'} but "
                             f"{type(self._model).__name__} has no repeated-block container (a ModuleDict, ModuleList "
                             f"or Sequential of same-class blocks)")
+        if plan.pp > 1 and self._hf is not None and self._hf.no_pipeline:
+            raise UserError(f"plan has pp={plan.pp} but {type(self._model).__name__}'s blocks cannot be cut into "
+                            f"pipeline stages ({self._hf.no_pipeline}, which the trainer's stages do not pass on); "
+                            f"use a plan with pp=1")
         known = {n for n, _ in self._model.named_modules()}
         unknown = sorted(p for p in plan.placements if p not in known)
         if unknown:
