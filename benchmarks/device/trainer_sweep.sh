@@ -9,7 +9,9 @@
 #   bash benchmarks/device/trainer_sweep.sh rescale-drift   # the same, but --rescale again after the sweep
 #                                                           # (speed_after.jsonl: how far the VM drifted)
 #   bash benchmarks/device/trainer_sweep.sh dist-rescale    # two GPUs: the shipped profile rescaled to this machine,
-#                                                           # then the 2-GPU sweep without the 7B
+#                                                           # then the 2-GPU sweep without the 7B (the next one,
+#                                                           # s116, predicted before it ran by the model as of
+#                                                           # 2026-12-04: trainer_sweep_predicted_s116_dist.json)
 #   bash benchmarks/device/trainer_sweep.sh moe             # the MoE rows only (1 GPU; with two GPUs also 2-GPU),
 #                                                           # after the expert-unit change, and one compiled timeline
 #   bash benchmarks/device/trainer_sweep.sh attention-drift # causal SDPA timed two ways across shapes
