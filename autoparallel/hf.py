@@ -134,6 +134,9 @@ class HFParts:
     # one block to later ones besides the hidden states (per-layer inputs, shared keys and values), which the
     # trainer's stages do not pass on
     no_pipeline: str = ""
+    # one rotary module per layer, by index (Granite-SWA's: one per distinct config.layer_rope_theta, None for a
+    # NoPE layer, theta 0), which the base model's forward picks for each block by that list; () for the others
+    rotary_by_layer: tuple[str | None, ...] = ()
 
 
 # torchao's (one warning per optional CUDA extension its build cannot load: "Failed to load ..._C_mxfp8...so"),
@@ -345,7 +348,9 @@ def hf_parts(model: nn.Module) -> HFParts:
     # module with a forward of its own): one error rather than a forward without it
     widen = [n for n in before if (f := linear_features(kinds[n])) is not None and f[0] != f[1] and n not in twice]
     norms = _embed_norms(base, before, kinds, positions, twice)
+    by_layer = _rotary_by_layer(model, base, base_path, config, len(blocks))
     handled = {embed.rpartition(".")[2], positions, rotary_name, *widen, *twice, *norms,
+               *(["rotary_embs"] if by_layer else []),
                *(n.rpartition(".")[2] for n in ((per_layer.table, per_layer.projection, per_layer.norm)
                                                  if per_layer is not None else ()))}
     skipped = [n for n in mentioned_before(base, [n for n, _ in children], layers_name)
@@ -432,7 +437,36 @@ def hf_parts(model: nn.Module) -> HFParts:
                    padding_mask_types=padding_types, kv_store=kv_store, unrotated_types=unrotated,
                    embed_norms=tuple(full(n) for n in norms), bias=bias,
                    bool_mask=re.search(r"create_causal_mask\([^()]*\)\.to\(torch\.bool\)", source) is not None,
-                   shifts_labels=shifts_labels(model), per_layer=per_layer, no_pipeline=no_pipeline)
+                   shifts_labels=shifts_labels(model), per_layer=per_layer, no_pipeline=no_pipeline,
+                   rotary_by_layer=by_layer)
+
+
+def _rotary_by_layer(model: nn.Module, base: nn.Module, base_path: str, config: object,
+                     n: int) -> tuple[str | None, ...]:
+    """Each block's rotary module where the base model holds one per distinct per-layer rope theta (Granite-SWA's
+    `rotary_embs`, one per non-zero entry of config.layer_rope_theta) and its forward hands block i the table of
+    theta layer_rope_theta[i], None for theta 0 (NoPE): HFParts.rotary_by_layer. () for a base model without
+    such tables; one error where a layer's theta has no module."""
+    from autoparallel.errors import UserError
+
+    tables, thetas = getattr(base, "rotary_embs", None), getattr(config, "layer_rope_theta", None)
+    source = source_of(type(base).forward)
+    if not (isinstance(tables, nn.ModuleList) and isinstance(thetas, (list, tuple)) and "self.rotary_embs" in source
+            and "layer_rope_theta[" in source):
+        return ()
+    by_theta: dict[float, int] = {}
+    for j, table in enumerate(tables):
+        theta = (getattr(getattr(table, "config", None), "rope_parameters", None) or {}).get("rope_theta")
+        if not hasattr(table, "inv_freq") or _number(theta) is None:
+            raise UserError(f"{type(model).__name__}: {base_path}.rotary_embs.{j} ({type(table).__name__}) is not a "
+                            f"rotary table of one rope theta, which autoparallel's Hugging Face forward reads "
+                            f"config.layer_rope_theta by; this architecture is not supported there")
+        by_theta.setdefault(float(theta), j)
+    missing = [i for i in range(n) if i >= len(thetas) or thetas[i] and float(thetas[i]) not in by_theta]
+    if missing:
+        raise UserError(f"{type(model).__name__}: layer {missing[0]}'s rope theta (config.layer_rope_theta) has no "
+                        f"table in {base_path}.rotary_embs (thetas {sorted(by_theta)}); fix the config")
+    return tuple(f"{base_path}.rotary_embs.{by_theta[float(thetas[i])]}" if thetas[i] else None for i in range(n))
 
 
 def _per_layer_inputs(model: nn.Module, base: nn.Module, base_path: str, config: object,
@@ -1130,9 +1164,9 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
 
     kwargs: dict = {"attention_mask": None, "position_ids": positions[None]}
     rotary = _get(model, parts.rotary)
-    tables: dict[str, object] = {}
+    tables: dict[str | None, object] = {}
     rotary_ids = positions[None, None].expand(3, 1, -1) if parts.rotary_grids else positions[None]
-    if rotary is not None and not parts.rotary_by_layer_type:
+    if rotary is not None and not parts.rotary_by_layer_type and not parts.rotary_by_layer:
         kwargs["position_embeddings"] = rotary(h, rotary_ids)
     kwargs.update(dict.fromkeys(parts.none_args))
     kwargs = {k: v for k, v in kwargs.items() if k in parts.block_args or k in parts.none_args}
@@ -1145,7 +1179,12 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
         if per_layer is not None:  # block i's slice (a ModuleList keeps its indices as keys on a pipeline stage)
             kwargs["per_layer_input"] = per_layer[:, :, int(key), :]
         kind = _layer_type(layer) if parts.rotary_by_layer_type or parts.padding_mask_types or by_kind else None
-        if rotary is not None and parts.rotary_by_layer_type:
+        if parts.rotary_by_layer:  # the table of the layer's own rope theta, None for a NoPE layer (Granite-SWA)
+            path = parts.rotary_by_layer[int(key)]
+            if path not in tables:
+                tables[path] = _get(model, path)(h, positions[None]) if path is not None else None
+            kwargs["position_embeddings"] = tables[path]
+        elif rotary is not None and parts.rotary_by_layer_type:
             if kind not in tables:  # a layer type without rotary parameters takes none (Ergo's full attention)
                 tables[kind] = None if kind in parts.unrotated_types else rotary(h, rotary_ids, kind)
             kwargs["position_embeddings"] = tables[kind]

@@ -1,0 +1,96 @@
+"""Hugging Face causal LMs whose base models hand their blocks more than one rotary table or mask, passed as they are.
+
+* Granite-SWA and GraniteMoE-SWA: one rotary module per distinct per-layer rope theta (config.layer_rope_theta,
+  theta 0 for a layer without position embedding), which the base model picks for each block by that list.
+
+autoparallel's Hugging Face forward (autoparallel/hf.py, what the trainer and the tracer run) hands each block what
+the model's own forward does: the logits agree in fp32 without a padding mask and with right and left padding.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+import hf_helpers as HF  # noqa: E402
+import trainer_helpers as H  # noqa: E402
+
+_KW = dict(vocab_size=HF.VOCAB, hidden_size=32, intermediate_size=64, num_attention_heads=8, num_key_value_heads=4,
+           max_position_embeddings=64)
+
+
+def _config(name: str):
+    import transformers as T
+
+    if name == "granite_swa":  # two thetas and a NoPE layer, full and sliding layers, a window under the sequence
+        return T.GraniteSWAConfig(**_KW, num_hidden_layers=4, sliding_window=6, embedding_multiplier=3.0,
+                                  layer_types=["full_attention", "sliding_attention"] * 2,
+                                  layer_rope_theta=[10000.0, 0, 500000.0, 10000.0])
+    if name == "granitemoe_swa":
+        return T.GraniteMoeSWAConfig(**_KW, num_hidden_layers=3, sliding_window=6, num_local_experts=4,
+                                     num_experts_per_tok=2, layer_types=["sliding_attention", "full_attention",
+                                                                         "sliding_attention"],
+                                     layer_rope_theta=[500000.0, 10000.0, 0])
+    raise KeyError(name)
+
+
+def _build(name: str, seed: int = 0):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(_config(name)).float()
+
+
+def _max_diff(model, ids: torch.Tensor) -> float:
+    """The largest |logit difference| of autoparallel's forward against the model's own, over the unpadded positions
+    without a padding mask and with right and left padding, relative to the largest logit."""
+    from autoparallel.hf import hf_parts, install_forward
+
+    mask = torch.ones_like(ids)
+    mask[1, ids.shape[1] - 5:] = 0
+    mine = copy.deepcopy(model)
+    install_forward(mine, hf_parts(model))
+    worst = 0.0
+    with torch.no_grad():
+        for m in (None, mask, mask.flip(1)):
+            valid = torch.ones_like(ids, dtype=torch.bool) if m is None else m.bool()
+            ref = model(input_ids=ids, attention_mask=m, use_cache=False).logits[valid]
+            worst = max(worst, float((mine(ids, m)[valid] - ref).abs().max() / ref.abs().max()))
+    return worst
+
+
+@pytest.mark.parametrize("name", ["granite_swa", "granitemoe_swa"])
+def test_training_forward_equals_the_models_own(name):
+    """The logits of autoparallel's forward equal the model's own within 1e-5 (these types had been refused)."""
+    model = _build(name).eval()
+    assert _max_diff(model, HF.batches(1)[0]["input_ids"][:2]) <= 1e-5
+
+
+def test_each_granite_swa_layer_gets_the_table_of_its_theta():
+    """Block i takes the rotary module of theta layer_rope_theta[i] (the base model's `rotary_embs`, in the order of
+    their thetas), a NoPE layer none; the base model's own `rotary_emb` (the global theta) is not used."""
+    from autoparallel.hf import hf_parts
+
+    parts = hf_parts(_build("granite_swa"))
+    assert parts.rotary_by_layer == ("model.rotary_embs.0", None, "model.rotary_embs.1", "model.rotary_embs.0")
+    assert parts.sliding_window == 6 and parts.mixed_windows
+
+
+def test_local_trainer_matches_the_models_own_loop():
+    """One process, the batch in one micro-batch: per-step losses and final parameters equal HF's own AdamW loop on
+    right-padded batches."""
+    from autoparallel.trainer import AutoParallelTrainer
+
+    batches = HF.batches(2, masked=True)
+    ref_losses, ref_params = H.adamw_loop(_build("granite_swa"), batches, lambda m, b: m(**b).loss)
+    model = _build("granite_swa")
+    trainer = AutoParallelTrainer(model, torch.optim.AdamW(model.parameters(), lr=H.LR, eps=H.EPS),
+                                  plan=HF.make_plan(model, micro_batch=HF.ROWS))
+    losses = [trainer.step(b) for b in batches]
+    params = trainer.full_state_dict()
+    assert max(abs(a - b) / b for a, b in zip(losses, ref_losses, strict=True)) <= H.LOSS_RTOL, (losses, ref_losses)
+    assert max((params[n] - p).abs().max().item() for n, p in ref_params.items()) <= H.PARAM_ATOL
