@@ -373,7 +373,8 @@ def hf_parts(model: nn.Module) -> HFParts:
         raise UserError(f"{type(model).__name__}: {conv} is a convolution inside a block (a state-space or "
                         f"convolution mixer) whose layer type transformers gives no padding mask of its own, which "
                         f"autoparallel's Hugging Face forward does not run; pass a package.module:callable")
-    unrotated = _check_rotary_tables(model, rotary, rotary_mod, full(layers_name), layer_types) if by_type else ()
+    unrotated = (_check_rotary_tables(model, rotary, rotary_mod, full(layers_name), layer_types, padding_types)
+                 if by_type else ())
     # hyper-connections (DeepSeek V4's, HY-V4's, Qwen4-Exp's): the forward widens the embeddings into several
     # residual streams before the blocks (`inputs_embeds.unsqueeze(..)`, `hidden_states.repeat(1, 1, hc_count)`),
     # and the blocks take and return that stack; causal_lm_forward runs one stream (the trainer failed on the shapes)
@@ -582,17 +583,19 @@ def _rotary_tables(rotary: nn.Module) -> list[str]:
 
 
 def _check_rotary_tables(model: nn.Module, rotary: str, rotary_mod: nn.Module, layers: str,
-                         kinds: list[str | None]) -> tuple[str, ...]:
+                         kinds: list[str | None], recurrent: tuple[str, ...] = ()) -> tuple[str, ...]:
     """causal_lm_forward gives each block the rotary table of its layer type. The layer types the config gives no
     rotary parameters (`rope_parameters[type]` None: Ergo's full-attention layers use no position embedding, and
-    its base model passes them None) are returned; a block of any other type without a table is one error
-    (DeepSeek V4's attention picks "main" or "compress" itself from a dict its base model passes)."""
+    its base model passes them None) and the `recurrent` ones without a table (_padding_mask_types: LFM3's "conv"
+    layers, a short convolution that reads no positions, which its base model passes None) are returned; a block of
+    any other type without a table is one error (DeepSeek V4's attention picks "main" or "compress" itself from a
+    dict its base model passes)."""
     from autoparallel.errors import UserError
 
     tables = _rotary_tables(rotary_mod)
     params = getattr(getattr(rotary_mod, "config", None), "rope_parameters", None)
-    unrotated = tuple(sorted({k for k in kinds if k not in tables and isinstance(params, dict) and k in params
-                              and params[k] is None}))
+    unrotated = tuple(sorted({k for k in kinds if k not in tables and (k in recurrent or isinstance(params, dict)
+                                                                       and k in params and params[k] is None)}))
     for i, kind in enumerate(kinds):
         if kind not in tables and kind not in unrotated:
             raise UserError(f"{type(model).__name__}: {layers}.{i} is a layer of type {kind!r}, for which {rotary} "

@@ -2,6 +2,8 @@
 
 * Granite-SWA and GraniteMoE-SWA: one rotary module per distinct per-layer rope theta (config.layer_rope_theta,
   theta 0 for a layer without position embedding), which the base model picks for each block by that list.
+* LFM3: short-convolution layers ("conv") beside sliding and full attention, its rotary module holding tables for
+  the attention types only; the base model hands a conv layer no table (and the [B, S] padding mask).
 
 autoparallel's Hugging Face forward (autoparallel/hf.py, what the trainer and the tracer run) hands each block what
 the model's own forward does: the logits agree in fp32 without a padding mask and with right and left padding.
@@ -35,6 +37,9 @@ def _config(name: str):
                                      num_experts_per_tok=2, layer_types=["sliding_attention", "full_attention",
                                                                          "sliding_attention"],
                                      layer_rope_theta=[500000.0, 10000.0, 0])
+    if name == "lfm3":  # conv, sliding and full layers; sandwich norms (its default)
+        return T.Lfm3Config(**_KW, num_hidden_layers=4, head_dim=4, sliding_window=6, pad_token_id=0, bos_token_id=1,
+                            eos_token_id=2, layer_types=["conv", "sliding_attention", "full_attention", "conv"])
     raise KeyError(name)
 
 
@@ -63,7 +68,7 @@ def _max_diff(model, ids: torch.Tensor) -> float:
     return worst
 
 
-@pytest.mark.parametrize("name", ["granite_swa", "granitemoe_swa"])
+@pytest.mark.parametrize("name", ["granite_swa", "granitemoe_swa", "lfm3"])
 def test_training_forward_equals_the_models_own(name):
     """The logits of autoparallel's forward equal the model's own within 1e-5 (these types had been refused)."""
     model = _build(name).eval()
@@ -94,3 +99,13 @@ def test_local_trainer_matches_the_models_own_loop():
     params = trainer.full_state_dict()
     assert max(abs(a - b) / b for a, b in zip(losses, ref_losses, strict=True)) <= H.LOSS_RTOL, (losses, ref_losses)
     assert max((params[n] - p).abs().max().item() for n, p in ref_params.items()) <= H.PARAM_ATOL
+
+
+def test_lfm3_conv_layers_take_no_rotary_table():
+    """LFM3's conv layers are recurrent (the padding mask, no causal one) and take no rotary table: its rotary module
+    holds one per attention type only, and hf_parts had refused the model for that."""
+    from autoparallel.hf import hf_parts
+
+    parts = hf_parts(_build("lfm3"))
+    assert parts.unrotated_types == ("conv",) and parts.padding_mask_types == ("conv",)
+    assert parts.rotary_by_layer_type and parts.sliding_window == 6 and parts.mixed_windows
