@@ -11,9 +11,8 @@ this function is the fixed baseline the planner uses until then and the yardstic
 
 from __future__ import annotations
 
-import math
-
 from autoparallel.graph import OpGraph
+from autoparallel.linear_output import output_structure, reader_modules
 from cost_models.facts import convolution_mixers, no_grad_modules
 
 
@@ -116,85 +115,16 @@ def _linked_through_head_norms(graph: OpGraph, kinds: dict[str, str]
     return preds, succs
 
 
-_SPLIT_OPS = ("split", "split_with_sizes", "slice", "chunk", "narrow", "unbind")
-
-
 def _fused_outputs(graph: OpGraph, kinds: dict[str, str]) -> set[str]:
-    """Linears whose output is cut into pieces along its feature dim (the last dim still has all
-    out_features) before any other parametric op reads it: fused q/k/v or gate/up projections. A slice
-    of a per-head view (rotary's rotate_half on [.., head_dim]) does not count."""
-    g = graph.g
-    by_module: dict[str, list[int]] = {}
-    for n, a in g.nodes(data=True):
-        if a.get("phase") == "fwd":
-            by_module.setdefault(a.get("module", ""), []).append(n)
-    out: set[str] = set()
-    for path, kind in kinds.items():
-        width = graph.parametric_ops[path].out_features
-        own = set(by_module.get(path, ()))
-        if kind != "linear" or not width or not own:
-            continue
-        frontier = [s for n in own for s in g.successors(n) if s not in own]
-        # the module's output: what its ops hand to ops outside it (not a transposed weight inside it)
-        out_shape = next((sh for n in own if any(s not in own and g.nodes[s].get("phase") == "fwd"
-                                                 for s in g.successors(n))
-                          for sh in g.nodes[n].get("out_shapes") or [] if len(sh) and int(sh[-1]) == width), None)
-        tokens = math.prod(int(d) for d in out_shape[:-1]) if out_shape else 0
-        seen: set[int] = set()
-        while frontier and path not in out:
-            n = frontier.pop()
-            a = g.nodes[n]
-            if n in seen or a.get("phase") != "fwd" or a.get("module", "") in kinds:
-                continue
-            seen.add(n)
-            base = _op_base(a.get("op", ""))
-            ins = [sh for p in g.predecessors(n) for sh in g.nodes[p].get("out_shapes") or []]
-            if base in _SPLIT_OPS and any(len(sh) and int(sh[-1]) == width for sh in ins) and all(
-                    int(sh[-1]) < width for sh in a.get("out_shapes") or [] if len(sh)):
-                out.add(path)
-            # the features viewed as pieces right after the tokens ([tokens.., k, .., d], the product width) and
-            # read piece by piece: Moshi's gating MLP (view(b, s, 2, -1)[..., 0, :]), Persimmon's per-head fused
-            # qkv (view(b, s, H, 3, d)[..., 0, :]), GPT-NeoX Japanese's (view(b, s, H, 3 d).chunk(3, -1)); not a
-            # per-head view that attention reads whole
-            if base in _SPLIT_OPS + ("select", "unbind") and _reads_pieces(g, n, own, tokens, width):
-                out.add(path)
-            if len(seen) < 64:  # the split follows within a few ops of the projection
-                frontier.extend(g.successors(n))
-    return out
-
-
-_VIEWS = ("view", "_unsafe_view", "reshape", "unflatten")
-
-
-def _op_base(op: str) -> str:
-    """An aten op's name without its namespace and overload ("aten.select.int" -> "select")."""
-    return op.split(".")[1] if op.startswith("aten.") else op
-
-
-def _pieces_of(shape: tuple, tokens: int, width: int) -> bool:
-    """Whether `shape` is a projection's [tokens.., width] output with its features viewed as two or more dims."""
-    dims = [int(d) for d in shape]
-    for k in range(1, len(dims) - 1):
-        if math.prod(dims[:k]) == tokens and math.prod(dims[k:]) == width and len(dims) - k >= 2:
-            return True
-    return False
-
-
-def _reads_pieces(g, n: int, own: set[int], tokens: int, width: int) -> bool:
-    """Whether node n (a split, select or unbind) cuts a view of the module's own output into pieces: its input a
-    direct view of that output with the features as two or more dims, and its outputs keeping the last dim (a
-    select or unbind of a piece dim) or narrowing it (a chunk of the last dim); not rotary's unbind of the last
-    dim into pairs, whose outputs are wider than the pairs it unbinds."""
-    for p in g.predecessors(n):
-        a = g.nodes[p]
-        base = _op_base(a.get("op", ""))
-        shape = (a.get("out_shapes") or [()])[0]
-        if base not in _VIEWS or not any(q in own for q in g.predecessors(p)) or not _pieces_of(shape, tokens, width):
-            continue
-        outs = [sh for sh in g.nodes[n].get("out_shapes") or [] if len(sh)]
-        if outs and all(int(sh[-1]) <= int(shape[-1]) for sh in outs):
-            return True
-    return False
+    """Linears whose output is cut into pieces before another parametric op reads it: fused q/k/v or gate/up
+    projections (linear_output.output_structure, the sharding solver's reading too)."""
+    readers = reader_modules(graph)
+    own: dict[str, list[int]] = {}
+    for n, a in graph.g.nodes(data=True):
+        if a.get("phase") == "fwd" and kinds.get(a.get("module", "")) == "linear":
+            own.setdefault(a["module"], []).append(n)
+    return {path for path, nodes in own.items()
+            if output_structure(graph.g, nodes, graph.parametric_ops[path].out_features, readers).fused}
 
 
 def _feeds_linear(path: str, kinds: dict[str, str], succs: dict[str, set[str]], experts: set[str]) -> bool:

@@ -82,7 +82,8 @@ Objective:
   F_g       roofline time of the non-parametric ops (attention core, activations, residual adds) of g.
 Legality: colwise needs out_features % t == 0 and, for attention projections (output viewed as
 [..., H, D]), H % t == 0 (GQA key/value heads counted on their own projections); rowwise needs
-in_features % t == 0; a Linear whose output is split (fused q/k/v) stays replicated unless the tracer
+in_features % t == 0; a Linear whose output is split (fused q/k/v; heads and fused read by
+linear_output.output_structure, as Megatron's rule reads them) stays replicated unless the tracer
 recognized its pieces (ParamOp.fused_pieces: Phi-3's qkv_proj / gate_up_proj, GPT-2's c_attn), which
 the trainer shards piece by piece (each piece, in whole heads, divisible by t); a Linear that owns no
 ops of its own (nn.MultiheadAttention's out_proj) stays replicated; tied weights (LM head and token embedding) shard
@@ -118,6 +119,7 @@ from ortools.sat.python import cp_model
 
 from autoparallel.errors import UserError
 from autoparallel.graph import OpGraph, ParamOp
+from autoparallel.linear_output import op_base, output_structure, reader_modules
 from cost_models.comm import (
     Link,
     all_gather_time,
@@ -135,10 +137,6 @@ UpdateRate = Callable[[int], float]
 PARAM_BYTES, GRAD_BYTES = 2, 4  # Plan defaults (bf16 parameters, fp32 gradient reduction) for the update
 COST_SCALE = 1e10             # ILP objective unit: 0.1 ns
 ENDS = "ends"                 # segment name of the embeddings + final norm / LM head problem
-
-_VIEW_OPS = ("view", "_unsafe_view", "reshape", "transpose", "permute", "clone", "contiguous", "_to_copy",
-             "alias", "expand", "unsqueeze", "squeeze", "t")
-_SPLIT_OPS = ("split", "split_with_sizes", "chunk", "unbind", "select", "slice", "narrow")
 
 # (state given, requirement) -> resharding components, see the module docstring
 _RESHARD: dict[tuple[str, str], tuple[str, ...]] = {
@@ -357,16 +355,13 @@ def _out_bytes(a: dict) -> float:
                                                                      a.get("out_dtypes") or [])))
 
 
-def _base(op_name: str) -> str:
-    return op_name.split(".")[1] if op_name.startswith("aten.") else op_name.split(".")[-1]
-
-
 class _GraphIndex:
     """Per-graph lookups shared by all segments: forward nodes by owning parametric op, regions."""
 
     def __init__(self, graph: OpGraph):
         self.graph = graph
         self.params = set(graph.parametric_ops)
+        self.readers = reader_modules(graph)  # where the reading of a Linear's output ends (linear_output)
         self._owner_cache: dict[str, str | None] = {}
         self.fwd_by_owner: dict[str | None, list[int]] = defaultdict(list)
         for n, a in graph.g.nodes(data=True):
@@ -406,45 +401,6 @@ def _in_bytes(g, nodes: list[int], own: set[int]) -> float:
     return best
 
 
-def _output_structure(g, node: int, out_features: int) -> tuple[int | None, bool]:
-    """(heads, fused) of a Linear's output: follow view-like consumers to the first view whose trailing
-    dims multiply to out_features: [.., H, D] gives H heads; three or more trailing dims ([.., 3, H, D])
-    or a split of the features before any such view mark a fused projection."""
-    frontier, seen = [node], {node}
-    for _ in range(8):
-        nxt = []
-        for n in frontier:
-            for s in g.successors(n):
-                a = g.nodes[s]
-                if s in seen or a.get("phase") != "fwd":
-                    continue
-                seen.add(s)
-                base = _base(a.get("op", ""))
-                shape = tuple(a["out_shapes"][0]) if a.get("out_shapes") else ()
-                if base in _SPLIT_OPS and shape and shape[-1] < out_features:
-                    return None, True
-                if base not in _VIEW_OPS:
-                    continue
-                prod, k = 1, len(shape)
-                while k > 0 and prod < out_features:
-                    k -= 1
-                    prod *= int(shape[k])
-                suffix = shape[k:]
-                if prod == out_features and len(suffix) == 2 and suffix[0] > 1 and suffix[1] > 1:
-                    # [.., k, d] read piece by piece (Moshi's gating MLP: view(b, s, 2, -1)[..., 0, :] and
-                    # [..., 1, :]) is a fused gate/up, not k heads: a head split would hand each rank one piece
-                    if any(_base(g.nodes[c].get("op", "")) in ("select", "unbind") for c in g.successors(s)):
-                        return None, True
-                    return int(suffix[0]), False
-                if prod == out_features and len(suffix) > 2 and suffix[0] > 1:
-                    return None, True
-                nxt.append(s)
-        frontier = nxt
-        if not frontier:
-            break
-    return None, False
-
-
 def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData:
     """Nodes, edges (with bytes), non-parametric owner groups and per-op arrays of one segment:
     a block class representative (by block path) or ENDS (pre + post regions together, so tied
@@ -473,7 +429,7 @@ def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData
             shape = last["out_shapes"][0] if last.get("out_shapes") else ()
             node.rows = _numel(shape[:-1]) / batch if shape else 0.0
             if op.kind == "linear" and op.out_features:
-                node.heads, node.fused = _output_structure(g, fwd[-1], op.out_features)
+                node.heads, node.fused = dataclasses.astuple(output_structure(g, fwd, op.out_features, index.readers))
             if op.kind == "embedding":  # token ids come from the batch: the lookup has no producer op
                 node.data_indexed = not any(p not in own for n in fwd for p in g.predecessors(n)
                                             if g.nodes[p].get("phase") == "fwd")
@@ -673,7 +629,7 @@ def _mixes_tokens(g: Any, n: int, seq_len: int) -> bool:
     a = g.nodes[n]
     if is_matmul(a.get("op", "")):
         return True
-    if seq_len <= 1 or _base(a.get("op", "")) in _RELAYOUT_OPS:
+    if seq_len <= 1 or op_base(a.get("op", "")) in _RELAYOUT_OPS:
         return False
     out = max((_seq_dims(sh, seq_len) for sh in a.get("out_shapes") or []), default=0)
     if out < 2:

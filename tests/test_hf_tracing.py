@@ -161,6 +161,45 @@ def test_megatron_rule_keeps_attention_whole_when_a_norm_spans_all_heads():
     assert p["model.layers.0.self_attn.q_proj"] == "colwise" and p["model.layers.0.self_attn.o_proj"] == "rowwise"
 
 
+@pytest.mark.parametrize("model_type, path, heads, fused", [
+    # rotary's q_rot / q_pass slices of the per-head view, rejoined into it: heads (Megatron's rule had read them
+    # as a fused projection and kept GPT-J's attention whole)
+    ("gptj", "transformer.h.0.attn.q_proj", 4, False),
+    # q, k and v split after a clamp (the solver had let a contiguous column split cut across them)
+    ("dbrx", "transformer.blocks.0.norm_attn_norm.attn.Wqkv", None, True),
+    # per head [q, k, v], viewed (b, s, H, 3 d) and sliced (the solver had read 4 heads)
+    ("gpt_neox_japanese", "gpt_neox_japanese.layers.0.attention.query_key_value", 4, True),
+    # the same layout cut after its heads moved off the token dims: read per head, a whole-head split keeps each
+    # head's q, k and v
+    ("gpt_neox", "gpt_neox.layers.0.attention.query_key_value", 4, False),
+])
+def test_the_solver_and_megatrons_rule_read_a_linears_output_alike(model_type, path, heads, fused):
+    """linear_output.output_structure is the one reading of a Linear's output (the heads of its per-head view,
+    whether its features are cut into pieces) for the sharding solver and Megatron's rule, where the two had
+    disagreed on these models."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from hf_coverage import tiny_config
+    from transformers import AutoModelForCausalLM
+
+    from autoparallel.placements import _fused_outputs
+
+    with torch.device("meta"):
+        graph = trace(AutoModelForCausalLM.from_config(tiny_config(model_type)), batch=1, seq_len=16,
+                      compiled_saved=False)
+    assert not graph.parametric_ops[path].fused_pieces  # no pieces the tracer recognized: the reading decides
+    solver = ShardingSolver(graph, make_cluster("h100-sxm", 8))
+    node = next(n for n in solver.segment(graph.parametric_ops[path].block).nodes if n.path == path)
+    assert (node.heads, node.fused) == (heads, fused)
+    assert (path in _fused_outputs(graph, {p: op.kind for p, op in graph.parametric_ops.items()})) == fused
+    placements = megatron_placements(graph)
+    assert placements[path] == ("replicate" if fused else "colwise")
+    legal = {c.placement: c.illegal for c in solver.choices(path, 2, False)}
+    assert ("fused projection" in legal["colwise"]) == fused, legal
+
+
 def test_fused_projection_is_sharded_only_in_whole_heads_of_every_piece():
     """Phi-3's qkv_proj holds q (8 heads of 4), k and v (4 kv heads each): tp 4 gives every rank one
     kv head and is legal for the sharding solver; tp 8 would cut kv heads and is illegal, with the
