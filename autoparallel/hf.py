@@ -137,6 +137,9 @@ class HFParts:
     # one rotary module per layer, by index (Granite-SWA's: one per distinct config.layer_rope_theta, None for a
     # NoPE layer, theta 0), which the base model's forward picks for each block by that list; () for the others
     rotary_by_layer: tuple[str | None, ...] = ()
+    # block arguments the base model hands the [B, S] padding mask of its recurrent mixers besides attention_mask
+    # (Falcon-H1's `mamba_attention_mask`; None without padding, as transformers' create_recurrent_attention_mask)
+    padding_mask_args: tuple[str, ...] = ()
 
 
 # torchao's (one warning per optional CUDA extension its build cannot load: "Failed to load ..._C_mxfp8...so"),
@@ -360,6 +363,46 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"({', '.join(type(kinds[n]).__name__ for n in skipped)}) before its blocks, which autoparallel's "
                         f"Hugging Face forward does not reproduce; this architecture is not supported there")
     head = _head_path(model, base_path)
+    # the LM's forward scales the base model's output before its head (Inkling's division by
+    # config.logits_mup_width_multiplier): causal_lm_forward hands the head the final norm's output as it is
+    scaled = re.search(r"=\s*outputs(?:\.last_hidden_state|\[0\])\s*([/*])\s*self\.([\w.]+)",
+                       source_of(type(model).forward))
+    if scaled is not None:
+        value = functools.reduce(lambda o, a: getattr(o, a, None), scaled[2].split("."), model)
+        raise UserError(f"{type(model).__name__}: its forward {'divides' if scaled[1] == '/' else 'multiplies'} the "
+                        f"base model's output by self.{scaled[2]}{f'={value}' if _number(value) is not None else ''} "
+                        f"before its head {head}, which autoparallel's Hugging Face forward does not; this "
+                        f"architecture is not supported there; pass a package.module:callable")
+    # hyper-connections (DeepSeek V4's, HY-V4's, Qwen4-Exp's): the forward widens the embeddings into several
+    # residual streams before the blocks (`inputs_embeds.unsqueeze(..)`, `hidden_states.repeat(1, 1, hc_count)`),
+    # and the blocks take and return that stack; causal_lm_forward runs one stream (the trainer failed on the shapes).
+    # Checked before the blocks' masks and rotary tables: it is the first thing such a forward does otherwise
+    ahead = source.split(f"self.{layers_name}", 1)[0]
+    if re.search(r"=\s*(inputs_embeds|hidden_states)\.(unsqueeze|expand|repeat|view|reshape)\(", ahead):
+        streams = next((f"config.{k}={v} " for k in ("hc_mult", "hc_count", "num_residual_streams")
+                        if isinstance(v := getattr(config, k, None), int) and not isinstance(v, bool)), "")
+        raise UserError(f"{type(model).__name__}: {base_path}'s forward reshapes the token embeddings before its "
+                        f"blocks (hyper-connections: {streams or 'several '}residual streams per token, which the "
+                        f"blocks take and return and which are merged after them), which autoparallel's Hugging Face "
+                        f"forward does not run (one stream); this architecture is not supported there; pass a "
+                        f"package.module:callable")
+    # a base model that hands its blocks more than the hidden states by position (Zamba2's token embeddings, layer
+    # index, padding mask and causal mask): causal_lm_forward passes the hidden states and BLOCK_ARGS by keyword
+    # (by the rule of _check_passed_block_args: the values it computes itself or needs not, and the base model's own
+    # inputs, None in a causal LM's training step, pass)
+    positional = _positional_block_args(source, layers_name)
+    names = [p for p in inspect.signature(blocks[0].forward).parameters][1:len(positional) + 1] if len(blocks) else []
+    inputs = set(inspect.signature(type(base).forward).parameters)
+    computed = {*BLOCK_ARGS, *_UNNEEDED_BLOCK_ARGS, *(["per_layer_input"] if per_layer is not None else [])}
+    unknown = [(a, n) for (a, node), n in zip(positional, names, strict=False) if n not in computed
+               and not (isinstance(node, ast.Name) and node.id in inputs
+                        or isinstance(node, ast.Constant) and node.value is None)]
+    if unknown:
+        raise UserError(f"{type(model).__name__}: {base_path}'s forward passes its blocks "
+                        f"({', '.join(sorted({type(b).__name__ for b in blocks}))}) "
+                        f"{', '.join(a for a, _ in unknown)} by position (as {', '.join(n for _, n in unknown)}) "
+                        f"beside the hidden states, which autoparallel's Hugging Face forward does not compute; this "
+                        f"architecture is not supported there; pass a package.module:callable")
     layer_types = [_find_layer_type(b) for b in blocks]
     # a convolution in a block is a state-space or short-convolution mixer (Mamba, Jamba, Falcon-H1, Qwen3-Next's
     # linear attention, LFM2): it reads `attention_mask` as the [B, S] padding mask. Where the block's layer type
@@ -367,7 +410,12 @@ def hf_parts(model: nn.Module) -> HFParts:
     # too; elsewhere it would pass the attention layers' causal mask (the trainer failed on the shapes, the meta
     # trace broadcast them silently)
     padding_types = _padding_mask_types(layer_types)
-    conv = next((f"{full(layers_name)}.{i}.{n}" for i, b in enumerate(blocks) if layer_types[i] not in padding_types
+    # block arguments other than attention_mask that the base model's forward hands the padding mask of a recurrent
+    # layer type (masking_utils' create_recurrent_attention_mask: Falcon-H1's `mamba_attention_mask`, which its
+    # Mamba-2 mixer multiplies padded tokens by): causal_lm_forward hands them the [B, S] mask
+    padding_args = _padding_mask_args(source, blocks)
+    conv = next((f"{full(layers_name)}.{i}.{n}" for i, b in enumerate(blocks)
+                 if layer_types[i] not in padding_types and not padding_args
                  for n, m in b.named_modules() if isinstance(m, nn.modules.conv._ConvNd)), None)
     if conv is not None:
         raise UserError(f"{type(model).__name__}: {conv} is a convolution inside a block (a state-space or "
@@ -375,15 +423,6 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"autoparallel's Hugging Face forward does not run; pass a package.module:callable")
     unrotated = (_check_rotary_tables(model, rotary, rotary_mod, full(layers_name), layer_types, padding_types)
                  if by_type else ())
-    # hyper-connections (DeepSeek V4's, HY-V4's, Qwen4-Exp's): the forward widens the embeddings into several
-    # residual streams before the blocks (`inputs_embeds.unsqueeze(..)`, `hidden_states.repeat(1, 1, hc_count)`),
-    # and the blocks take and return that stack; causal_lm_forward runs one stream (the trainer failed on the shapes)
-    ahead = source.split(f"self.{layers_name}", 1)[0]
-    if re.search(r"=\s*(inputs_embeds|hidden_states)\.(unsqueeze|expand|repeat|view|reshape)\(", ahead):
-        raise UserError(f"{type(model).__name__}: {base_path}'s forward reshapes the token embeddings before its "
-                        f"blocks (hyper-connections: several residual streams per token), which autoparallel's "
-                        f"Hugging Face forward does not run; this architecture is not supported there; pass a "
-                        f"package.module:callable")
     # a looped (recurrent-depth) model runs a range of its layers several times per forward (Dory's
     # n_recurrent_loops); causal_lm_forward runs each layer once (hf_coverage: DIFFERENT logits)
     loops = next(((k, v) for k in ("n_recurrent_loops", "num_recurrent_loops", "recurrent_loops")
@@ -411,10 +450,10 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"layer's top-k selection that autoparallel's Hugging Face forward does not pass between "
                         f"blocks; this architecture is not supported there (every layer 'full' is); pass a "
                         f"package.module:callable")
-    inputs = set(inspect.signature(type(base).forward).parameters)
     passed = _passed_keywords(source)
     for block in {type(b): b for b in blocks}.values():
-        _check_passed_block_args(model, block, passed, (*none_args, *([bias.arg] if bias else [])), inputs)
+        _check_passed_block_args(model, block, passed, (*none_args, *padding_args, *([bias.arg] if bias else [])),
+                                 inputs)
     table = kinds[positions] if positions is not None else None
     takes_all = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     # a table whose forward takes position ids by keyword beside other arguments (OPT's and BioGPT's, the mask
@@ -439,7 +478,7 @@ def hf_parts(model: nn.Module) -> HFParts:
                    embed_norms=tuple(full(n) for n in norms), bias=bias,
                    bool_mask=re.search(r"create_causal_mask\([^()]*\)\.to\(torch\.bool\)", source) is not None,
                    shifts_labels=shifts_labels(model), per_layer=per_layer, no_pipeline=no_pipeline,
-                   rotary_by_layer=by_layer)
+                   rotary_by_layer=by_layer, padding_mask_args=padding_args)
 
 
 def _rotary_by_layer(model: nn.Module, base: nn.Module, base_path: str, config: object,
@@ -605,6 +644,45 @@ def _check_rotary_tables(model: nn.Module, rotary: str, rotary_mod: nn.Module, l
     return unrotated
 
 
+def _positional_block_args(source: str, layers_name: str) -> list[tuple[str, ast.expr]]:
+    """The arguments a base model's forward (`source`) passes its blocks by position after the hidden states, (as
+    written, the expression) (`for i, layer in enumerate(self.layers): layer(h, original_hidden_states, i, ...)`);
+    [] where it passes the rest by keyword, or its source does not parse."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return []
+    for loop in ast.walk(tree):
+        if not (isinstance(loop, ast.For) and f"self.{layers_name}" in ast.unparse(loop.iter)):
+            continue
+        target = loop.target.elts[-1] if isinstance(loop.target, ast.Tuple) else loop.target
+        if not isinstance(target, ast.Name):
+            continue
+        for node in ast.walk(loop):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == target.id
+                    and len(node.args) > 1):
+                return [(ast.unparse(a), a) for a in node.args[1:]]
+    return []
+
+
+def _padding_mask_args(source: str, blocks: nn.ModuleList) -> tuple[str, ...]:
+    """The keywords, other than attention_mask, by which a base model's forward (`source`) hands its blocks the
+    [B, S] padding mask of a recurrent layer type: `kw=masks["linear_attention"]` (a key of _padding_mask_types) or
+    `kw=create_recurrent_attention_mask(...)`, where every block takes `kw` (HFParts.padding_mask_args)."""
+    if not len(blocks):
+        return ()
+    found = []
+    for kw, values in _passed_keywords(source).items():
+        for v in values:
+            key = v.slice.value if isinstance(v, ast.Subscript) and isinstance(v.slice, ast.Constant) else None
+            built = (isinstance(v, ast.Call) and isinstance(v.func, ast.Name)
+                     and v.func.id == "create_recurrent_attention_mask")
+            if kw != "attention_mask" and (built or isinstance(key, str) and _padding_mask_types([key])):
+                found.append(kw)
+    return tuple(kw for kw in dict.fromkeys(found)
+                 if all(kw in inspect.signature(b.forward).parameters for b in blocks))
+
+
 def _padding_mask_types(kinds: list[str | None]) -> tuple[str, ...]:
     """The layer types among `kinds` that transformers gives the [B, S] padding mask rather than a causal one
     (masking_utils' table: recurrent mixers such as MiniMax's lightning attention zero padded tokens themselves)."""
@@ -632,7 +710,7 @@ def _embed_scale(base: nn.Module) -> float:
 
 def _logit_ops(model: nn.Module) -> tuple[tuple[str, float], ...]:
     """What the causal LM's own forward does to the head's logits, read from the attributes it uses:
-    Cohere's logit_scale (x), Granite's logits_scaling (/), Gemma 2/3's final_logit_softcapping and
+    Cohere's logit_scale (x), Granite's logits_scaling (/), Falcon-H1's lm_head_multiplier (x), Gemma 2/3's final_logit_softcapping and
     RecurrentGemma's logits_soft_cap (cap * tanh(logits / cap))."""
     config = model.config
     ops: list[tuple[str, float]] = []
@@ -642,6 +720,10 @@ def _logit_ops(model: nn.Module) -> tuple[tuple[str, float], ...]:
     scaling = _number(getattr(config, "logits_scaling", None))
     if scaling is not None:
         ops.append(("div", scaling))
+    # Falcon-H1's head output times lm_head_multiplier (its base model's copy of the config's)
+    multiplier = _number(getattr(config, "lm_head_multiplier", None))
+    if multiplier is not None and "lm_head_multiplier" in source_of(type(model).forward):
+        ops.append(("mul", multiplier))
     for attr in ("final_logit_softcapping", "logits_soft_cap"):
         cap = _number(getattr(config, attr, None))
         if cap:
@@ -1175,6 +1257,7 @@ def causal_lm_forward(model: nn.Module, x: torch.Tensor, attention_mask: torch.T
     kwargs = {k: v for k, v in kwargs.items() if k in parts.block_args or k in parts.none_args}
     if parts.kv_store:  # a mapping FSDP2's input casts hand on as it is (a dict they would copy: transformers'
         kwargs["shared_kv_states"] = collections.UserDict()  # KVSharingDict is one too)
+    kwargs.update(dict.fromkeys(parts.padding_mask_args, attention_mask))
     if parts.bias is not None:
         kwargs[parts.bias.arg] = BIAS_BUILDERS[parts.bias.arg][1](_get(model, parts.bias.base), h, attention_mask)
     layers = _get(model, parts.layers)

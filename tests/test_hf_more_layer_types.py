@@ -4,6 +4,9 @@
   theta 0 for a layer without position embedding), which the base model picks for each block by that list.
 * LFM3: short-convolution layers ("conv") beside sliding and full attention, its rotary module holding tables for
   the attention types only; the base model hands a conv layer no table (and the [B, S] padding mask).
+* Falcon-H1: a Mamba-2 mixer beside the attention in every block, which takes the [B, S] padding mask as
+  `mamba_attention_mask` (it zeroes padded tokens before its convolution and scan: left padding would otherwise
+  leak into the state), and logits times lm_head_multiplier.
 
 autoparallel's Hugging Face forward (autoparallel/hf.py, what the trainer and the tracer run) hands each block what
 the model's own forward does: the logits agree in fp32 without a padding mask and with right and left padding.
@@ -40,6 +43,11 @@ def _config(name: str):
     if name == "lfm3":  # conv, sliding and full layers; sandwich norms (its default)
         return T.Lfm3Config(**_KW, num_hidden_layers=4, head_dim=4, sliding_window=6, pad_token_id=0, bos_token_id=1,
                             eos_token_id=2, layer_types=["conv", "sliding_attention", "full_attention", "conv"])
+    if name == "falcon_h1":  # multipliers off 1, a scan chunk under the sequence
+        return T.FalconH1Config(**_KW, num_hidden_layers=2, head_dim=4, mamba_d_ssm=None, mamba_n_heads=4,
+                                mamba_d_head=16, mamba_d_state=8, mamba_chunk_size=8, lm_head_multiplier=0.25,
+                                embedding_multiplier=3.0, ssm_multipliers=[0.5, 2.0, 1.5, 0.7, 1.3],
+                                mlp_multipliers=[0.5, 2.0], pad_token_id=0, bos_token_id=1, eos_token_id=2)
     raise KeyError(name)
 
 
@@ -68,7 +76,7 @@ def _max_diff(model, ids: torch.Tensor) -> float:
     return worst
 
 
-@pytest.mark.parametrize("name", ["granite_swa", "granitemoe_swa", "lfm3"])
+@pytest.mark.parametrize("name", ["granite_swa", "granitemoe_swa", "lfm3", "falcon_h1"])
 def test_training_forward_equals_the_models_own(name):
     """The logits of autoparallel's forward equal the model's own within 1e-5 (these types had been refused)."""
     model = _build(name).eval()
@@ -109,3 +117,54 @@ def test_lfm3_conv_layers_take_no_rotary_table():
     parts = hf_parts(_build("lfm3"))
     assert parts.unrotated_types == ("conv",) and parts.padding_mask_types == ("conv",)
     assert parts.rotary_by_layer_type and parts.sliding_window == 6 and parts.mixed_windows
+
+
+def test_falcon_h1_hands_its_mixers_the_padding_mask():
+    """Falcon-H1's blocks take the padding mask as `mamba_attention_mask` beside the attention's causal mask, and its
+    logits are multiplied by lm_head_multiplier: hf_parts reads both (it had refused the model for the convolution);
+    without the mask a left-padded batch's logits differ."""
+    import dataclasses
+
+    from autoparallel.hf import causal_lm_forward, hf_parts
+
+    model = _build("falcon_h1").eval()
+    parts = hf_parts(model)
+    assert parts.padding_mask_args == ("mamba_attention_mask",) and parts.logit_ops == (("mul", 0.25),)
+    ids = HF.batches(1)[0]["input_ids"][:2]
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0
+    with torch.no_grad():
+        ref = model(input_ids=ids, attention_mask=mask, use_cache=False).logits[mask.bool()]
+        blind = causal_lm_forward(model, ids, mask, parts=dataclasses.replace(parts, padding_mask_args=()))
+    assert (blind[mask.bool()] - ref).abs().max() / ref.abs().max() > 1e-4  # (the tolerance: 1e-5)
+
+
+@pytest.mark.parametrize("model_type, why", [
+    ("deepseek_v4", r"model's forward reshapes the token embeddings before its blocks \(hyper-connections: "
+                    r"config.hc_mult=4 residual streams per token, which the blocks take and return and which are "
+                    r"merged after them\)"),
+    ("zamba2", r"model's forward passes its blocks \(Zamba2HybridLayer, Zamba2MambaDecoderLayer\) "
+               r"original_hidden_states, layer_idx, causal_mask_mapping\['full_attention'\] by position \(as "
+               r"original_hidden_states, layer_idx, causal_mask\) beside the hidden states"),
+    ("inkling_text", r"its forward divides the base model's output by self.config.logits_mup_width_multiplier=24.0 "
+                     r"before its head lm_head"),
+])
+def test_what_stays_refused_says_what_its_forward_does(model_type, why):
+    """What autoparallel's forward cannot reproduce is named in one line: DeepSeek V4's hyper-connections (it had been
+    refused for its rotary tables, which it picks per attention kind from a dict), Zamba2's positional block
+    arguments (the token embeddings its shared attention blocks concatenate, the layer index, both masks), Inkling's
+    scaling of the base model's output before its head (its convolutions now take their padding mask, `conv_mask`)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from autoparallel.errors import UserError
+    from autoparallel.hf import hf_parts, quiet_optional_kernels
+
+    cfg = AutoConfig.for_model(model_type)
+    cfg.num_hidden_layers = 2
+    if model_type == "zamba2":
+        cfg.layers_block_type = ["mamba", "hybrid"]
+    with torch.device("meta"), quiet_optional_kernels():
+        model = AutoModelForCausalLM.from_config(cfg)
+    with pytest.raises(UserError, match=f"^{type(model).__name__}: {why}") as e:
+        hf_parts(model)
+    assert "\n" not in str(e.value)
