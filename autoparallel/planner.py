@@ -863,7 +863,8 @@ class Planner:
         while any(MeshConfig_of(c.plan) in greedy for c in runners):
             for c in runners:
                 cfg = greedy.pop(MeshConfig_of(c.plan), None)
-                plan = self._stage_model(cfg).solve() if cfg is not None else None
+                # its best plan where better than the greedy one (None: the greedy plan is its optimum)
+                plan = self._stage_model(cfg).improve(c.estimate.step_time_s) if cfg is not None else None
                 if plan is not None:
                     self._keep(best, plan)
             runners = self._runners_up(best, k)
@@ -1434,7 +1435,13 @@ class StageModel:
     def sync_bound(self) -> float:
         """Lower bound on E + Opt: a maximum over ranks is at least their mean, and both terms are
         affine in the blocks a rank holds, whose mean is L/pp; E is at least each affine piece of
-        comm.dp_overlap_cost, whose GPU idle time is at most every block's largest over the recompute modes."""
+        comm.dp_overlap_cost, whose GPU idle time is at most every block's largest over the recompute modes.
+        Computed once (lower_bound and both relaxed bounds add it)."""
+        if not hasattr(self, "_sync_bound"):
+            self._sync_bound = self._compute_sync_bound()
+        return self._sync_bound
+
+    def _compute_sync_bound(self) -> float:
         if len(self.classes) != 1:
             return self._mixed_sync_bound()
         p, L = self.cfg.pp, self.cm.num_blocks
