@@ -868,7 +868,7 @@ class Planner:
                 if plan is not None:
                     self._keep(best, plan)
             runners = self._runners_up(best, k)
-        for lb, _, cfg in sorted(beaten):
+        for lb, _, cfg in sorted(beaten) if k > 0 else ():
             bar = runners[-1].estimate.step_time_s if len(runners) >= k else math.inf
             if lb >= bar or time.perf_counter() - t0 > budget_s:
                 break

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from autoparallel.api import context, plan_result
 from autoparallel.errors import UserError
 from autoparallel.plan import RECOMPUTE_MODES, Plan
-from autoparallel.planner import COMPILE_MARGIN, MeshConfig, Planner, parse_fix
+from autoparallel.planner import COMPILE_MARGIN, MeshConfig, MeshConfig_of, Planner, parse_fix
 from autoparallel.specs import load_model_spec
 
 
@@ -207,6 +207,23 @@ def test_greedy_then_bounded_search_finds_what_solving_every_configuration_finds
     else:
         assert result.solver.status == "OPTIMAL"
         assert result.solver.objective == pytest.approx(best, rel=1e-9)
+
+
+def test_mixed_block_classes_beaten_below_the_incumbent_are_runner_up_candidates():
+    """Mixed block classes (a dense block, then MoE ones: the CP-SAT model) are solved only below the incumbent
+    (StageModel.solve(below)); the configurations beaten so are runner-up candidates, re-solved below the k-th
+    runner-up. `--top 0` shows none (it had raised an IndexError there); `--top 3` three other meshes, each slower,
+    beside the same winner."""
+    from test_planner_objective import _spec as objective_spec
+
+    ctx = context(objective_spec("mixed", 6, 4, 64), "h100-sxm", 8, 512)
+    top0 = Planner(ctx.graph, ctx.cluster, 32, 512, None, cost_model=ctx.cost_model).solve(top_k=0)
+    top3 = Planner(ctx.graph, ctx.cluster, 32, 512, None, cost_model=ctx.cost_model).solve(top_k=3)
+    assert top0.solver.status == top3.solver.status == "OPTIMAL" and top0.runners_up == []
+    assert top3.plan == top0.plan
+    meshes = {MeshConfig_of(c.plan) for c in top3.runners_up}
+    assert len(meshes) == 3 and MeshConfig_of(top3.plan) not in meshes
+    assert all(c.estimate.step_time_s >= top3.solver.objective for c in top3.runners_up)
 
 
 def _llama7b_on_two_h200s():
