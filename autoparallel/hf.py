@@ -393,7 +393,9 @@ def hf_parts(model: nn.Module) -> HFParts:
     positional = _positional_block_args(source, layers_name)
     names = [p for p in inspect.signature(blocks[0].forward).parameters][1:len(positional) + 1] if len(blocks) else []
     inputs = set(inspect.signature(type(base).forward).parameters)
-    computed = {*BLOCK_ARGS, *_UNNEEDED_BLOCK_ARGS, *(["per_layer_input"] if per_layer is not None else [])}
+    # (Gemma 4's per-layer input: computed where the config sets hidden_size_per_layer_input, PerLayerInputs, and
+    # None in the base model's forward where it does not)
+    computed = {*BLOCK_ARGS, *_UNNEEDED_BLOCK_ARGS, "per_layer_input"}
     unknown = [(a, n) for (a, node), n in zip(positional, names, strict=False) if n not in computed
                and not (isinstance(node, ast.Name) and node.id in inputs
                         or isinstance(node, ast.Constant) and node.value is None)]
