@@ -660,6 +660,8 @@ class Planner:
                 lb2 = sm.relaxed_bound()
                 if lb2 >= best[0].estimate.step_time_s:
                     continue
+            elif best and sm.mixed_relaxed_bound() >= best[0].estimate.step_time_s:
+                continue  # mixed classes: the memory-aware LP bound
             lazy = len(sm.classes) == 1 and cfg.pp > 2  # CBC's configurations
             # a configuration that cannot beat the incumbent needs no optimum of its own
             below = best[0].estimate.step_time_s if best else math.inf
@@ -1415,6 +1417,40 @@ class StageModel:
         total = base + float(allslopes[:need].sum())
         m = self.m
         return ((m - 1 / v) * max(total / p, floor_max) + total / v + self.sync_bound()) * (1 - 1e-9)
+
+    def mixed_relaxed_bound(self) -> float:
+        """A memory-aware lower bound on the step for mixed block classes (the CP-SAT model's counterpart of
+        quick_relaxed_bound): y[c,d,r] >= 0 class-c blocks on rank d recomputed with mode r, every block placed
+        (sum_{d,r} y = count_c), every rank at least vpp blocks, and each rank's add_memory rows with the working
+        set at its floor (the logits on the last rank) and the block counts fractional, stage contiguity dropped:
+        min sum y t(c, r) (GLOP) is at most the plans' sum_d T_d less the ends, so the step is at least
+        (m - 1/v) sum T / p + sum T / v + sync_bound. inf when the relaxation is infeasible (nothing fits);
+        scaled down by 1e-6 against the CP-SAT model's rounding of its terms."""
+        p, v, m = self.cfg.pp, self.cfg.vpp, self.m
+        solver = pywraplp.Solver.CreateSolver("GLOP")
+        cap = self.pl.budget / (1 + ALLOCATOR_RESERVE)
+        unit = max(cap, 1.0)  # bytes in units of the cap and seconds in units of the step's scale: GLOP's tolerances
+        scale = 1.0 / max(self.block_time(self.classes[0], "none") * self.cm.num_blocks, 1e-12)
+        y = {(k, d, r): solver.NumVar(0, solver.infinity(), "") for k in self.classes for d in range(p)
+             for r in self.modes}
+        for k in self.classes:
+            solver.Add(sum(y[k, d, r] for d in range(p) for r in self.modes) == self.class_counts[k])
+        for d in range(p):
+            blocks = [(k, r) for k in self.classes for r in self.modes]
+            solver.Add(sum(y[k, d, r] for k, r in blocks) >= v)
+            infl = in_flight_micro_batches(d, p, v, m)
+            solver.Add(sum(y[k, d, r] * ((self.block_memory(k) + infl * self.cost(self.rep[k], r).act_bytes) / unit)
+                           for k, r in blocks) <= (cap - self.fixed_memory(d) - self.logits_floor(d)) / unit)
+            solver.Add(sum(y[k, d, r] * (self.block_end_memory(k) / unit) for k, r in blocks)
+                       <= (cap - self.reduce_fixed(d)) / unit)
+        solver.Minimize(sum(var * (self.block_time(k, r) * scale) for (k, _, r), var in y.items()))
+        status = solver.Solve()
+        if status == pywraplp.Solver.INFEASIBLE:
+            return math.inf
+        if status != pywraplp.Solver.OPTIMAL:
+            return -math.inf
+        total = solver.Objective().Value() / scale + sum(self._device_constants(d)[0] for d in range(p))
+        return ((m - 1 / v) * total / p + total / v + self.sync_bound()) * (1 - 1e-6)
 
     def relaxed_sum(self) -> float:
         """Lower bound on sum_d T_d: the convex-minorant greedy of `relaxed_bound`."""
