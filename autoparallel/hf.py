@@ -712,7 +712,7 @@ def _embed_scale(base: nn.Module) -> float:
 
 def _logit_ops(model: nn.Module) -> tuple[tuple[str, float], ...]:
     """What the causal LM's own forward does to the head's logits, read from the attributes it uses:
-    Cohere's logit_scale (x), Granite's logits_scaling (/), Falcon-H1's lm_head_multiplier (x), Gemma 2/3's final_logit_softcapping and
+    Cohere's logit_scale (x), Granite's logits_scaling (/; HyperCLOVA X's x), Falcon-H1's lm_head_multiplier (x), Gemma 2/3's final_logit_softcapping and
     RecurrentGemma's logits_soft_cap (cap * tanh(logits / cap))."""
     config = model.config
     ops: list[tuple[str, float]] = []
@@ -721,7 +721,9 @@ def _logit_ops(model: nn.Module) -> tuple[tuple[str, float], ...]:
         ops.append(("mul", scale))
     scaling = _number(getattr(config, "logits_scaling", None))
     if scaling is not None:
-        ops.append(("div", scaling))
+        # Granite divides by it, HyperCLOVA X multiplies (MuP): which one, the LM's own forward says
+        ops.append(("mul" if re.search(r"\*\s*self\.config\.logits_scaling", source_of(type(model).forward))
+                    else "div", scaling))
     # Falcon-H1's head output times lm_head_multiplier (its base model's copy of the config's)
     multiplier = _number(getattr(config, "lm_head_multiplier", None))
     if multiplier is not None and "lm_head_multiplier" in source_of(type(model).forward):

@@ -83,6 +83,19 @@ def test_training_forward_equals_the_models_own(name):
     assert _max_diff(model, HF.batches(1)[0]["input_ids"][:2]) <= 1e-5
 
 
+@pytest.mark.parametrize("model_type", ["granite", "hyperclovax"])
+def test_logits_scaling_is_applied_as_the_models_own_forward_applies_it(model_type):
+    """config.logits_scaling off 1: Granite's forward divides the logits by it, HyperCLOVA X's multiplies them (MuP);
+    autoparallel's forward had divided for both, a silent wrong objective for HyperCLOVA X."""
+    import transformers as T
+    from transformers import AutoModelForCausalLM
+
+    config = T.AutoConfig.for_model(model_type, **_KW, num_hidden_layers=2, logits_scaling=4.0)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).float().eval()
+    assert _max_diff(model, HF.batches(1)[0]["input_ids"][:2]) <= 1e-5
+
+
 def test_each_granite_swa_layer_gets_the_table_of_its_theta():
     """Block i takes the rotary module of theta layer_rope_theta[i] (the base model's `rotary_embs`, in the order of
     their thetas), a NoPE layer none; the base model's own `rotary_emb` (the global theta) is not used."""
