@@ -209,3 +209,27 @@ def test_tensor_parallelism_matches_the_models_own_loop(tmp_path):
             placements = res["placements"]
             assert placements["model.embed_tokens_per_layer"] == placements["model.embed_tokens"] == "vocab"
             assert placements["model.layers.0.mlp.gate_proj"] == "colwise"
+
+
+def _train_raw_megatron(cfg: Case, out, rank: int) -> dict:
+    """Megatron's layout as the graph rule gives it, not made runnable (CostModel._runnable): the per-layer gate
+    split by columns beside the block's norms."""
+    from autoparallel.placements import megatron_placements
+    from autoparallel.tracer import trace
+    from autoparallel.trainer import AutoParallelTrainer
+
+    model = _build(cfg.model)
+    placements = megatron_placements(trace(model, batch=1, seq_len=16, compiled_saved=False), False)
+    plan = dataclasses.replace(HF.make_plan(model, tp=2, micro_batch=4), placements=placements, global_batch=4)
+    trainer = AutoParallelTrainer(model, optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1), plan=plan)
+    return {"losses": [trainer.step({"input_ids": b, "labels": b}) for b in _token_batches()[:1]]}
+
+
+def test_a_hand_written_layout_dtensor_cannot_run_is_one_clear_error(tmp_path):
+    """A plan whose placements split a module its neighbours then read whole fails in DTensor's sharding propagation;
+    the trainer says so in one UserError naming the op and the way out (trainer._explain_sharding_failure), not
+    DTensor's trace."""
+    H.run_spawned(2, [Case("raw-megatron-tp2", "ple")], tmp_path, train=_train_raw_megatron)
+    res = H.result(tmp_path, "raw-megatron-tp2")
+    assert res.get("error_type") == "UserError", res.get("traceback", res)
+    assert "cannot run aten." in res["error"] and "planner's placements" in res["error"]

@@ -137,6 +137,26 @@ def _explain_checkpoint_mutation(plan: Plan) -> Iterator[None]:
                         f"recompute none or full for this model (the planner does)") from None
 
 
+@contextmanager
+def _explain_sharding_failure(plan: Plan) -> Iterator[None]:
+    """DTensor cannot run an op on the shardings a plan's tensor-parallel placements give its inputs (a hand-written
+    layout that splits a Linear whose neighbours then see its split output as whole: Gemma 4's per-layer gate split
+    by columns beside the block's norms): one error naming the op and what to do, not DTensor's propagation trace.
+    The planner's layouts keep such modules whole (CostModel._runnable); a hand-written plan reaches this."""
+    try:
+        yield
+    except RuntimeError as e:
+        text = str(e)
+        if "Sharding propagation failed" not in text:
+            raise
+        op = text.split("Sharding propagation failed for ", 1)[1].split("(", 1)[0]
+        first = text.strip().splitlines()[0]
+        raise UserError(f"plan placements (tp={plan.tp}{', sequence parallel' if plan.sequence_parallel else ''}): "
+                        f"the model's forward cannot run {op} on the shardings they give its inputs ({first}); "
+                        f"use the planner's placements for this model (autoparallel plan, or no `placements` in the "
+                        f"plan) or keep the modules around that op 'replicate'") from None
+
+
 def _value(loss: torch.Tensor) -> torch.Tensor:
     """A loss as a plain detached fp32 scalar (a loss_parallel loss is a replicated DTensor)."""
     loss = loss.detach()
@@ -388,7 +408,8 @@ class AutoParallelTrainer:
         start = (self._meshes.data_rank if self._meshes is not None else 0) * rows
         local = b.slice(start, start + rows).to(self.device)
         try:
-            with loss_parallel() if self._loss_parallel else nullcontext(), _explain_checkpoint_mutation(plan):
+            with loss_parallel() if self._loss_parallel else nullcontext(), _explain_checkpoint_mutation(plan), \
+                    _explain_sharding_failure(plan):
                 if plan.pp > 1:
                     local_loss = self._pipeline_step(local)
                 else:
