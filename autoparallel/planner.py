@@ -889,7 +889,7 @@ class Planner:
             plan = sm.solve()
             if plan is not None:
                 seen.add(key)
-                best.append(Candidate(plan, self.cm.estimate(plan, self.budget)))
+                self._keep(best, plan)  # kept sorted: _with_compile reads `best` fastest first
                 runners = self._runners_up(best, k)
         return runners
 
@@ -1435,8 +1435,8 @@ class StageModel:
              for r in self.modes}
         for k in self.classes:
             solver.Add(sum(y[k, d, r] for d in range(p) for r in self.modes) == self.class_counts[k])
+        blocks = [(k, r) for k in self.classes for r in self.modes]
         for d in range(p):
-            blocks = [(k, r) for k in self.classes for r in self.modes]
             solver.Add(sum(y[k, d, r] for k, r in blocks) >= v)
             infl = in_flight_micro_batches(d, p, v, m)
             solver.Add(sum(y[k, d, r] * ((self.block_memory(k) + infl * self.cost(self.rep[k], r).act_bytes) / unit)
