@@ -870,11 +870,14 @@ class Planner:
                 if plan is not None:
                     self._keep(best, plan)
             runners = self._runners_up(best, k)
+        def left() -> float:  # a runner-up need not be its mesh's optimum: its solve stops with the budget
+            return max(0.1, budget_s - (time.perf_counter() - t0))
+
         for lb, _, cfg in sorted(beaten) if k > 0 else ():
             bar = runners[-1].estimate.step_time_s if len(runners) >= k else math.inf
             if lb >= bar or time.perf_counter() - t0 > budget_s:
                 break
-            plan = self._stage_model(cfg).solve(bar)
+            plan = self._stage_model(cfg).solve(bar, left())
             if plan is not None:
                 self._keep(best, plan)
                 runners = self._runners_up(best, k)
@@ -886,7 +889,7 @@ class Planner:
             key = MeshConfig_of(sm.plan0)
             if key in seen or not sm.memory_may_fit():
                 continue
-            plan = sm.solve()
+            plan = sm.solve(time_limit_s=left())
             if plan is not None:
                 seen.add(key)
                 self._keep(best, plan)  # kept sorted: _with_compile reads `best` fastest first
@@ -1210,15 +1213,16 @@ class StageModel:
         return states * (1 + ALLOCATOR_RESERVE) <= self.pl.budget
 
     # ---- the model -----------------------------------------------------------------------------------------
-    def solve(self, below: float = math.inf) -> Plan | None:
-        """Uniform blocks (one class): the per-rank model `solve_uniform`; mixed classes: `solve_general`. With
-        `below`, None also where no plan of this configuration is faster than it."""
-        return self.solve_uniform(below) if len(self.classes) == 1 else self.solve_general(below)
+    def solve(self, below: float = math.inf, time_limit_s: float = 20.0) -> Plan | None:
+        """Uniform blocks (one class): the per-rank model `solve_uniform`; mixed classes: `solve_general` (CP-SAT, for
+        at most `time_limit_s`: its best plan by then, `proven` False). With `below`, None also where no plan of this
+        configuration is faster than it."""
+        return self.solve_uniform(below) if len(self.classes) == 1 else self.solve_general(below, time_limit_s)
 
-    def _solver(self) -> cp_model.CpSolver:
+    def _solver(self, time_limit_s: float = 20.0) -> cp_model.CpSolver:
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = 1          # deterministic: same inputs, same plan
-        solver.parameters.max_time_in_seconds = 20.0
+        solver.parameters.max_time_in_seconds = time_limit_s
         return solver
 
     # ---- uniform blocks: one choice per pipeline rank -----------------------------------------------------
@@ -1797,7 +1801,7 @@ class StageModel:
         return time_, sync, opt, cover, tail, idle
 
     # ---- general: mixed block classes, contiguous boundaries ----------------------------------------------
-    def solve_general(self, below: float = math.inf) -> Plan | None:
+    def solve_general(self, below: float = math.inf, time_limit_s: float = 20.0) -> Plan | None:
         """The CP-SAT model (mixed block classes). With `below`, only plans whose step the model puts under it
         (None, proven, when there is none): a configuration the search's incumbent already beats is then a short
         infeasibility proof, not a search for its own optimum to the time limit (DeepSeek-V3's 3 dense + 58 MoE
@@ -1815,7 +1819,7 @@ class StageModel:
             # in the model's integer units (RESOLUTION of the step's work: each term rounds by half a unit, so
             # the model's step is within ~1e-5 of estimate's); the 1e-4 margin keeps a near tie in
             model.Add(objective <= int(below * (1 + 1e-4) * v * self.ns))
-        solver = self._solver()
+        solver = self._solver(time_limit_s)
         status = solver.Solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             self.proven = status == cp_model.INFEASIBLE

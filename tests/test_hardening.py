@@ -298,8 +298,8 @@ def test_solver_status_is_feasible_when_a_solve_is_unproven(monkeypatch):
     from autoparallel.api import plan_result
     real = planner_mod.StageModel.solve
 
-    def unproven(self, below=float("inf")):
-        plan = real(self, below)
+    def unproven(self, below=float("inf"), time_limit_s=20.0):
+        plan = real(self, below, time_limit_s)
         self.proven = False
         return plan
     monkeypatch.setattr(planner_mod.StageModel, "solve", unproven)

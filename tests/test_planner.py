@@ -226,6 +226,35 @@ def test_mixed_block_classes_beaten_below_the_incumbent_are_runner_up_candidates
     assert all(c.estimate.step_time_s >= top3.solver.objective for c in top3.runners_up)
 
 
+def test_runner_up_solves_stop_with_the_runners_up_budget(monkeypatch):
+    """A runner-up need not be its mesh's optimum: its CP-SAT solve gets what is left of the runners-up budget (2 s
+    at least) as its time limit, not the search's 20 s a configuration (DeepSeek-V3 on 1024 H100s: one runner-up
+    solve had run 18 s of a 21 s `plan`)."""
+    from test_planner_objective import _spec as objective_spec
+
+    from autoparallel import planner as planner_mod
+
+    limits, phase = [], []  # CP-SAT time limits given while runners-up are found
+    real_solver, real_runners = planner_mod.StageModel._solver, planner_mod.Planner._find_runners_up
+
+    def recording(self, time_limit_s=20.0):
+        if phase:
+            limits.append(time_limit_s)
+        return real_solver(self, time_limit_s)
+
+    def runners(self, *args, **kwargs):
+        phase.append(1)
+        try:
+            return real_runners(self, *args, **kwargs)
+        finally:
+            phase.clear()
+    monkeypatch.setattr(planner_mod.StageModel, "_solver", recording)
+    monkeypatch.setattr(planner_mod.Planner, "_find_runners_up", runners)
+    ctx = context(objective_spec("mixed", 6, 4, 64), "h100-sxm", 8, 512)
+    Planner(ctx.graph, ctx.cluster, 32, 512, None, cost_model=ctx.cost_model).solve(top_k=3)
+    assert limits and all(0 < t <= 2.0 for t in limits)
+
+
 def _llama7b_on_two_h200s():
     spec = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
             "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
