@@ -33,6 +33,7 @@ from autoparallel.sharding import cost_model as sharding_cost_model
 from autoparallel.trace_cache import TraceCache, TraceKey, hf_config_identity, module_identity, spec_identity
 from autoparallel.units import parse_bytes
 from cost_models.estimate import TRAINER, CostModel, Estimate, RuntimeVariant
+from cost_models.graph import no_pipeline_clause
 from hardware_profiles import Cluster, HardwareProfile, load_profile
 
 if TYPE_CHECKING:  # torch loads only when a model is actually traced (a warm cache never needs it)
@@ -239,8 +240,7 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
     ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, cache=cache, progress=progress,
                   padded=padded)
     if pp > 1 and ctx.graph.no_pipeline:  # as the planner's pin and the trainer refuse it
-        raise UserError(f"--pp {pp}: {ctx.model_name}'s blocks cannot be cut into pipeline stages "
-                        f"({ctx.graph.no_pipeline}, which the trainer's stages do not pass on); use --pp 1")
+        raise UserError(f"--pp {pp}: {no_pipeline_clause(ctx.model_name, ctx.graph.no_pipeline)}; use --pp 1")
     p = Plan(model=ctx.model_name, hardware=ctx.cluster.profile.name, gpus=gpus,
              gpus_per_node=ctx.cluster.devices_per_node, global_batch=global_batch, seq_len=seq_len,
              dp=gpus // (tp * pp * ep * cp), tp=tp, pp=pp, ep=ep, cp=cp, vpp=o["vpp"], micro_batch=o["micro_batch"],
@@ -276,9 +276,8 @@ def _estimate_plan_file(model: Any, hardware: Any, gpus: int, global_batch: int,
                   padded=padded)
     p.validate(len(ctx.graph.blocks))
     if p.pp > 1 and ctx.graph.no_pipeline:
-        raise UserError(f"plan file {plan_file} has pp={p.pp}, but {ctx.model_name}'s blocks cannot be cut into "
-                        f"pipeline stages ({ctx.graph.no_pipeline}, which the trainer's stages do not pass on); "
-                        f"re-plan with pp=1")
+        raise UserError(f"plan file {plan_file} has pp={p.pp}, but "
+                        f"{no_pipeline_clause(ctx.model_name, ctx.graph.no_pipeline)}; re-plan with pp=1")
     mine = getattr(ctx.graph, "fingerprint", "") or ""
     if p.model_fingerprint and mine and p.model_fingerprint != mine:  # as the trainer refuses it
         raise UserError(f"plan file {plan_file} was made for another model (fingerprint {p.model_fingerprint} != "

@@ -41,6 +41,7 @@ from cost_models.estimate import (
     dp_sync_time,
     in_flight_micro_batches,
 )
+from cost_models.graph import no_pipeline_clause
 from hardware_profiles import Cluster
 
 RESOLUTION = 1e7  # CP-SAT works in integers: times and bytes in units of 1e-7 of their scale
@@ -325,8 +326,8 @@ class Planner:
         if "pp" in f and f["pp"] > max(self.cm.num_blocks, 1):
             raise UserError(f"pin pp={f['pp']} exceeds the model's {self.cm.num_blocks} blocks")
         if f.get("pp", 1) > 1 and self.graph.no_pipeline:
-            raise UserError(f"pin pp={f['pp']}: {self.model_name}'s blocks cannot be cut into pipeline stages "
-                            f"({self.graph.no_pipeline}, which the trainer's stages do not pass on); use pp=1")
+            raise UserError(f"pin pp={f['pp']}: {no_pipeline_clause(self.model_name, self.graph.no_pipeline)}; "
+                            f"use pp=1")
         if f.get("vpp", 1) > 1 and f.get("pp", 2) == 1:
             raise UserError("pin vpp>1 contradicts pp=1: interleaving needs pipeline stages")
         if f.get("sequence_parallel") and not self.cm.sequence_splits:

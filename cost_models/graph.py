@@ -320,6 +320,12 @@ class OpGraph:
         return "\n".join(lines)
 
 
+def no_pipeline_clause(model: str, reason: str) -> str:
+    """What every refusal of pipeline stages for such a model says (the planner's pin, `estimate --pp`, a plan file,
+    the trainer), each before its own way out; `reason`: OpGraph.no_pipeline (HFParts.no_pipeline)."""
+    return f"{model}'s blocks cannot be cut into pipeline stages ({reason}, which the trainer's stages do not pass on)"
+
+
 def _blocks_text(blocks: list[str], classes: Counter[int]) -> str:
     if not blocks:
         return "none"

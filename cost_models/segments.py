@@ -169,8 +169,7 @@ def segment_of(graph: OpGraph) -> dict[int, str]:
 
 def phase_node_ids(graph: OpGraph, seg_of: dict[int, str], name: str, phase: str) -> list[int]:
     """The nodes of segment `name`'s phase, in the order its PhaseOps arrays hold them."""
-    g = _digraph(graph)
-    return [n for n in sorted(g.nodes) if seg_of.get(n) == name and g.nodes[n].get("phase") == phase]
+    return _phase_nodes(graph, seg_of, {name}).get((name, phase), [])
 
 
 def _phase_nodes(graph: OpGraph, seg_of: dict[int, str], names: set[str]) -> dict[tuple[str, str], list[int]]:

@@ -88,6 +88,7 @@ from autoparallel.trainer.tensor_parallel import (
 )
 from autoparallel.units import parse_bytes
 from cost_models.estimate import RuntimeVariant
+from cost_models.graph import no_pipeline_clause
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 _EXPERT_CLASSES = ("GroupedExperts",)
@@ -559,8 +560,8 @@ class AutoParallelTrainer:
                             f"{type(self._model).__name__} has no repeated-block container (a ModuleDict, ModuleList "
                             f"or Sequential of same-class blocks)")
         if plan.pp > 1 and self._hf is not None and self._hf.no_pipeline:
-            raise UserError(f"plan has pp={plan.pp} but {type(self._model).__name__}'s blocks cannot be cut into "
-                            f"pipeline stages ({self._hf.no_pipeline}, which the trainer's stages do not pass on); "
+            raise UserError(f"plan has pp={plan.pp} but "
+                            f"{no_pipeline_clause(type(self._model).__name__, self._hf.no_pipeline)}; "
                             f"use a plan with pp=1")
         known = {n for n, _ in self._model.named_modules()}
         unknown = sorted(p for p in plan.placements if p not in known)
