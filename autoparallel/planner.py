@@ -1581,13 +1581,17 @@ class StageModel:
             best = min(pairs, key=lambda c: (self._uniform_objective(c, options), c))
             self.proven = True
             return self._uniform_plan(best, options)
-        # OR-Tools' MIP backend (CBC): continuous times in seconds, binary x; single-threaded and
-        # deterministic. The cuts close most of the LP gap, so it solves in milliseconds.
         if below < math.inf:
             options = self.options_below(below)
             if options is None:
                 self.proven = True  # no block count of some rank can beat `below`
                 return None
+        return self._cbc(options, below)
+
+    def _cbc(self, options: list[dict], below: float) -> Plan | None:
+        """solve_uniform's MIP over `options` on OR-Tools' CBC: continuous times in seconds, binary x;
+        single-threaded and deterministic. The cuts close most of the LP gap, so it solves in milliseconds."""
+        p = self.cfg.pp
         solver, x = self._uniform_program("CBC", options)
         status = solver.Solve()
         if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
@@ -1687,7 +1691,7 @@ class StageModel:
             if all(len(c) == 1 for c in counts) and sum(c[0] for c in counts) == self.cm.num_blocks:
                 self.proven = True
                 return self._uniform_plan([c[0] for c in counts], options)
-        return self.solve_uniform(below)
+        return self._cbc(options, below)
 
     def greedy_plan(self) -> Plan | None:
         """Uniform blocks: the plan of min_max_time's greedy assignment (every rank within the min-max stage
