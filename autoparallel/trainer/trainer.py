@@ -49,6 +49,7 @@ from autoparallel.trainer.data_parallel import (
     to_dtype,
 )
 from autoparallel.trainer.expert_parallel import apply_expert_parallel, scale_expert_grads
+from autoparallel.trainer.grad_norm import check_max_grad_norm, clip_parameters
 from autoparallel.trainer.hardware import attention_kernel, local_budget, resolve_hardware
 from autoparallel.trainer.low_precision import apply_fp8
 from autoparallel.trainer.materialize import (
@@ -277,6 +278,11 @@ class AutoParallelTrainer:
                         257 against 317 ms on an H200, docs/trainer_sweep.md); off the GPU always eager
     init_fn             callable(module) initializing a meta-device model's part (default: the
                         model's init_weights())
+    max_grad_norm       clip the gradients to this global L2 norm before each optimizer step
+                        (torch.nn.utils.clip_grad_norm_ over the whole parallel model; grad_norm reports the
+                        norm before clipping); inf measures the norm without clipping. None (default): no
+                        clipping, as a plain PyTorch loop; Hugging Face's Trainer, torchtitan and Megatron-LM
+                        clip at 1.0 by default. The planner prices the extra pass over the gradients.
     """
 
     def __init__(self, model: nn.Module, optimizer: Any = None, *, max_memory_per_gpu: str | int | None = None,
@@ -284,10 +290,12 @@ class AutoParallelTrainer:
                  device_ids: list[int] | None = None, plan: Plan | str | Path | None = None,
                  fix: dict | None = None, loss_fn: LossFn | None = None, moe: dict | None = None,
                  mixed_precision: str = "bf16", compile: bool | dict | None = None,
-                 init_fn: Callable[[nn.Module], None] | None = None, padded: bool | None = None) -> None:
+                 init_fn: Callable[[nn.Module], None] | None = None, padded: bool | None = None,
+                 max_grad_norm: float | None = None) -> None:
         check_has_parameters(model)
         _check_arguments(global_batch_size=global_batch_size, seq_len=seq_len, compile=compile, padded=padded,
                          moe=moe, loss_fn=loss_fn, init_fn=init_fn)
+        self._max_grad_norm = check_max_grad_norm(max_grad_norm)
         self._max_memory = None if max_memory_per_gpu is None else parse_bytes(max_memory_per_gpu,
                                                                                  "max_memory_per_gpu")
         to_dtype(mixed_precision, "mixed_precision")
@@ -322,6 +330,8 @@ class AutoParallelTrainer:
         self._optimizers: list[torch.optim.Optimizer] = []
         self._schedule: Any = None
         self._tie_sync: list[tuple[str, Any]] = []
+        self._tie_copies: list[str] = []  # tied names whose gradient an earlier pipeline stage also holds
+        self._grad_norm: torch.Tensor | None = None
         self._loss_parallel = False
         self._cross_entropy: LossFn = _cross_entropy_sum  # compiled with the blocks (_setup)
         self._expert_modules: list[nn.Module] = []
@@ -358,6 +368,12 @@ class AutoParallelTrainer:
     def fp8_modules(self) -> list[str]:
         """Paths of the linears this rank runs in FP8 (plan.fp8; low_precision.apply_fp8)."""
         return list(self._fp8_modules)
+
+    @property
+    def grad_norm(self) -> float | None:
+        """The global L2 norm of the last step's gradients before clipping (max_grad_norm), equal on every
+        rank; None without max_grad_norm or before the first step."""
+        return None if self._grad_norm is None else float(self._grad_norm)
 
     @property
     def steps(self) -> int:
@@ -422,6 +438,10 @@ class AutoParallelTrainer:
         for name, group in self._tie_sync:
             self._sync_tied_grad(name, group)
         scale_expert_grads(self._expert_modules, self.plan.ep)
+        if self._max_grad_norm is not None:
+            skip = {id(self._param(name)) for name in self._tie_copies}
+            self._grad_norm = clip_parameters(self.model_parts, skip, self._max_grad_norm,
+                                              self._meshes.pp.get_group() if plan.pp > 1 else None)
         for opt in self._optimizers:
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -743,6 +763,7 @@ class AutoParallelTrainer:
         copies: their gradients are summed between the holders each step (Megatron's embedding group)
         and the copies start equal."""
         self._tie_sync = []
+        self._tie_copies = []
         if plan.pp == 1:
             return
         layout, meshes = self._layout, self._meshes
@@ -782,6 +803,8 @@ class AutoParallelTrainer:
             name = next((n for n in group if n in local), None)
             if name is not None:
                 self._tie_sync.append((name, mine))
+                if meshes.coordinate("pp") != holders[0]:  # the same summed gradient as the first holder's
+                    self._tie_copies.append(name)
                 self._broadcast_tied(name, mine, int(mesh[(holders[0],) + tuple(meshes.world.get_coordinate()[1:])]))
 
     def _param(self, fqn: str) -> torch.Tensor:
