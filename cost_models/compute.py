@@ -111,6 +111,9 @@ _BY_BASE = {
 }
 _BROADCASTING = ("mul", "add", "sub", "rsub", "div", "where", "maximum", "minimum", "pow", "masked_fill")
 ADAM_BYTES = 28  # fused Adam(W) per fp32 parameter: reads p, g, m, v (16 B) and writes p, m, v (12 B)
+# Gradient clipping by the global norm (the trainer's max_grad_norm, trainer/grad_norm.py) per fp32 gradient
+# entry: a multi-tensor norm reads g (4 B), the scaling reads and writes it (8 B)
+CLIP_BYTES = 12
 
 
 def _base(op_name: str) -> str:
@@ -650,11 +653,13 @@ def fsdp_accumulate_bytes(micro_batches: int, reductions: int, param_bytes: int,
 
 
 def fsdp_update_time(optimizer_params: float, d: int, schedule: DpSchedule, micro_batches: int,
-                     profile: HardwareProfile, param_bytes: int = 2, reduce_bytes: int = 4) -> float:
+                     profile: HardwareProfile, param_bytes: int = 2, reduce_bytes: int = 4,
+                     clip: bool = False) -> float:
     """Optimizer step + FSDP2's per-micro-batch parameter and gradient copies, per unsharded local
     parameter [s] (AutoParallelTrainer's runtime; `update_time` is Megatron-LM's):
 
-        optimizer_params * 28 / m_adamw + (M_g * gather + M_r * reduce) / m_copy + accumulate / m_acc   bytes, / BW
+        optimizer_params * (28 + 12 clip) / m_adamw + (M_g * gather + M_r * reduce) / m_copy + accumulate / m_acc
+                                                                                                 bytes, / BW
         gather = 6/d + 4, reduce = 12/d + 6   (FSDP_*_BYTES), accumulate = fsdp_accumulate_bytes
         M_g, M_r = the schedule's unshards and reductions (comm.trainer_dp_schedule: without a pipeline M
         unshards, 2M under ZeRO-3, and M reductions under ZeRO 2/3, else 1)
@@ -667,13 +672,19 @@ def fsdp_update_time(optimizer_params: float, d: int, schedule: DpSchedule, micr
     a buffer to zero. Both fractions are read from the trainer's own kernels: its multi-tensor AdamW
     kernel runs below plain copy bandwidth (0.71 of an H200's against memory_bound's 0.83, in every
     model profiled), and the copies' fraction covers the casts, concatenations and one-rank collectives
-    of an unshard and a reduction together (benchmarks/trainer_sweep.py `update-rates`)."""
+    of an unshard and a reduction together (benchmarks/trainer_sweep.py `update-rates`).
+
+    clip: the trainer's max_grad_norm, CLIP_BYTES more per gradient entry the optimizer holds (the
+    gradients are sharded as the optimizer's parameters are), assumed at the fused AdamW's fraction: torch's
+    foreach norm and scaling run on the same multi-tensor kernel machinery, not yet timed on their own; its
+    scalar all-reduces (one per sharded mesh dimension, one over pp) are latencies, left out."""
     bw = profile.memory_bandwidth
     frac = calibrated(profile, "fsdp_copy_fraction", memory_fraction(profile, "cast"))
     copies = (schedule.unshards * (FSDP_GATHER_BYTES[0] / d + FSDP_GATHER_BYTES[1])
               + schedule.reductions * (FSDP_REDUCE_BYTES[0] / d + FSDP_REDUCE_BYTES[1]))
     accumulate = fsdp_accumulate_bytes(micro_batches, schedule.reductions, param_bytes, reduce_bytes)
-    return (optimizer_params * ADAM_BYTES / (bw * memory_fraction(profile, "adamw")) + copies / (bw * frac)
+    update_bytes = ADAM_BYTES + (CLIP_BYTES if clip else 0)
+    return (optimizer_params * update_bytes / (bw * memory_fraction(profile, "adamw")) + copies / (bw * frac)
             + accumulate / (bw * calibrated(profile, "fsdp_accumulate_fraction", frac)))
 
 

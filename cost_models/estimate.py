@@ -117,6 +117,10 @@ class RuntimeVariant:
     # does under Megatron's --tp-comm-overlap (comm.overlapped_collective_exposure); the trainer's DTensor TP
     # runs them in line
     tp_comm_overlap: bool = False
+    # the trainer's max_grad_norm: a global-norm pass over the gradients and their scaling before each update
+    # (compute.fsdp_update_time's clip); torchtitan and Hugging Face's Trainer clip by default, Megatron's
+    # update_time was fitted to runs that clipped
+    clip_grad_norm: bool = False
 
     def __post_init__(self) -> None:
         if self.op_sac not in OP_SAC_POLICIES:
@@ -1112,7 +1116,7 @@ class CostModel:
         for the trainer, Megatron's (compute.update_time) otherwise; d = the data-parallel group size."""
         if self.runtime == "trainer":
             return fsdp_update_time(1.0 / (d if zero >= 1 else 1), d, self.dp_schedule(zero, micro_batches, pp),
-                                    micro_batches, self.profile, pb, gb)
+                                    micro_batches, self.profile, pb, gb, clip=self.variant.clip_grad_norm)
         return update_time(1.0 / (d if zero >= 1 else 1), 1.0 / (d if zero >= 2 else 1), micro_batches, pb, gb,
                            self.profile)
 

@@ -69,6 +69,8 @@ def main() -> None:
     ap.add_argument("--max-memory", default=None, help="planner budget per GPU, e.g. 80GB (default: the local card's usable memory)")
     ap.add_argument("--mixed-precision", default="bf16")
     ap.add_argument("--output", default=None, help="directory for a save_pretrained export at the end")
+    ap.add_argument("--max-grad-norm", type=float, default=1.0,
+                    help="clip the gradients to this global norm (Hugging Face Trainer's default); 0: no clipping")
     args = ap.parse_args()
 
     torch.manual_seed(0)
@@ -76,7 +78,8 @@ def main() -> None:
     trainer = AutoParallelTrainer(
         model, optimizer=torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0),
         max_memory_per_gpu=args.max_memory, global_batch_size=args.batch, seq_len=args.seq,
-        hardware=args.hardware, plan=args.plan, fix=parse_fix(args.fix), mixed_precision=args.mixed_precision)
+        hardware=args.hardware, plan=args.plan, fix=parse_fix(args.fix), mixed_precision=args.mixed_precision,
+        max_grad_norm=args.max_grad_norm or None)
     main_rank = trainer.rank == 0
     if main_rank:
         p = trainer.plan
@@ -88,7 +91,8 @@ def main() -> None:
         loss = trainer.step(hf_batch(step, args.batch, args.seq, model.config.vocab_size))
         first = loss if first is None else first
         if main_rank and (step % 5 == 0 or step == args.steps - 1):
-            print(f"step {step:4d}  loss {loss:.4f}  ({time.time() - t0:.1f}s)", flush=True)
+            norm = "" if trainer.grad_norm is None else f"  grad norm {trainer.grad_norm:.3f}"
+            print(f"step {step:4d}  loss {loss:.4f}{norm}  ({time.time() - t0:.1f}s)", flush=True)
     if args.output:
         trainer.save_pretrained(args.output)
         if main_rank:

@@ -900,6 +900,9 @@ def test_the_trainer_update_prices_adamw_and_fsdp_copies_at_their_own_fractions(
         28 / (bw * 0.25) + (2 * 5.5 + 9) / (bw * 0.5) + 18 / (bw * 0.4))
     assert fsdp_update_time(1.0, 4, zero0, 2, prof, reduce_bytes=2) == pytest.approx(
         28 / (bw * 0.25) + (2 * 5.5 + 9) / (bw * 0.5) + 6 / (bw * 0.4))
+    # clipping (max_grad_norm) reads each gradient entry the optimizer holds for the norm and rewrites it: 12 B more
+    assert fsdp_update_time(0.25, 4, trainer_dp_schedule(3, 2, False), 2, prof, clip=True) == pytest.approx(
+        0.25 * (28 + 12) / (bw * 0.25) + 40 / (bw * 0.5))
     # four micro-batches under a pipeline (one unshard, one reduction): three adds
     assert fsdp_update_time(1.0, 1, trainer_dp_schedule(1, 4, True), 4, prof) == pytest.approx(
         28 / (bw * 0.25) + (10 + 18) / (bw * 0.5) + (8 + 3 * 10) / (bw * 0.4))

@@ -25,7 +25,7 @@ from autoparallel.api import context
 from autoparallel.planner import ALLOCATOR_RESERVE, MeshConfig, Planner
 from autoparallel.specs import load_model_spec
 from autoparallel.tracer import trace
-from cost_models.estimate import in_flight_micro_batches
+from cost_models.estimate import RuntimeVariant, in_flight_micro_batches
 from cost_models.host import HELD_TERMS, HOST_TERMS
 from hardware_profiles import load_profile
 
@@ -76,18 +76,19 @@ def _planner_memory(sm, d: int, plan) -> float:
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(["dense", "moe", "mixed"]), layers=st.integers(2, 4), heads=st.sampled_from([2, 4]),
        inter=st.sampled_from([32, 64]), pp=st.sampled_from([1, 2, 4]), batch=st.sampled_from([4, 8]),
-       squeeze=st.floats(0.3, 1.0))
-@example(kind="dense", layers=4, heads=2, inter=32, pp=4, batch=8, squeeze=1.0)   # the CBC path, for sure
-@example(kind="mixed", layers=4, heads=2, inter=32, pp=4, batch=8, squeeze=0.6)   # CP-SAT at pp = 4
-def test_planner_objective_and_memory_equal_estimate(kind, layers, heads, inter, pp, batch, squeeze):
+       squeeze=st.floats(0.3, 1.0), clip=st.booleans())
+@example(kind="dense", layers=4, heads=2, inter=32, pp=4, batch=8, squeeze=1.0, clip=True)   # the CBC path, for sure
+@example(kind="mixed", layers=4, heads=2, inter=32, pp=4, batch=8, squeeze=0.6, clip=False)  # CP-SAT at pp = 4
+def test_planner_objective_and_memory_equal_estimate(kind, layers, heads, inter, pp, batch, squeeze, clip):
     # pp <= 2: the uniform model enumerates its assignments; pp = 4: it solves the MIP (CBC)
     layers = max(layers, pp)
     spec = _spec(kind, layers, heads, inter)
     ep = 2 if kind != "dense" else 1
     gpus = 4 if pp * ep <= 4 else 8
     # eager plans only: the compiled blocks' partition (most of a small model's trace time) is not read
+    # clip: the trainer's max_grad_norm, priced in the optimizer term the planner reads per block
     ctx = context(spec, _profile(), gpus, 512, gpus_per_node=gpus, graph=trace(spec, batch=1, seq_len=512,
-                  dtype=torch.bfloat16, compiled_saved=False))
+                  dtype=torch.bfloat16, compiled_saved=False), variant=RuntimeVariant(clip_grad_norm=clip))
     dp = gpus // (pp * ep)
     cfg = MeshConfig(1, pp, dp, ep, 1, batch // (dp * ep), 2, False, "fp32")
     probe = Planner(ctx.graph, ctx.cluster, batch, 512, None, cost_model=ctx.cost_model)

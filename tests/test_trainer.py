@@ -383,6 +383,11 @@ def test_trainer_plans_with_the_attention_kernel_torch_runs_here(monkeypatch):
     with pytest.raises(RuntimeError, match="stop after planning"):
         AutoParallelTrainer(H.build("tiny-moe"), hardware="h200")._make_plan(8, 16)
     assert seen["variant"].attention == "flash"
+    assert not seen["variant"].clip_grad_norm
+    # clipping (max_grad_norm) is priced in the plan the trainer makes for itself
+    with pytest.raises(RuntimeError, match="stop after planning"):
+        AutoParallelTrainer(H.build("tiny-moe"), hardware="h200", max_grad_norm=1.0)._make_plan(8, 16)
+    assert seen["variant"].clip_grad_norm
 
 
 def test_plan_round_trips_through_json_for_the_trainer(tmp_path):

@@ -534,7 +534,7 @@ class AutoParallelTrainer:
                 fix["cp"] = 1  # the planner offers only what the trainer runs on this model
         budget = self._max_memory if self._max_memory is not None else local_budget(env.device, profile)
         # the SDPA kernel this torch runs here: the cost model prices the one it will meet
-        variant = RuntimeVariant(attention=attention_kernel(env.device))
+        variant = RuntimeVariant(attention=attention_kernel(env.device), clip_grad_norm=self._max_grad_norm is not None)
         plan = plan_model(self._model, hardware=profile, gpus=env.world_size, gpus_per_node=env.local_world_size,
                           global_batch=global_batch, seq_len=seq_len, max_memory_per_gpu=budget, fix=fix,
                           padded=padded, variant=variant)
