@@ -73,9 +73,11 @@ class Runtime:
 # loss eager ("compiling loss function causes CUDA errors", 9dec370, 2024-12); components/loss.py compiles it
 # with the model from 2025 (e7c0cae, 2025-06): two versions of the framework, told apart by the source's commit.
 # Both ran SDPA's flash kernel (FlashAttention-2) on Hopper: torch's default until cuDNN's kernel took over (2.9
-# with cuDNN >= 9.15), and torchtitan's own pick (models/attention.py at e7c0cae: cuDNN first on sm100 only)
-TORCHTITAN_2024 = RuntimeVariant(op_sac="torchtitan", compiles_loss=False, attention="flash")
-TORCHTITAN_2025 = RuntimeVariant(op_sac="torchtitan", compiles_loss=True, attention="flash")
+# with cuDNN >= 9.15), and torchtitan's own pick (models/attention.py at e7c0cae: cuDNN first on sm100 only).
+# Both clip the gradients' global norm every step (config job_config.py: training.max_norm = 1.0 by default;
+# train.py: dist_utils.clip_grad_norm_)
+TORCHTITAN_2024 = RuntimeVariant(op_sac="torchtitan", compiles_loss=False, attention="flash", clip_grad_norm=True)
+TORCHTITAN_2025 = RuntimeVariant(op_sac="torchtitan", compiles_loss=True, attention="flash", clip_grad_norm=True)
 # MPT's attn_impl flash / triton: the flash-attn package's FlashAttention-2 (or its Triton port), 2023
 FLASH_ATTENTION_2 = RuntimeVariant(attention="flash")
 # Megatron-Core's published runs overlap the TP collectives with their GEMMs through Transformer Engine's
