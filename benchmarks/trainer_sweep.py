@@ -723,6 +723,14 @@ class SweepConfig:
     # batches with padding (an attention mask: every other row's last quarter padded, labels -100 there), planned
     # and predicted as padded (api.plan_model(padded=True)): a Hugging Face model's attention runs masked kernels
     padded: bool = False
+    # the trainer clips the gradients' global norm (max_grad_norm=1.0), planned and predicted with it
+    # (RuntimeVariant.clip_grad_norm)
+    clip: bool = False
+
+    @property
+    def variant(self) -> Any:
+        from cost_models.estimate import RuntimeVariant
+        return RuntimeVariant(clip_grad_norm=self.clip)
 
     @property
     def plan_file(self) -> Path:
@@ -992,6 +1000,20 @@ CONFIGS = [
     *_trio("1g-apertus-padded", "apertus-8b-8l", 4, 2, (1, "op"), seq=8192, padded=True),
     *_trio("1g-smollm3-padded", "smollm3-3b", 4, 2, (1, "full"), seq=4096, padded=True),
     *_trio("1g-llama32-padded", "llama3.2-1b", 8, 4, (2, "op"), seq=4096, padded=True),
+    # thirty-eighth session, predicted before the run (CLIP38): the trainer's gradient clipping (max_grad_norm=1.0)
+    # beside the same plans without it, profiled (the norm's and the scaling's kernels against the 12 B per
+    # gradient entry priced at the fused AdamW's fraction); one micro-batch, ZeRO-0 on one GPU, as update-rates reads
+    _c("1g-llama-eager-clip", "llama-1.3b", 1, 8, fix={"micro_batch": 8, "compile": 0}, profile=True, clip=True),
+    _c("1g-llama-auto-clip", "llama-1.3b", 1, 8, fix={"compile": 1}, profile=True, clip=True),
+    _c("1g-gpt-eager-clip", "gpt-350m", 1, 8, fix={"micro_batch": 8, "compile": 0}, profile=True, clip=True),
+    _c("1g-moe-eager-clip", "moe-1.2b-8e", 1, 8, fix={"micro_batch": 8, "recompute": "none", "compile": 0}, profile=True,
+       clip=True),
+    _c("2g-llama-zero3-clip", "llama-1.3b", 2, 16, fix={"dp": 2, "zero": 3, "micro_batch": 8, "compile": 0},
+       clip=True),
+    _c("2g-llama-tp2sp-clip", "llama-1.3b", 2, 16, fix={"tp": 2, "sp": 1, "compile": 0}, profile=True, clip=True),
+    _c("2g-llama-pp2-clip", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 1, "micro_batch": 2, "compile": 0}, clip=True),
+    _c("2g-moe-ep2-clip", "moe-1.2b-8e", 2, 16, fix={"ep": 2, "micro_batch": 8, "compile": 0}, clip=True),
+    _c("2g-llama-auto-clip", "llama-1.3b", 2, 16, fix={"compile": 1}, clip=True),
 ]
 
 
@@ -1038,7 +1060,8 @@ def cmd_plans(args: argparse.Namespace) -> int:
         model = _meta_model(cfg)
         t = time.perf_counter()
         plan = plan_model(model, hardware=PROFILE, gpus=cfg.gpus, gpus_per_node=cfg.gpus, global_batch=cfg.rows,
-                          seq_len=cfg.seq, max_memory_per_gpu=BUDGET, fix=cfg.fix or None, padded=cfg.padded)
+                          seq_len=cfg.seq, max_memory_per_gpu=BUDGET, fix=cfg.fix or None, padded=cfg.padded,
+                          variant=cfg.variant)
         plan.save(cfg.plan_file)
         print(f"{cfg.name:28s} {_describe(plan)}  ({time.perf_counter() - t:.1f} s)", flush=True)
     return 0
@@ -1153,7 +1176,8 @@ def sweep_trainer(cfg: SweepConfig, shared: dict[str, Any]) -> tuple[Any, list[A
     gc.collect()
     torch.cuda.empty_cache()
     base = torch.cuda.memory_allocated()
-    trainer = AutoParallelTrainer(_meta_model(cfg) if source is None else source, optimizer=None, plan=cfg.plan_file)
+    trainer = AutoParallelTrainer(_meta_model(cfg) if source is None else source, optimizer=None, plan=cfg.plan_file,
+                                  max_grad_norm=1.0 if cfg.clip else None)
     # the source's broadcast buckets (2 x 256 MiB on the device) are freed: not kept reserved
     torch.cuda.empty_cache()
     gen = torch.Generator().manual_seed(0)
@@ -1487,7 +1511,7 @@ def predict(cfg: SweepConfig, profile: Any = PROFILE, raw: dict | None = None) -
     if raw is not None and "compile" in raw:
         plan = dataclasses.replace(plan, compile=bool(raw["compile"]))
     graph, segments = _graph(cfg.model, cfg.seq, cfg.padded)
-    cm = cost_model(graph, make_cluster(profile, cfg.gpus, cfg.gpus), segment_cache=segments)
+    cm = cost_model(graph, make_cluster(profile, cfg.gpus, cfg.gpus), segment_cache=segments, variant=cfg.variant)
     est = cm.estimate(plan, cm._budget(parse_bytes(BUDGET)))
     stage0 = est.memory_breakdown_gib[0]
     allocated = sum(v for k, v in stage0.items() if k != "allocator")
@@ -1857,14 +1881,14 @@ def planner_picks(records: list[dict], profile: Any) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         c = by_name[r["name"]]
-        groups.setdefault((c.model, c.gpus, c.rows, c.seq), []).append(r)
+        groups.setdefault((c.model, c.gpus, c.rows, c.seq, c.clip), []).append(r)
     out = []
-    for (model, gpus, rows, seq), recs in groups.items():
+    for (model, gpus, rows, seq, _), recs in groups.items():
         if len(recs) < 2:
             continue
         cfg = by_name[recs[0]["name"]]
         plan = plan_model(_meta_model(cfg), hardware=profile, gpus=gpus, gpus_per_node=gpus, global_batch=rows,
-                          seq_len=seq, max_memory_per_gpu=BUDGET)
+                          seq_len=seq, max_memory_per_gpu=BUDGET, variant=cfg.variant)
         pick = _describe(plan) + (" compiled" if plan.compile else "")
         ran = [r for r in recs if r["plan"] + (" compiled" if r["compile"] else "") == pick]
         fastest = min(recs, key=lambda r: r["measured"]["step_time_s"])

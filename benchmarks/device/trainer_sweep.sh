@@ -91,6 +91,8 @@
 #                                                           # widths and 4096 tokens, with the planner's picks
 #   bash benchmarks/device/trainer_sweep.sh families35      # DBRX (1 layer at 4096) once the tracer ran its loop
 #   bash benchmarks/device/trainer_sweep.sh families36      # BLOOM-1b7 whole and MPT-7B's widths (8 layers), ALiBi
+#   bash benchmarks/device/trainer_sweep.sh clip38          # gradient clipping beside the same plans without it (CLIP38;
+#                                                           # on nvidia-h200-x2 the two-GPU pairs too, CLIP38_DIST)
 #   bash benchmarks/device/trainer_sweep.sh full-timelines  # compute-stream idle of MoE and dense rows, eager and full
 #   bash benchmarks/device/trainer_sweep.sh carry-check     # twelve full-recompute and MoE rows after the forward's
 #                                                           # carried lead (CARRY_CHECK), predicted before the run
@@ -250,6 +252,15 @@ SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES35
 FAMILIES36=1g-bloom-eager,1g-bloom-compiled,1g-bloom-mb2x4-full,1g-bloom-auto,1g-mpt-eager,1g-mpt-compiled
 FAMILIES36=$FAMILIES36,1g-mpt-mb2x4-op,1g-mpt-auto
 SKIP_SINGLE=$SKIP_SINGLE,$FAMILIES36
+# clip38: the trainer's gradient clipping (max_grad_norm=1.0) beside the same plans without it, each pair measured
+# back to back and profiled (the norm's and scaling's kernels); on two GPUs the 2g pairs too (s117 predictions)
+CLIP38=1g-llama-eager,1g-llama-eager-clip,1g-llama-auto,1g-llama-auto-clip,1g-gpt-eager,1g-gpt-eager-clip
+CLIP38=$CLIP38,1g-moe-eager,1g-moe-eager-clip
+CLIP38_DIST=2g-llama-zero3,2g-llama-zero3-clip,2g-llama-tp2sp,2g-llama-tp2sp-clip,2g-llama-pp2,2g-llama-pp2-clip
+CLIP38_DIST=$CLIP38_DIST,2g-moe-ep2,2g-moe-ep2-clip,2g-llama-auto,2g-llama-auto-clip
+SKIP_SINGLE=$SKIP_SINGLE,1g-llama-eager-clip,1g-llama-auto-clip,1g-gpt-eager-clip,1g-moe-eager-clip
+SKIP_DIST=2g-llama7b-eager,2g-llama7b-compiled,2g-llama-zero3-clip,2g-llama-tp2sp-clip,2g-llama-pp2-clip
+SKIP_DIST=$SKIP_DIST,2g-moe-ep2-clip,2g-llama-auto-clip
 # single-probed-a / -b: the one-GPU sweep's 30 rows in two calls on one VM (15 each), the speed probes timed in the
 # measuring process before and after each row (measure --host-probes; report --row-speed) (s101), and since s102 one
 # step of each between the row's timed steps too (--interleave-probes; report --row-speed steps)
@@ -283,7 +294,7 @@ case "${1:-}" in
     python benchmarks/trainer_sweep.py measure --gpus 1 --out "$OUT/single.jsonl" 2>&1 | quiet | grep '^{' | cut -c1-160 ;;
   dist)
     torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --out "$OUT/dist.jsonl" \
-      --skip 2g-llama7b-eager,2g-llama7b-compiled 2>&1 | quiet | grep '^{' | cut -c1-160
+      --skip "$SKIP_DIST" 2>&1 | quiet | grep '^{' | cut -c1-160
     for c in 2g-llama7b-eager 2g-llama7b-compiled; do  # alone: after the others the allocator runs out
       torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --only $c --out "$OUT/dist.jsonl" 2>&1 \
         | quiet | grep '^{' | cut -c1-160
@@ -292,7 +303,7 @@ case "${1:-}" in
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
     timeout 480 torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --out "$OUT/dist.jsonl" \
-      --skip 2g-llama7b-eager,2g-llama7b-compiled 2>&1 | quiet | grep '^{' | cut -c1-160 ;;
+      --skip "$SKIP_DIST" 2>&1 | quiet | grep '^{' | cut -c1-160 ;;
   moe)
     python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
       --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
@@ -515,6 +526,12 @@ PY
   families34) held_out families34 "$FAMILIES34" 500 --host-probes --interleave-probes ;;  # Solar Open, MiniMax-M2
   families35) held_out families35 "$FAMILIES35" 500 --host-probes --interleave-probes ;;  # DBRX (its expert loop)
   families36) held_out families36 "$FAMILIES36" 500 --host-probes --interleave-probes ;;  # BLOOM, MPT (ALiBi)
+  clip38)
+    held_out clip38 "$CLIP38" 330 --host-probes --interleave-probes --profile
+    if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+      timeout 240 torchrun --nproc-per-node 2 benchmarks/trainer_sweep.py measure --gpus 2 --warmup 2 --steps 6 \
+        --out "$OUT/clip38_dist.jsonl" --only "$CLIP38_DIST" 2>&1 | quiet | grep '^{' | cut -c1-160
+    fi ;;
   families-rest) held_out "${NAME:?set NAME}" "${ROWS:?set ROWS}" 500 --host-probes --interleave-probes ;;
   accumulate-check) held_out accumulate_check "$ACCUMULATE_CHECK" 400 ;;  # several micro-batches, held out (s84)
   moe-compiled)  # the catalog MoE's compiled rows once its blocks are one graph each (s82), then their breaks again
