@@ -93,6 +93,10 @@ def main() -> None:
         if main_rank and (step % 5 == 0 or step == args.steps - 1):
             norm = "" if trainer.grad_norm is None else f"  grad norm {trainer.grad_norm:.3f}"
             print(f"step {step:4d}  loss {loss:.4f}{norm}  ({time.time() - t0:.1f}s)", flush=True)
+    # a batch the steps did not train on, evaluated without an update (eval mode: dropout off)
+    val = trainer.evaluate(hf_batch(args.steps, args.batch, args.seq, model.config.vocab_size))
+    if main_rank:
+        print(f"held-out loss {val:.4f}")
     if args.output:
         trainer.save_pretrained(args.output)
         if main_rank:

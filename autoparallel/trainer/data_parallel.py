@@ -102,6 +102,14 @@ def apply_data_parallel(part: nn.Module, layout: ModelLayout, zero: int, dense_m
     return wrap(part, dense_mesh)
 
 
+def reshard(part: nn.Module) -> None:
+    """Free the unsharded parameters a forward without a backward left gathered: units that keep them after
+    their forward (ZeRO 2, blocks under a pipeline) reshard only after their backward."""
+    for module in part.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
 def discard_gradients(part: nn.Module) -> None:
     """Drop every gradient a failed step left behind: each parameter's .grad, and what FSDP2 accumulates
     across micro-batches without reducing it (FSDPParam.unsharded_accumulated_grad and the unsharded

@@ -12,6 +12,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from autoparallel.trainer.data_parallel import (
     apply_data_parallel,
     discard_gradients,
     mixed_precision_policy,
+    reshard,
     to_dtype,
 )
 from autoparallel.trainer.expert_parallel import apply_expert_parallel, scale_expert_grads
@@ -390,6 +392,15 @@ class AutoParallelTrainer:
 
     def step(self, batch: Any) -> float:
         """One optimizer step on the global batch; returns the global mean loss (equal on all ranks)."""
+        return self._run(batch, train=True)
+
+    def evaluate(self, batch: Any) -> float:
+        """The global mean loss of `batch` under the current weights, computed as step() computes it but without
+        gradients or an update, with the modules in eval mode (dropout off), as Hugging Face's Trainer.evaluate
+        and torchtitan's validator run (equal on all ranks). The batch is checked against the plan as step()'s."""
+        return self._run(batch, train=False)
+
+    def _run(self, batch: Any, train: bool) -> float:
         b = parse_batch(batch, hf_shift=self._hf is not None and self._hf.shifts_labels)
         check_token_ids(b, self._vocab if self._token_ids_only or not b.inputs.is_floating_point() else None,
                         self._label_vocab)
@@ -424,6 +435,8 @@ class AutoParallelTrainer:
         rows = b.rows // dp_ep
         start = (self._meshes.data_rank if self._meshes is not None else 0) * rows
         local = b.slice(start, start + rows).to(self.device)
+        if not train:
+            return self._global_loss(self._forward_only(local, n_micro, plan))
         try:
             with loss_parallel() if self._loss_parallel else nullcontext(), _explain_checkpoint_mutation(plan), \
                     _explain_sharding_failure(plan):
@@ -826,18 +839,38 @@ class AutoParallelTrainer:
         dist.all_reduce(local_shard(g), group=group)
 
     # ---- stepping ----------------------------------------------------------------------------
-    def _accumulation_step(self, local: Batch, n_micro: int) -> torch.Tensor:
+    def _forward_only(self, local: Batch, n_micro: int, plan: Plan) -> torch.Tensor:
+        """This rank's loss of `local` without gradients, its modules in eval mode (restored after); the
+        parameters a forward left gathered are resharded, so the memory after it is a step's."""
+        parts = [part for _, part in self._parts]
+        modes = [{m: m.training for m in part.modules()} for part in parts]
+        try:
+            for part in parts:
+                part.eval()
+            with torch.no_grad(), loss_parallel() if self._loss_parallel else nullcontext(), \
+                    _explain_sharding_failure(plan):
+                if plan.pp > 1:
+                    return self._pipeline_step(local, train=False)
+                return self._accumulation_step(local, n_micro, train=False)
+        finally:
+            self._router_logits.clear()
+            for part, mode in zip(parts, modes, strict=True):
+                for m, training in mode.items():
+                    m.training = training
+                reshard(part)
+
+    def _accumulation_step(self, local: Batch, n_micro: int, train: bool = True) -> torch.Tensor:
         (_, model), = self._parts
         mb = local.rows // n_micro
         fsdp = hasattr(model, "set_requires_gradient_sync")
         total = torch.zeros((), device=self.device)
         for i in range(n_micro):
-            if fsdp:
+            if fsdp and train:
                 # zero 0/1: accumulate locally, reduce once; zero 2/3: reduce-scatter every micro-batch
                 model.set_requires_gradient_sync(i == n_micro - 1 or self.plan.zero >= 2)
             chunk = local.slice(i * mb, (i + 1) * mb)
             if self.plan.cp > 1:
-                loss = self._cp_micro_step(model, chunk, n_micro)
+                loss = self._cp_micro_step(model, chunk, n_micro, train)
             else:
                 self._router_logits.clear()
                 with self._autocast or nullcontext():
@@ -849,7 +882,8 @@ class AutoParallelTrainer:
                         if isinstance(loss, DTensor):  # loss_parallel: a replicated DTensor; aux is equal on the tp ranks
                             aux = DTensor.from_local(aux, loss.device_mesh, loss.placements, run_check=False)
                         loss = loss + aux
-                (loss / n_micro).backward()
+                if train:
+                    (loss / n_micro).backward()
             total += _value(loss)
         return total / n_micro
 
@@ -870,7 +904,7 @@ class AutoParallelTrainer:
         counts, rows = totals[:-1], totals[-1]
         return aux.coef * plan.dp * plan.ep * aux.num_experts * (counts * probs).sum() / rows ** 2
 
-    def _cp_micro_step(self, model: nn.Module, chunk: Batch, n_micro: int) -> torch.Tensor:
+    def _cp_micro_step(self, model: nn.Module, chunk: Batch, n_micro: int, train: bool = True) -> torch.Tensor:
         """Forward and backward of one micro-batch on this cp rank's load-balanced share of the sequence
         (autoparallel/trainer/context_parallel.py): inputs, labels and positions are sharded alike."""
         inputs, labels = chunk.inputs.clone(), chunk.labels.clone()  # owned: sharded in place
@@ -878,7 +912,8 @@ class AutoParallelTrainer:
         with cp_context(self._meshes.cp, [inputs, labels, positions], [1, 1, 0]):
             out = model(inputs, positions=positions)
             loss = self._micro_loss(out, labels)
-            (loss / n_micro).backward()
+            if train:
+                (loss / n_micro).backward()
         return loss
 
     def _micro_loss(self, output: Any, labels: torch.Tensor) -> torch.Tensor:
@@ -889,21 +924,22 @@ class AutoParallelTrainer:
     def _inject_positions(self, _mod: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         return args, {**kwargs, "positions": self._cp_positions}
 
-    def _pipeline_step(self, local: Batch) -> torch.Tensor:
+    def _pipeline_step(self, local: Batch, train: bool = True) -> torch.Tensor:
         if self.plan.cp == 1:
-            return self._schedule_step(local)
+            return self._schedule_step(local, train)
         # the whole slice's inputs, labels and positions sharded alike (context_parallel.py); the schedule
         # cuts micro-batches along the rows, which the sequence sharding leaves whole
         inputs, labels = local.inputs.clone(), local.labels.clone()
         self._cp_positions = torch.arange(local.seq_len, device=inputs.device)
         try:
             with cp_context(self._meshes.cp, [inputs, labels, self._cp_positions], [1, 1, 0]):
-                return self._schedule_step(Batch(inputs, labels))
+                return self._schedule_step(Batch(inputs, labels), train)
         finally:
             self._cp_positions = None
 
-    def _schedule_step(self, local: Batch) -> torch.Tensor:
+    def _schedule_step(self, local: Batch, train: bool = True) -> torch.Tensor:
         stages = [v for v, _ in self._parts]
+        run = self._schedule.step if train else partial(_schedule_eval, self._schedule)
         n_stages = self.plan.pp * self.plan.vpp
         first, last = 0 in stages, n_stages - 1 in stages
         losses: list[torch.Tensor] = []
@@ -912,11 +948,11 @@ class AutoParallelTrainer:
         # (activations alone travel between stages).
         kwargs = {} if local.attention_mask is None else {"attention_mask": local.attention_mask}
         if first:
-            self._schedule.step(local.inputs, target=local.labels if last else None, losses=losses, **kwargs)
+            run(local.inputs, target=local.labels if last else None, losses=losses, **kwargs)
         elif last:
-            self._schedule.step(target=local.labels, losses=losses, **kwargs)
+            run(target=local.labels, losses=losses, **kwargs)
         else:
-            self._schedule.step(**kwargs)
+            run(**kwargs)
         if last:
             return torch.stack([_value(x) for x in losses]).mean()
         return torch.zeros((), device=self.device)
@@ -931,6 +967,18 @@ class AutoParallelTrainer:
         value = value.to(self.device).reshape(1).clone()
         dist.all_reduce(value)
         return float(value)
+
+
+def _schedule_eval(schedule: Any, *args: Any, **kwargs: Any) -> Any:
+    """The pipeline schedule's forward-only pass: its `eval` where this torch has one, else the same switch by hand."""
+    if hasattr(schedule, "eval"):
+        return schedule.eval(*args, **kwargs)
+    saved = schedule._has_backward
+    try:
+        schedule._has_backward = False
+        return schedule.step(*args, **kwargs)
+    finally:
+        schedule._has_backward = saved
 
 
 def _takes_attention_mask(model: nn.Module) -> bool:
