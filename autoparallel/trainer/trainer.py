@@ -41,6 +41,7 @@ from autoparallel.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, check_int
 from autoparallel.plan import Plan
 from autoparallel.planner import parse_fix
 from autoparallel.trainer import checkpoint as ckpt
+from autoparallel.trainer import lr_schedule
 from autoparallel.trainer.batch import Batch, check_against_plan, check_token_ids, parse_batch
 from autoparallel.trainer.context_parallel import check_cp_model, cp_context
 from autoparallel.trainer.data_parallel import (
@@ -285,6 +286,9 @@ class AutoParallelTrainer:
                         norm before clipping); inf measures the norm without clipping. None (default): no
                         clipping, as a plain PyTorch loop; Hugging Face's Trainer, torchtitan and Megatron-LM
                         clip at 1.0 by default. The planner prices the extra pass over the gradients.
+    lr_scheduler        a factory callable(optimizer) -> LRScheduler, called on each of the trainer's optimizers
+                        (e.g. lambda opt: get_cosine_schedule_with_warmup(opt, 100, 10_000)); each scheduler
+                        steps after every optimizer step, and load_checkpoint brings it to the loaded step
     """
 
     def __init__(self, model: nn.Module, optimizer: Any = None, *, max_memory_per_gpu: str | int | None = None,
@@ -293,11 +297,13 @@ class AutoParallelTrainer:
                  fix: dict | None = None, loss_fn: LossFn | None = None, moe: dict | None = None,
                  mixed_precision: str = "bf16", compile: bool | dict | None = None,
                  init_fn: Callable[[nn.Module], None] | None = None, padded: bool | None = None,
-                 max_grad_norm: float | None = None) -> None:
+                 max_grad_norm: float | None = None, lr_scheduler: Callable[[Any], Any] | None = None) -> None:
         check_has_parameters(model)
         _check_arguments(global_batch_size=global_batch_size, seq_len=seq_len, compile=compile, padded=padded,
                          moe=moe, loss_fn=loss_fn, init_fn=init_fn)
         self._max_grad_norm = check_max_grad_norm(max_grad_norm)
+        self._scheduler_factory = lr_schedule.check_factory(lr_scheduler)
+        self._schedulers: list[Any] = []  # one per optimizer (_setup), stepped after it
         self._max_memory = None if max_memory_per_gpu is None else parse_bytes(max_memory_per_gpu,
                                                                                  "max_memory_per_gpu")
         to_dtype(mixed_precision, "mixed_precision")
@@ -365,6 +371,11 @@ class AutoParallelTrainer:
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return list(self._optimizers)
+
+    @property
+    def lr_schedulers(self) -> list[Any]:
+        """The learning-rate schedulers (lr_scheduler), one per optimizer; [] without a factory."""
+        return list(self._schedulers)
 
     @property
     def fp8_modules(self) -> list[str]:
@@ -458,6 +469,8 @@ class AutoParallelTrainer:
         for opt in self._optimizers:
             opt.step()
             opt.zero_grad(set_to_none=True)
+        for sched in self._schedulers:
+            sched.step()
         self._steps += 1
         return self._global_loss(local_loss)
 
@@ -484,6 +497,9 @@ class AutoParallelTrainer:
         self._require_plan("load_checkpoint")
         self._steps = ckpt.load(path, self.model_parts, self._optimizers, self._ties, self._fingerprint,
                                 self._relayout)
+        if self._scheduler_factory is not None:  # a schedule is a function of the step: rebuilt at the loaded one
+            self._schedulers = [lr_schedule.build(self._scheduler_factory, opt) for opt in self._optimizers]
+            lr_schedule.fast_forward(self._schedulers, self._steps)
 
     def save_pretrained(self, path: str | Path) -> None:
         """Export a Hugging Face model as a transformers checkpoint (collective): the full parameters
@@ -716,6 +732,8 @@ class AutoParallelTrainer:
         self._setup_tie_sync(plan)
         self._optimizers = [self._optimizer_factory([(clean_fqn(n), p) for n, p in part.named_parameters()])
                             for _, part in parts]
+        self._schedulers = ([lr_schedule.build(self._scheduler_factory, opt) for opt in self._optimizers]
+                            if self._scheduler_factory is not None else [])
         if plan.pp > 1:
             if plan.cp > 1:  # the schedule calls each stage with its input only: positions come by hook
                 for _, part in parts:
