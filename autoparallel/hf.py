@@ -1380,10 +1380,12 @@ def save_pretrained(model: nn.Module, state: dict[str, torch.Tensor], ties: list
     out = meta_copy(model)
     group_of = {n: g for g in ties for n in g}
     done: set[str] = set()
+    dtypes = {n: p.dtype for n, p in out.named_parameters(remove_duplicate=False)}
     for name, value in state.items():
         if name in done:
             continue
-        param = nn.Parameter(value.detach().clone(), requires_grad=False)
+        # in the dtype the model was handed in: the trainer's fp32 masters of a bf16 model export as bf16
+        param = nn.Parameter(value.detach().to(dtypes.get(name, value.dtype)).clone(), requires_grad=False)
         for n in group_of.get(name, [name]):
             set_param(out, n, param)
             done.add(n)

@@ -46,6 +46,17 @@ def meta_copy(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model, memo)
 
 
+def fp32_masters(meta_model: nn.Module) -> None:
+    """A model loaded in 16 bits (from_pretrained(dtype=torch.bfloat16), .half()) trains with fp32 master
+    parameters in the trainer's copy, as the plan's mixed precision assumes (FSDP2's MixedPrecisionPolicy
+    computes in the plan's param_dtype from fp32 shards; local mode runs fp32 parameters under autocast), as
+    torchtitan and Megatron-LM train: its AdamW state is fp32 too, and updates smaller than a bf16 rounding step
+    are not lost. Buffers keep their dtype. In place, so tied names keep sharing one parameter."""
+    for p in meta_model.parameters():
+        if p.dtype in (torch.bfloat16, torch.float16):
+            p.data = p.data.to(torch.float32)
+
+
 def pipeline_part(meta_model: nn.Module, layout: ModelLayout, keep: set[str], first: bool,
                   last: bool) -> nn.Module:
     """The model of one (virtual) pipeline stage: only the blocks in `keep`, embeddings only on the

@@ -58,6 +58,7 @@ from autoparallel.trainer.low_precision import apply_fp8
 from autoparallel.trainer.materialize import (
     broadcast_source,
     cast_buffers,
+    fp32_masters,
     full_source,
     is_meta_model,
     local_shard,
@@ -644,6 +645,7 @@ class AutoParallelTrainer:
             source = broadcast_source(source, env.device)
         seed = shared_seed(env.device) if source is None and env.distributed else None
         meta = meta_copy(self._model)
+        fp32_masters(meta)
         if self._hf is not None:
             install_forward(meta, self._hf)  # deep copies (pipeline stages) rebind it to themselves
         if plan.pp > 1:
