@@ -52,7 +52,7 @@ PIN_ALIASES = {"mb": "micro_batch", "sp": "sequence_parallel", "micro-batch": "m
 MAX_MICRO_BATCH = 64
 PARTIAL_MODES = ("selective", "op")   # recompute modes between none and full (StageModel.all_device_options)
 CLOSEST_MISSES = 256  # infeasible configurations fully estimated for the INFEASIBLE explanation
-COMPILE_MARGIN = 0.05  # the predicted gain torch.compile must bring before the planner turns it on (_with_compile)
+COMPILE_MARGIN = 0.05  # the predicted gain torch.compile must bring before the planner turns it on (_solve_both)
 # The zero-bubble schedule runs only where pinned (schedule=zero_bubble). Measured on two H200s (1.3B llama,
 # 16 x 2048, eager; benchmarks/zero_bubble_h200.py, docs/benchmarks_2gpu.md) it was slower than the 1F1B it
 # replaces, although the cost model prices it faster: 463 against 400 ms at 4 micro-batches of 4 (predicted
@@ -104,9 +104,9 @@ class MeshConfig:
 
 @dataclass
 class SolverInfo:
-    status: str            # OPTIMAL | FEASIBLE | INFEASIBLE
+    status: str            # OPTIMAL | FEASIBLE | INFEASIBLE (| CUTOFF: no plan below a search's cutoff)
     wall_s: float
-    objective: float | None   # predicted step time of the searched winner [s] (before the compile post-pass)
+    objective: float | None   # predicted step time of the winning search's optimum [s] (before the zero-bubble post-pass)
     bound: float | None       # proven lower bound on the best step time in the space [s]
     configs_total: int = 0
     configs_solved: int = 0
@@ -252,8 +252,8 @@ class Planner:
         self.seq_len = seq_len
         self.budget = self.cm._budget(max_memory_bytes)
         self.fix = parse_fix(fix)
-        # The search runs eager (or as pinned); unless compile is pinned, the winner is then compiled where
-        # the cost model predicts at least COMPILE_MARGIN less step time (`_with_compile`)
+        # The search runs as pinned; unless compile is pinned (or the runtime is not the trainer's), a compiled
+        # and an eager search each find their optimum and compile wins by COMPILE_MARGIN (`_solve_both`)
         self.compile = bool(self.fix.get("compile", False))
         # FP8 linears in every block only when asked (--precision fp8): FP8 changes numerics, so it is the
         # user's option, never the planner's silent choice
@@ -627,11 +627,43 @@ class Planner:
                 gc.enable()
 
     def _solve(self, top_k: int, time_limit_s: float) -> PlanResult:
+        """The trainer's runtime with compile free: both spaces searched (`_solve_both`); else one search."""
+        if "compile" in self.fix or self.cm.runtime != "trainer" or self.fix.get("schedule") == "zero_bubble":
+            return self._search(top_k, time_limit_s)  # (torch's zero-bubble schedules run eager stages only)
+        return self._solve_both(top_k, time_limit_s)
+
+    def _solve_both(self, top_k: int, time_limit_s: float) -> PlanResult:
+        """The fastest plan with compiled blocks and the fastest eager one, each its own search (compiled blocks
+        keep less memory and run their non-matrix work fused, so the two optima can differ in mesh, ZeRO stage,
+        partition and recompute: llama3-70b on 64 H100s, pp4 tp4 dp4 compiled at 27.69 s against 27.89 s for
+        the eager optimum's mesh compiled). Compile is turned on where its optimum is at least COMPILE_MARGIN
+        faster than the eager one, so the eager search only looks below compiled / (1 - COMPILE_MARGIN) (its
+        bounds prune on that cutoff from the start: a few configurations where compile gains ~15%). The solver
+        line reports the search whose plan won; `configs_solved` and the times count both."""
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        compiled = self._compile_pinned()._search(top_k, time_limit_s, label=" (compiled blocks)")
+        left = max(1.0, time_limit_s - (time.perf_counter() - t0))
+        if compiled.plan is None:  # nothing fits compiled: the eager search as it always was
+            return self._search(top_k, left)
+        cutoff = compiled.estimate.step_time_s / (1 - COMPILE_MARGIN)
+        eager = self._search(top_k, left, cutoff=cutoff, label=f" (eager, below {cutoff:.4g} s)")
+        won = eager if eager.plan is not None else compiled
+        s, c, e = won.solver, compiled.solver, eager.solver
+        # OPTIMAL: the winner's search proved its optimum and the eager one proved nothing below the cutoff is
+        # missed (or found the eager optimum below it)
+        status = "OPTIMAL" if c.status == "OPTIMAL" and e.status in ("OPTIMAL", "CUTOFF") else "FEASIBLE"
+        info = SolverInfo(status, time.perf_counter() - t0, s.objective, s.bound, c.configs_total,
+                          c.configs_solved + e.configs_solved, time.process_time() - cpu0)
+        return PlanResult(won.plan, won.estimate, info, runners_up=won.runners_up)
+
+    def _search(self, top_k: int, time_limit_s: float, cutoff: float = math.inf, label: str = "") -> PlanResult:
+        """The search over mesh configurations (module docstring). `cutoff`: only plans faster than it are
+        sought (the bounds prune on it as on an incumbent); none: plan None, status CUTOFF."""
         t0, cpu0 = time.perf_counter(), time.process_time()
         configs = list(self.mesh_configs())
         if not configs:
             raise UserError(self._no_config_reason())
-        self._say(f"planning {self.model_name}: {len(configs)} mesh configurations on {self.cluster}")
+        self._say(f"planning {self.model_name}{label}: {len(configs)} mesh configurations on {self.cluster}")
         order = self._bound_order(configs)
         best: list[Candidate] = []    # feasible, sorted by step time
         deferred: list[tuple[float, int, MeshConfig]] = []  # (relaxed bound, index, config): greedy plans to prove
@@ -642,9 +674,10 @@ class Planner:
         proven = True
         pending: tuple[float, int, MeshConfig] | None = None   # the first configuration not visited
         for lb, i, cfg in order:
-            if best and lb >= best[0].estimate.step_time_s:
+            limit = min(best[0].estimate.step_time_s, cutoff) if best else cutoff  # what a plan must beat
+            if lb >= limit:
                 pending = (lb, i, cfg)
-                break  # increasing bounds: no remaining configuration can beat the winner
+                break  # increasing bounds: no remaining configuration can beat the winner (or the cutoff)
             if time.perf_counter() - t0 > time_limit_s:
                 pending = (lb, i, cfg)
                 proven = False
@@ -654,25 +687,25 @@ class Planner:
             if not sm.memory_may_fit():
                 misses.append(cfg)
                 continue
-            if len(sm.classes) == 1 and best:
+            if len(sm.classes) == 1 and limit < math.inf:
                 # the cheap bound is <= relaxed_bound, so pruning on it first decides exactly as before
-                if sm.quick_relaxed_bound() >= best[0].estimate.step_time_s:
+                if sm.quick_relaxed_bound() >= limit:
                     continue
                 lb2 = sm.relaxed_bound()
-                if lb2 >= best[0].estimate.step_time_s:
+                if lb2 >= limit:
                     continue
-            elif best and sm.mixed_relaxed_bound() >= best[0].estimate.step_time_s:
+            elif limit < math.inf and sm.mixed_relaxed_bound() >= limit:
                 continue  # mixed classes: the memory-aware LP bound
             lazy = len(sm.classes) == 1 and cfg.pp > 2  # CBC's configurations
-            # a configuration that cannot beat the incumbent needs no optimum of its own
-            below = best[0].estimate.step_time_s if best else math.inf
+            # a configuration that cannot beat the incumbent (or the cutoff) needs no optimum of its own
+            below = limit
             plan = sm.greedy_plan() if lazy else sm.solve(below)
             if plan is None and lazy:
                 plan, lazy = sm.solve(below), False
             if plan is None:
                 if best:
                     beaten.append((lb, i, cfg))  # nothing faster than the incumbent: a runner-up candidate
-                else:
+                elif cutoff == math.inf:
                     misses.append(cfg)  # for the explanation of an infeasible search
                 proven &= sm.proven is not False  # a time-limited solve that found nothing proves nothing
                 continue
@@ -686,13 +719,18 @@ class Planner:
             if time.perf_counter() - last_say > 1.0:
                 self._say(f"  {solved} configurations solved, best {best[0].estimate.step_time_s:.4f} s/step")
                 last_say = time.perf_counter()
-        done, greedy = self._solve_deferred(best, deferred, t0 + time_limit_s)
+        done, greedy = self._solve_deferred(best, deferred, t0 + time_limit_s, cutoff)
         proven &= done
         rest = itertools.chain([pending] if pending else [], order)
         # runners-up get a quarter of the search's time (at least 2 s): a large mixed-class model's solves take ~1 s
         runners = self._find_runners_up(best, rest, top_k, greedy, beaten,
                                         max(2.0, 0.25 * (time.perf_counter() - t0))) if best else []
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        if cutoff < math.inf and (not best or best[0].estimate.step_time_s >= cutoff):
+            # nothing below the cutoff (a greedy plan kept above it is no answer either)
+            self._say(f"  done: {solved}/{len(configs)} configurations solved in {wall:.2f} s, none below the cutoff")
+            return PlanResult(None, None, SolverInfo("CUTOFF" if proven else "FEASIBLE", wall, None, cutoff,
+                                                     len(configs), solved, cpu))
         if not best:
             return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved, cpu),
                               explanation=self._explain_infeasible(self._closest_miss(misses)))
@@ -700,7 +738,7 @@ class Planner:
         # the smallest bound not visited is the pending one (bounds come in increasing order)
         bound = min(searched.estimate.step_time_s, pending[0]) if pending else searched.estimate.step_time_s
         status = "OPTIMAL" if proven and bound >= searched.estimate.step_time_s - 1e-12 else "FEASIBLE"
-        winner = self._with_schedule(searched, self._with_compile(searched, best))
+        winner = self._with_schedule(searched, searched)
         winner.plan.check_runnable(self.cm.num_blocks)  # the contract: every plan emitted, the trainer runs
         self._say(f"  done: {solved}/{len(configs)} configurations solved in {wall:.2f} s")
         return PlanResult(winner.plan, winner.estimate,
@@ -715,7 +753,7 @@ class Planner:
                                  c.plan.recompute))
 
     def _solve_deferred(self, best: list[Candidate], deferred: list[tuple[float, int, MeshConfig]],
-                        deadline: float) -> tuple[bool, dict[tuple, MeshConfig]]:
+                        deadline: float, cutoff: float = math.inf) -> tuple[bool, dict[tuple, MeshConfig]]:
         """Improve the configurations the search took greedy plans of (StageModel.improve), in increasing relaxed
         bound, skipping each whose relaxed bound is not below the incumbent (it cannot beat it: the search's own
         pruning rule, applied with a better incumbent). Returns whether every optimum is proven (False when the
@@ -724,7 +762,7 @@ class Planner:
         proven, greedy = True, {}
         ordered = sorted(deferred)
         for n, (bound, _, cfg) in enumerate(ordered):
-            incumbent = best[0].estimate.step_time_s
+            incumbent = min(best[0].estimate.step_time_s, cutoff)
             if bound >= incumbent or time.perf_counter() > deadline:
                 # sorted: no later one can beat it either; past the deadline nothing more is proven
                 proven &= bound >= incumbent
@@ -739,81 +777,15 @@ class Planner:
                 self._keep(best, plan)
         return proven, greedy
 
-    def _with_compile(self, winner: Candidate, searched: Sequence[Candidate] = ()) -> Candidate:
-        """The best compiled version of the winner, or of a `searched` candidate whose eager step is within
-        COMPILE_MARGIN of the winner's (a near tie the eager ranking does not decide: a 7B llama on two H200s,
-        pp2 and dp2 within 0.1% eager, dp2 2.2% faster compiled), when compile is not pinned and the cost model
-        predicts it at least COMPILE_MARGIN faster than the winner and still fitting. Measured on H200s (docs/trainer_sweep.md):
-        compiled dense blocks ran 14-18% faster than eager (1.3B and 7B llama); a block with grouped expert
-        GEMMs compiles whole, one with a per-expert loop runs eager (its graph breaks), as the cost model
-        prices them (CostModel._phase_times). The margin keeps compile off where the predicted gain is within
-        the model's error on compiled steps. The solver's objective and bound stay those of the eager search.
-
-        Compiled blocks keep fewer activations (autoparallel.compiled_saved) and the compiled loss fewer
-        logit buffers, so the eager winner's ZeRO stage and recompute may not be the best compiled ones:
-        its mesh (tp, pp, dp, ep, cp, vpp, micro-batch, SP) is also re-solved with compiled costs at each
-        ZeRO stage the pins allow (a 7B llama on two H200s: the eager search's ZeRO-3 with per-op recompute
-        compiled, 1235 ms predicted, against ZeRO-2 without recompute compiled, 1216 ms)."""
-        if "compile" in self.fix:
-            return winner
-        best = None
-        # one entry a mesh, fastest eager first (`searched` is sorted): _compiled_family re-solves each of its
-        # ZeRO stages whose compiled bound can still beat the best compiled plan so far
-        meshes = {MeshConfig_of(replace(winner.plan, zero=0)): winner.plan}
-        for c in searched:
-            if c.estimate.step_time_s <= winner.estimate.step_time_s * (1 + COMPILE_MARGIN):
-                meshes.setdefault(MeshConfig_of(replace(c.plan, zero=0)), c.plan)
-        def incumbent() -> float:  # read at each re-solve: a stage that cannot beat the best so far is skipped
-            return best.estimate.step_time_s if best is not None else math.inf
-
-        for plan in meshes.values():
-            for cand in self._compiled_family(plan, incumbent):
-                if cand.estimate.fits and (best is None or cand.estimate.step_time_s < best.estimate.step_time_s):
-                    best = cand
-        if best is not None and best.estimate.step_time_s <= winner.estimate.step_time_s * (1 - COMPILE_MARGIN):
-            return best
-        return winner
-
-    def _compiled_family(self, plan: Plan, incumbent: Callable[[], float] = lambda: math.inf) -> Iterator[Candidate]:
-        """`plan` compiled as it is, then its mesh re-solved under compiled costs at each allowed ZeRO stage
-        (a planner with compile pinned on, sharing this one's cost model, placements and segment analyses),
-        skipping a stage whose compiled lower bound is not below `incumbent()`, the best compiled step so far (it
-        cannot win: the caller keeps a candidate only when strictly faster). The bounds are the search's: the
-        cheap one, then for uniform blocks the memory-aware relaxed ones (each a valid lower bound on the
-        stage's step), so a CBC solve runs only where the stage could still win."""
-        compiled_plan = replace(plan, compile=True)
-        yield Candidate(compiled_plan, self.cm.estimate(compiled_plan, self.budget))
-        compiled = self._compile_pinned()
-        d = plan.dp * plan.cp * plan.ep
-        for zero in range(4):
-            if not self._zero_allowed(zero, d, plan.num_micro_batches, plan.pp, plan.grad_reduce_dtype):
-                continue  # as the search skips it
-            cfg = MeshConfig(plan.tp, plan.pp, plan.dp, plan.ep, plan.vpp, plan.micro_batch, zero,
-                             plan.sequence_parallel, plan.grad_reduce_dtype, plan.cp)
-            sm = compiled._stage_model(cfg)
-            if not sm.memory_may_fit() or compiled.lower_bound(cfg) >= incumbent():
-                continue
-            if len(sm.classes) == 1 and (sm.quick_relaxed_bound() >= incumbent() or sm.relaxed_bound() >= incumbent()):
-                continue
-            if len(sm.classes) == 1 and cfg.pp > 2:  # CBC's configurations: the greedy plan, then CBC if it may win
-                greedy = sm.greedy_plan()
-                if greedy is not None:
-                    yield Candidate(greedy, self.cm.estimate(greedy, self.budget))
-                solved = sm.improve(incumbent())
-            else:
-                solved = sm.solve(incumbent())
-            if solved is not None:
-                yield Candidate(solved, self.cm.estimate(solved, self.budget))
-
     def _compile_pinned(self) -> Planner:
-        """This planner with compile pinned on (built once: its stage models and their bounds are shared by every
-        mesh _compiled_family re-solves), sharing this one's cost model, placements and segment analyses."""
+        """This planner with compile pinned on (built once), sharing this one's cost model, placements and segment
+        analyses: _solve_both's compiled search."""
         if self._compiled_planner is None:
             # the search prices 1F1B either way; a pinned zero-bubble schedule (eager only) is _with_schedule's
             fix = {k: v for k, v in self.fix.items() if k != "schedule"} | {"compile": 1}
             compiled = Planner(self.graph, self.cluster, self.global_batch, self.seq_len, self.budget, fix,
-                               self.model_name, placements=self.placements, cost_model=self.cm,
-                               precision=self.precision)
+                               self.model_name, progress=self.progress, placements=self.placements,
+                               cost_model=self.cm, precision=self.precision)
             compiled._placement_cache, compiled._segments = self._placement_cache, self._segments
             compiled._fallback_tp, compiled._sp_feasible = self._fallback_tp, self._sp_feasible
             self._compiled_planner = compiled
@@ -824,8 +796,8 @@ class Planner:
         schedule=zero_bubble is pinned (or, with ZERO_BUBBLE_AUTO, where the cost model predicts it
         ZERO_BUBBLE_MARGIN faster than `current`, the searched winner compiled or not, and it fits). The
         search prices 1F1B; zero bubble only shortens the warm-up and cool-down
-        (cost_models.pipeline_schedule), so the post-pass weighs it on the searched partition, as
-        _with_compile does compile, and the solver's objective stays the search's. ZeRO-3 winners move to
+        (cost_models.pipeline_schedule), so the post-pass weighs it on the searched partition, and the
+        solver's objective stays the search's. ZeRO-3 winners move to
         ZeRO-2 for it (what torch's schedule runs), at their memory."""
         pin = self.fix.get("schedule") == "zero_bubble"
         if self.fix.get("schedule") == "1f1b" or (self.fix.get("compile") and not pin):
@@ -893,7 +865,7 @@ class Planner:
             plan = sm.solve(time_limit_s=left())
             if plan is not None:
                 seen.add(key)
-                self._keep(best, plan)  # kept sorted: _with_compile reads `best` fastest first
+                self._keep(best, plan)  # kept sorted, fastest first
                 runners = self._runners_up(best, k)
         return runners
 

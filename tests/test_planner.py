@@ -16,6 +16,7 @@ from autoparallel.api import context, plan_result
 from autoparallel.errors import UserError
 from autoparallel.plan import RECOMPUTE_MODES, Plan
 from autoparallel.planner import COMPILE_MARGIN, MeshConfig, MeshConfig_of, Planner, parse_fix
+from autoparallel.sharding import cost_model as sharding_cost_model
 from autoparallel.specs import load_model_spec
 
 
@@ -91,21 +92,19 @@ def test_planner_optimum_equals_brute_force(layers, heads, kv, inter, vocab, gpu
     budget = squeeze * footprint * 2**30
     planner = Planner(ctx.graph, ctx.cluster, batch, 1024, budget, cost_model=ctx.cost_model)
     result = planner.solve(top_k=0)
+    # compile free: the eager and the compiled optimum, compile chosen where it is COMPILE_MARGIN faster
     expected, _ = brute_force(planner)
-    if expected == float("inf"):
+    expected_compiled, _ = brute_force(planner._compile_pinned())
+    if min(expected, expected_compiled) == float("inf"):
         assert result.plan is None and result.solver.status == "INFEASIBLE"
         assert re.search(r"no plan fits \d+\.\d (GiB|MiB) per device", result.explanation), result.explanation
     else:
         assert result.solver.status == "OPTIMAL"
         assert result.estimate.fits
-        # the search's winner is the brute-force optimum; the compile post-pass (Planner._with_compile) may
-        # then compile it (re-solving its mesh's ZeRO stage and recompute under compiled costs), only for at
-        # least COMPILE_MARGIN less step time
-        assert result.solver.objective == pytest.approx(expected, rel=1e-6)
-        if result.plan.compile:
-            assert result.estimate.step_time_s <= (1 - COMPILE_MARGIN) * result.solver.objective
-        else:
-            assert result.estimate.step_time_s == pytest.approx(expected, rel=1e-6)
+        want = expected_compiled if expected_compiled <= (1 - COMPILE_MARGIN) * expected else expected
+        assert result.plan.compile == (want == expected_compiled and want < expected)
+        assert result.solver.objective == pytest.approx(want, rel=1e-6)
+        assert result.estimate.step_time_s == pytest.approx(want, rel=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -141,10 +140,20 @@ def test_pins_are_respected_and_contradictions_named(tiny):
 
 
 def test_infeasible_budget_is_explained(tiny):
-    res, _ = plan_result("tiny-llama", hardware="h100-sxm", gpus=8, global_batch=32, seq_len=128,
+    res, _ = plan_result("tiny-llama", hardware="h100-sxm", gpus=4, global_batch=32, seq_len=128,
                          max_memory_per_gpu="1.01MiB", graph=tiny.graph)
     assert res.plan is None and res.solver.status == "INFEASIBLE"
     assert "needs" in res.explanation and "--max-memory-per-gpu" in res.explanation
+
+
+def test_a_budget_only_compiled_plans_fit_gets_one(tiny):
+    """Compiled blocks keep less for their backward: at 1.01 MiB no eager plan of tiny-llama fits and a compiled
+    one does (the eager-then-compile post-pass had answered INFEASIBLE)."""
+    kw = dict(hardware="h100-sxm", gpus=8, global_batch=32, seq_len=128, max_memory_per_gpu="1.01MiB", graph=tiny.graph)
+    eager, _ = plan_result("tiny-llama", fix={"compile": 0}, **kw)
+    free, _ = plan_result("tiny-llama", **kw)
+    assert eager.plan is None and eager.solver.status == "INFEASIBLE"
+    assert free.plan.compile and free.estimate.fits
 
 
 def test_runners_up_are_slower_and_say_why(tiny):
@@ -186,8 +195,10 @@ def test_greedy_then_bounded_search_finds_what_solving_every_configuration_finds
     spec = _spec(layers, 8, 4, 16, 256, 512)
     ctx = context(spec, "h100-sxm", gpus, 1024, gpus_per_node=8)
     budget = squeeze * 80 * 2**30
-    result = Planner(ctx.graph, ctx.cluster, batch, 1024, budget, cost_model=ctx.cost_model).solve(top_k=0)
-    every = Planner(ctx.graph, ctx.cluster, batch, 1024, budget, cost_model=ctx.cost_model)
+    # one search (compile pinned: the free planner runs this search twice, compiled and eager, _solve_both)
+    result = Planner(ctx.graph, ctx.cluster, batch, 1024, budget, {"compile": 0},
+                     cost_model=ctx.cost_model).solve(top_k=0)
+    every = Planner(ctx.graph, ctx.cluster, batch, 1024, budget, {"compile": 0}, cost_model=ctx.cost_model)
     best, lazy = math.inf, 0
     for cfg in every.mesh_configs():
         sm = every._stage_model(cfg)
@@ -264,39 +275,46 @@ def _llama7b_on_two_h200s():
     return ctx, budget
 
 
-def test_compile_post_pass_re_solves_the_winners_mesh_under_compiled_costs():
-    """Compiled blocks and the compiled loss keep less memory than eager, so the eager search's ZeRO stage
-    and recompute need not be the best compiled ones: the post-pass re-solves the winner's mesh with
-    compiled costs (Planner._compiled_family). A 7B llama at 8 x 4096 on two H200s with dp=2 pinned: the eager
-    search needs recompute on some blocks; compiled, ZeRO-2 without recompute fits and is faster."""
-    ctx, budget = _llama7b_on_two_h200s()
-    eager = Planner(ctx.graph, ctx.cluster, 8, 4096, budget, {"compile": 0, "dp": 2},
-                    cost_model=ctx.cost_model).solve(top_k=0)
-    result = Planner(ctx.graph, ctx.cluster, 8, 4096, budget, {"dp": 2}, cost_model=ctx.cost_model).solve(top_k=0)
-    assert eager.plan.recompute != ("none",) * 32  # eager needs recompute (or ZeRO-3) to fit
-    assert result.plan.compile and result.estimate.fits
-    as_compiled = ctx.cost_model.estimate(replace(eager.plan, compile=True), budget)
-    assert result.estimate.step_time_s < as_compiled.step_time_s  # better than compiling the eager winner
-    assert result.estimate.step_time_s <= (1 - COMPILE_MARGIN) * eager.estimate.step_time_s
-    # the re-solve kept the winner's mesh
-    same = ("dp", "tp", "pp", "ep", "cp", "vpp", "micro_batch", "sequence_parallel")
-    assert all(getattr(result.plan, k) == getattr(eager.plan, k) for k in same)
-
-
-def test_compile_post_pass_weighs_the_meshes_tied_with_the_eager_winner():
-    """Where another mesh's eager step is within COMPILE_MARGIN of the eager winner's, the ranking under
-    compile may differ: the free search's compiled pick is at least as fast as that mesh compiled (and as the
-    eager winner's mesh compiled)."""
+def test_compile_free_search_finds_the_compiled_optimum_beyond_the_eager_winners_mesh():
+    """Compiled blocks and the compiled loss keep less memory than eager and run their non-matrix work fused, so
+    the compiled optimum's mesh, ZeRO stage and recompute need not be the eager optimum's: the planner searches
+    both spaces (Planner._solve_both). A 7B llama at 8 x 4096 on two H200s: the free plan is the compiled
+    optimum (compile pinned on), faster than the eager winner compiled, and at least COMPILE_MARGIN faster than
+    the eager optimum; with dp=2 pinned, eager needs recompute on some blocks where compiled ZeRO-2 needs none."""
     ctx, budget = _llama7b_on_two_h200s()
 
     def solve(fix: dict):
         return Planner(ctx.graph, ctx.cluster, 8, 4096, budget, fix, cost_model=ctx.cost_model).solve(top_k=0)
 
-    eager, result = solve({"compile": 0}), solve({})
-    assert result.plan.compile
-    for pin in ({"dp": 2}, {"pp": 2}, {"tp": 2}):
-        pinned_eager = solve({"compile": 0} | pin)
-        if pinned_eager.plan is None:
+    for pin in ({}, {"dp": 2}, {"pp": 2}, {"tp": 2}):
+        eager, compiled, result = solve({"compile": 0} | pin), solve({"compile": 1} | pin), solve(pin)
+        if eager.plan is None:
             continue
-        if pinned_eager.estimate.step_time_s <= eager.estimate.step_time_s * (1 + COMPILE_MARGIN):
-            assert result.estimate.step_time_s <= solve({"compile": 1} | pin).estimate.step_time_s + 1e-12
+        assert result.plan.compile and result.estimate.fits, pin
+        assert result.estimate.step_time_s == pytest.approx(compiled.estimate.step_time_s, rel=1e-12), pin
+        assert result.solver.objective == pytest.approx(compiled.solver.objective, rel=1e-12), pin
+        assert result.estimate.step_time_s <= (1 - COMPILE_MARGIN) * eager.estimate.step_time_s, pin
+        as_compiled = ctx.cost_model.estimate(replace(eager.plan, compile=True), budget)
+        assert result.estimate.step_time_s <= as_compiled.step_time_s + 1e-12, pin
+        if pin == {"dp": 2}:
+            assert eager.plan.recompute != ("none",) * 32 and result.plan.recompute == ("none",) * 32
+
+
+def test_eager_wins_where_compile_gains_less_than_the_margin():
+    """Compile is turned on only where its optimum is COMPILE_MARGIN faster than the eager optimum; below that
+    the eager search's optimum (searched under the cutoff compiled / (1 - COMPILE_MARGIN)) is the plan. A
+    profile whose compiled non-matrix work runs at the eager rate and whose graphs cost more to launch gains
+    nothing compiled."""
+    ctx, budget = _llama7b_on_two_h200s()
+    profile = ctx.cluster.profile
+    slow = replace(profile, calibration={**profile.calibration, "host_us_per_compiled_call": 1e6})
+    cm = sharding_cost_model(ctx.graph, replace(ctx.cluster, profile=slow))
+
+    def solve(fix: dict):
+        return Planner(ctx.graph, cm.cluster, 8, 4096, budget, fix, cost_model=cm).solve(top_k=0)
+
+    eager, compiled, result = solve({"compile": 0}), solve({"compile": 1}), solve({})
+    assert compiled.plan is None or compiled.estimate.step_time_s > (1 - COMPILE_MARGIN) * eager.estimate.step_time_s
+    assert not result.plan.compile
+    assert result.estimate.step_time_s == pytest.approx(eager.estimate.step_time_s, rel=1e-12)
+    assert result.solver.status == "OPTIMAL"
