@@ -269,6 +269,8 @@ class CostModel:
         self.host = HostTerms.of(self.profile) if runtime == "trainer" else HostTerms()
         self.interference = overlap_interference(self.profile)  # comm.dp_overlap_cost's kappa
         self.segment_cost = lru_cache(maxsize=None)(self._segment_cost)
+        # a handful of distinct (d, zero, m, dtypes, pp) per plan search, asked per stage model and bound
+        self._update_seconds = lru_cache(maxsize=None)(self._update_seconds_of)
 
     # ---- graph facts ---------------------------------------------------------------------------------
     @property
@@ -1111,7 +1113,7 @@ class CostModel:
                                     DTYPE_BYTES.get(plan.param_dtype, 2), GRAD_STATE_BYTES.get(plan.grad_reduce_dtype, 4),
                                     plan.pp)
 
-    def _update_seconds(self, d: int, zero: int, micro_batches: int, pb: int, gb: int, pp: int = 1) -> float:
+    def _update_seconds_of(self, d: int, zero: int, micro_batches: int, pb: int, gb: int, pp: int = 1) -> float:
         """The runtime's update per local parameter: FSDP2's (compute.fsdp_update_time, over its `dp_schedule`)
         for the trainer, Megatron's (compute.update_time) otherwise; d = the data-parallel group size."""
         if self.runtime == "trainer":
