@@ -721,16 +721,17 @@ class Planner:
                 last_say = time.perf_counter()
         done, greedy = self._solve_deferred(best, deferred, t0 + time_limit_s, cutoff)
         proven &= done
+        if cutoff < math.inf and (not best or best[0].estimate.step_time_s >= cutoff):
+            # nothing below the cutoff (a greedy plan kept above it is no answer either): no runners-up to find
+            wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+            self._say(f"  done: {solved}/{len(configs)} configurations solved in {wall:.2f} s, none below the cutoff")
+            return PlanResult(None, None, SolverInfo("CUTOFF" if proven else "FEASIBLE", wall, None, cutoff,
+                                                     len(configs), solved, cpu))
         rest = itertools.chain([pending] if pending else [], order)
         # runners-up get a quarter of the search's time (at least 2 s): a large mixed-class model's solves take ~1 s
         runners = self._find_runners_up(best, rest, top_k, greedy, beaten,
                                         max(2.0, 0.25 * (time.perf_counter() - t0))) if best else []
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-        if cutoff < math.inf and (not best or best[0].estimate.step_time_s >= cutoff):
-            # nothing below the cutoff (a greedy plan kept above it is no answer either)
-            self._say(f"  done: {solved}/{len(configs)} configurations solved in {wall:.2f} s, none below the cutoff")
-            return PlanResult(None, None, SolverInfo("CUTOFF" if proven else "FEASIBLE", wall, None, cutoff,
-                                                     len(configs), solved, cpu))
         if not best:
             return PlanResult(None, None, SolverInfo("INFEASIBLE", wall, None, None, len(configs), solved, cpu),
                               explanation=self._explain_infeasible(self._closest_miss(misses)))
