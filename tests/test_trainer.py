@@ -242,6 +242,21 @@ def test_model_without_parameters():
         AutoParallelTrainer(nn.ReLU(), plan=None)
 
 
+def test_a_quantized_model_is_one_error():
+    """Integer (quantized) weights and models transformers marks quantized are refused before any work, in one line
+    that says how to load the model instead (they had failed in the first forward, or deep inside FSDP2)."""
+    model = H.build("tiny-llama")
+    q = model.layers["0"].attn.q_proj
+    q.weight = nn.Parameter(torch.zeros_like(q.weight, dtype=torch.uint8), requires_grad=False)
+    with pytest.raises(UserError, match=r"parameter layers\.0\.attn\.q_proj\.weight is uint8, not floating point") as e:
+        AutoParallelTrainer(model)
+    assert "\n" not in str(e.value)
+    marked = H.build("tiny-llama")
+    marked.is_quantized = True  # what transformers sets on a model loaded with a quantization_config
+    with pytest.raises(UserError, match=r"is quantized: AutoParallelTrainer trains floating-point parameters"):
+        AutoParallelTrainer(marked)
+
+
 def test_batch_not_divisible_as_planned():
     model = H.build("tiny-llama")
     trainer = AutoParallelTrainer(model, plan=H.make_plan(model, micro_batch=4))

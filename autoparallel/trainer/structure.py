@@ -238,3 +238,16 @@ def check_has_parameters(model: nn.Module) -> None:
     if not any(True for _ in model.parameters()):
         raise UserError(f"model {type(model).__name__} has no parameters: there is nothing to train; pass "
                         "the module whose parameters the optimizer should update")
+    # quantized weights (bitsandbytes' 4/8-bit, torchao's int8, GPTQ/AWQ packed ints) are stored as integers FSDP2
+    # and the planner would treat as plain tensors: one line here, not an error deep in the first forward
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None or getattr(model, "is_quantized", False):
+        method = getattr(getattr(quantizer, "quantization_config", None), "quant_method", None)
+        raise UserError(f"model {type(model).__name__} is quantized{f' ({method})' if method else ''}: "
+                        f"AutoParallelTrainer trains floating-point parameters; load it unquantized, e.g. "
+                        f"from_pretrained(..., dtype=torch.bfloat16)")
+    bad = next(((n, p.dtype) for n, p in model.named_parameters() if not p.is_floating_point()), None)
+    if bad is not None:
+        raise UserError(f"model {type(model).__name__}: parameter {bad[0]} is {str(bad[1]).removeprefix('torch.')}, "
+                        f"not floating point (a quantized weight?); AutoParallelTrainer shards and trains "
+                        f"floating-point parameters: load the model unquantized")
