@@ -208,7 +208,7 @@ ESTIMATE_DEFAULTS: dict[str, Any] = {"tp": 1, "pp": 1, "ep": 1, "cp": 1, "vpp": 
 def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: int, seq_len: int | None = None,
                   max_memory_per_gpu: Any = None, gpus_per_node: int | None = None, plan_file: str | None = None,
                   cache: TraceCache | bool = True, progress: Progress = QUIET, padded: bool = False,
-                  **options: Any) -> tuple[Estimate, Plan]:
+                  variant: RuntimeVariant = TRAINER, **options: Any) -> tuple[Estimate, Plan]:
     """Predict one explicitly given plan (dp = gpus / (tp*pp*ep*cp); `options` are ESTIMATE_DEFAULTS' keys,
     None = not given), or a saved plan file, which then defines the mesh, seq_len and batch: an option
     given with a plan file, or a seq_len / global_batch that differs from the file's, is an error instead
@@ -220,7 +220,7 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
     check_int(global_batch, "--global-batch", 1, MAX_GLOBAL_BATCH)
     if plan_file:
         return _estimate_plan_file(model, hardware, gpus, global_batch, seq_len, max_memory_per_gpu,
-                                   gpus_per_node, plan_file, given, cache, progress, padded)
+                                   gpus_per_node, plan_file, given, cache, progress, padded, variant)
     o = {**ESTIMATE_DEFAULTS, **given}
     for name in ("sequence_parallel", "compile"):  # a string ("no") had been read as its truth
         if not isinstance(o[name], bool):
@@ -238,7 +238,7 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
                         "drop it or pass --tp")
     seq_len = DEFAULT_SEQ_LEN if seq_len is None else seq_len
     ctx = context(model, hardware, gpus, seq_len, gpus_per_node, max_memory_per_gpu, cache=cache, progress=progress,
-                  padded=padded)
+                  padded=padded, variant=variant)
     if pp > 1 and ctx.graph.no_pipeline:  # as the planner's pin and the trainer refuse it
         raise UserError(f"--pp {pp}: {no_pipeline_clause(ctx.model_name, ctx.graph.no_pipeline)}; use --pp 1")
     p = Plan(model=ctx.model_name, hardware=ctx.cluster.profile.name, gpus=gpus,
@@ -261,7 +261,8 @@ def estimate_plan(model: Any, *, hardware: str | Any, gpus: int, global_batch: i
 def _estimate_plan_file(model: Any, hardware: Any, gpus: int, global_batch: int, seq_len: int | None,
                         max_memory_per_gpu: Any, gpus_per_node: int | None, plan_file: str,
                         given: dict[str, Any], cache: TraceCache | bool = True,
-                        progress: Progress = QUIET, padded: bool = False) -> tuple[Estimate, Plan]:
+                        progress: Progress = QUIET, padded: bool = False,
+                        variant: RuntimeVariant = TRAINER) -> tuple[Estimate, Plan]:
     if given:
         flag = "--" + next(iter(given)).replace("_", "-")
         raise UserError(f"estimate: {flag} conflicts with --plan {plan_file}, which sets the whole layout; drop "
@@ -273,7 +274,7 @@ def _estimate_plan_file(model: Any, hardware: Any, gpus: int, global_batch: int,
             raise UserError(f"estimate: {flag} {mine} but plan file {plan_file} is for {flag} {theirs}; pass "
                             f"{flag} {theirs} or re-plan")
     ctx = context(model, hardware, gpus, p.seq_len, gpus_per_node, max_memory_per_gpu, cache=cache, progress=progress,
-                  padded=padded)
+                  padded=padded, variant=variant)
     p.validate(len(ctx.graph.blocks))
     if p.pp > 1 and ctx.graph.no_pipeline:
         raise UserError(f"plan file {plan_file} has pp={p.pp}, but "
@@ -301,8 +302,9 @@ class CompareRow:
 def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, seq_len: int,
             max_memory_per_gpu: Any = None, fix: Any = None, gpus_per_node: int | None = None,
             cache: TraceCache | bool = True, progress: Progress = QUIET, precision: str = "bf16",
-            padded: bool = False) -> list[CompareRow]:
-    """Plan the same model on each hardware profile (one trace shared by all); `padded`: see plan_result."""
+            padded: bool = False, variant: RuntimeVariant = TRAINER) -> list[CompareRow]:
+    """Plan the same model on each hardware profile (one trace shared by all); `padded`, `variant`: see
+    plan_result."""
     if isinstance(hardware, str):  # "h100-sxm,mi300x" as --hardware takes it (a string had been read letter by letter)
         hardware = [h.strip() for h in hardware.split(",") if h.strip()]
     if not hardware:
@@ -320,7 +322,7 @@ def compare(model: Any, *, hardware: list[str], gpus: int, global_batch: int, se
         mine = precision if precision == "bf16" or "fp8" in cluster.profile.peak_flops else "bf16"
         result, ctx = plan_result(model, hardware=cluster, gpus=gpus, global_batch=global_batch, seq_len=seq_len,
                                   max_memory_per_gpu=max_memory_per_gpu, fix=fix, gpus_per_node=gpus_per_node,
-                                  graph=graph, precision=mine)
+                                  graph=graph, precision=mine, variant=variant)
         progress.say(f"[{k}/{len(hardware)}] {hw}: {result.solver.status} in {time.perf_counter() - t0:.1f} s")
         rows.append(CompareRow(ctx.cluster.profile.name, result, ctx, precision=mine))
     return rows

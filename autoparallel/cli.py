@@ -62,6 +62,17 @@ def _add_precision(p: argparse.ArgumentParser) -> None:
                         "tensorwise scaling): FP8 only when asked")
 
 
+def _add_runtime(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--clip-grad-norm", action="store_true",
+                   help="the trainer clips the gradients' global norm (AutoParallelTrainer(max_grad_norm=...), "
+                        "torchtitan's default): price its pass over the gradients each step")
+
+
+def _variant(args: argparse.Namespace) -> Any:
+    from cost_models.estimate import RuntimeVariant
+    return RuntimeVariant(clip_grad_norm=args.clip_grad_norm)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="autoparallel", description="Automatic parallel-strategy planner for PyTorch.")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -90,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gradient reduction dtype (int8: block-scaled, fp32 accumulation; needs --zero >= 1)")
     _add_precision(e)
     _add_padded(e)
+    _add_runtime(e)
     e.add_argument("--compile", action="store_true", help="price torch.compile per block (the plan's compile)")
     e.add_argument("--schedule", default=None, choices=["1f1b", "zero_bubble"],
                    help="pipeline schedule (1f1b: 1F1B, interleaved with --vpp; zero_bubble: torch's "
@@ -105,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=3, help="runner-up plans to show")
     _add_precision(p)
     _add_padded(p)
+    _add_runtime(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--output", default=None, help="write the plan to this file (.yaml or .json)")
     p.add_argument("--explain", default=None, metavar="OP_PATH", help="show the placement choices for one op")
@@ -120,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--fix", action="append", default=None, help="pins, as plan's (repeatable)")
     _add_precision(c)
     _add_padded(c)
+    _add_runtime(c)
     c.add_argument("--tokens", type=float, default=None, help="tokens to train, for time-to-train")
     c.add_argument("--plot", default=None, help="write a step-time breakdown bar chart (PNG)")
     c.add_argument("--json", action="store_true")
@@ -184,7 +198,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     est, plan = estimate_plan(
         args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
         global_batch=args.global_batch, seq_len=args.seq_len, max_memory_per_gpu=args.max_memory_per_gpu,
-        plan_file=args.plan, cache=not args.no_cache, padded=args.padded, **options)
+        plan_file=args.plan, cache=not args.no_cache, padded=args.padded, variant=_variant(args), **options)
     if args.json:
         print(json.dumps({"plan": plan.to_dict(), "predicted": est.to_dict()}, indent=2))
     else:
@@ -203,7 +217,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         args.model, hardware=args.hardware, gpus=args.gpus, gpus_per_node=args.gpus_per_node,
         global_batch=args.global_batch, seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu,
         fix=_fix(args), top_k=args.top, progress=_progress(args), cache=not args.no_cache,
-        precision=args.precision or "bf16", padded=args.padded)
+        precision=args.precision or "bf16", padded=args.padded, variant=_variant(args))
     if result.plan is None:
         raise UserError(f"INFEASIBLE: {result.explanation}")
     explained = None
@@ -249,7 +263,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                    gpus=args.gpus, gpus_per_node=args.gpus_per_node, global_batch=args.global_batch,
                    seq_len=_seq_len(args), max_memory_per_gpu=args.max_memory_per_gpu, fix=_fix(args),
                    cache=not args.no_cache, progress=_progress(args), precision=args.precision or "bf16",
-                   padded=args.padded)
+                   padded=args.padded, variant=_variant(args))
     if args.json:
         print(json.dumps(compare_json(rows, args.tokens), indent=2))
     else:

@@ -152,6 +152,34 @@ def test_estimate_compile_prices_the_compiled_runtime(capsys):
     assert rc == 0 and json.loads(out)["plan"]["compile"] is True
 
 
+def test_clip_grad_norm_prices_the_trainers_clipping(capsys, tmp_path):
+    """--clip-grad-norm (the trainer's max_grad_norm) adds compute.CLIP_BYTES per gradient entry the optimizer
+    holds to the update, at the fused AdamW's bandwidth fraction: on one GPU without ZeRO that is every
+    parameter (the trace's count); plan, estimate (of a plan file too) and compare take it."""
+    from cost_models.compute import CLIP_BYTES, memory_fraction
+    from hardware_profiles import load_profile
+    base = ("estimate", "tiny-llama", "--hardware", "h200", "--gpus", "1", "--global-batch", "4", "--seq-len", "64",
+            "--micro-batch", "4", "--json")
+    rc, plain, _ = run(capsys, *base)
+    rc2, clipped, _ = run(capsys, *base, "--clip-grad-norm")
+    assert rc == rc2 == 0
+    rc3, traced, _ = run(capsys, "trace", "tiny-llama", "--seq-len", "64", "--json")
+    params = json.loads(traced)["parameters"]
+    profile = load_profile("h200")
+    extra = CLIP_BYTES * params / (profile.memory_bandwidth * memory_fraction(profile, "adamw"))
+    got = json.loads(clipped)["predicted"]["breakdown"]["optimizer_s"] - json.loads(plain)["predicted"]["breakdown"]["optimizer_s"]
+    assert got == pytest.approx(extra, rel=1e-9)
+    plan_file = tmp_path / "plan.yaml"
+    cluster = ("--hardware", "h200", "--gpus", "1", "--global-batch", "4", "--seq-len", "64")
+    rc, _, _ = run(capsys, "plan", "tiny-llama", *cluster, "--clip-grad-norm", "--output", str(plan_file), "--quiet")
+    assert rc == 0
+    rc, out, _ = run(capsys, "estimate", "tiny-llama", *cluster, "--plan", str(plan_file), "--clip-grad-norm", "--json")
+    assert rc == 0 and json.loads(out)["predicted"]["breakdown"]["optimizer_s"] > 0
+    rc, _, _ = run(capsys, "compare", "tiny-llama", "--hardware", "h200,h100-sxm", "--gpus", "1", "--global-batch", "4",
+                   "--seq-len", "64", "--clip-grad-norm", "--quiet")
+    assert rc == 0
+
+
 def test_an_output_path_that_is_an_input_is_refused_before_planning(capsys, tmp_path):
     """`plan CONFIG --output CONFIG` replaced the model's config with the plan, and `calibrate --trainer --fit
     P --output P` the measured probes with a profile: one error line, the input untouched."""
