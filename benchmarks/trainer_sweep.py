@@ -1014,6 +1014,9 @@ CONFIGS = [
     _c("2g-llama-pp2-clip", "llama-1.3b", 2, 16, fix={"pp": 2, "vpp": 1, "micro_batch": 2, "compile": 0}, clip=True),
     _c("2g-moe-ep2-clip", "moe-1.2b-8e", 2, 16, fix={"ep": 2, "micro_batch": 8, "compile": 0}, clip=True),
     _c("2g-llama-auto-clip", "llama-1.3b", 2, 16, fix={"compile": 1}, clip=True),
+    # the planner's two-GPU pick of the catalog MoE once it searched compiled plans on their own (_solve_both):
+    # ep2 compiled, where the eager-then-compile post-pass picked dp2 compiled (2g-moe-dp2-compiled)
+    _c("2g-moe-ep2-compiled", "moe-1.2b-8e", 2, 16, fix={"ep": 2, "micro_batch": 8, "zero": 0, "compile": 1}),
 ]
 
 

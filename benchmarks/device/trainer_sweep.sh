@@ -258,6 +258,8 @@ CLIP38=1g-llama-eager,1g-llama-eager-clip,1g-llama-auto,1g-llama-auto-clip,1g-gp
 CLIP38=$CLIP38,1g-moe-eager,1g-moe-eager-clip
 CLIP38_DIST=2g-llama-zero3,2g-llama-zero3-clip,2g-llama-tp2sp,2g-llama-tp2sp-clip,2g-llama-pp2,2g-llama-pp2-clip
 CLIP38_DIST=$CLIP38_DIST,2g-moe-ep2,2g-moe-ep2-clip,2g-llama-auto,2g-llama-auto-clip
+# and the planner's two-GPU MoE pick since it searches compiled plans on their own (s117_moe_pick predictions)
+CLIP38_DIST=$CLIP38_DIST,2g-moe-ep2-compiled,2g-moe-dp2-compiled
 SKIP_SINGLE=$SKIP_SINGLE,1g-llama-eager-clip,1g-llama-auto-clip,1g-gpt-eager-clip,1g-moe-eager-clip
 SKIP_DIST=2g-llama7b-eager,2g-llama7b-compiled,2g-llama-zero3-clip,2g-llama-tp2sp-clip,2g-llama-pp2-clip
 SKIP_DIST=$SKIP_DIST,2g-moe-ep2-clip,2g-llama-auto-clip
