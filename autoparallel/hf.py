@@ -339,8 +339,11 @@ def hf_parts(model: nn.Module) -> HFParts:
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     source = source_of(type(base).forward)
     window, mixed = _windows(model.config, source)
-    if not any(config_values(config, "num_attention_heads")):  # RWKV's time mixing (no convolution): a Python loop
-        # over the sequence, whose meta trace at 1024 tokens ran past 5 minutes (`autoparallel plan`)
+    # RWKV's time mixing, Mamba-1's selective scan: a Python loop over the sequence, whose meta trace at 1024 tokens ran
+    # past 5 minutes (`autoparallel plan`). Mamba-2's mixer scans in chunks (chunk_size; its torch path is whole-
+    # tensor ops, as in the hybrids that hold it): a model of those alone runs (Mamba2ForCausalLM)
+    chunked_ssm = any(hasattr(m, "chunk_size") and hasattr(m, "ssm_state_size") for m in model.modules())
+    if not any(config_values(config, "num_attention_heads")) and not chunked_ssm:
         raise UserError(f"{type(model).__name__}: its config declares no attention heads (num_attention_heads), so "
                         f"its blocks mix tokens by something other than attention (a recurrence), which "
                         f"autoparallel's Hugging Face forward, tracer and cost model do not cover; this architecture "

@@ -66,6 +66,7 @@ DEFAULT_FIXES = {
     "dbrx": {"attn_config.rope_theta": 500000.0, "attn_config.clip_qkv": 8.0},         # no attribute; clamp(None)
     "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4}}},  # {}
     "falcon_h1": {"mamba_d_ssm": None},  # its default 1024 is not shrunk with the width: the model's own shape error
+    "mamba2": {"num_heads": 8, "n_groups": 1, "state_size": 16},  # heads x head_dim = expand x hidden (2 x 64 / 16)
     **{t: {f"{p}indexer_{k}": v for k, v in (("n_heads", 2), ("kv_heads", 1), ("head_dim", 16), ("budget", 8),
                                                 ("compress_ratio", 4))}                                 # None: x // None
        for t, p in (("qwen4_exp", "text_config."), ("qwen4_exp_text", ""))},

@@ -175,6 +175,9 @@ def config(name: str):
         return T.JambaConfig(**_KW, num_experts=4, num_experts_per_tok=2, expert_layer_period=2, expert_layer_offset=1,
                              attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_dt_rank=4,
                              mamba_expand=2)
+    if name == "mamba2":  # Mamba-2 alone: every block a state-space mixer (the chunked scan), no attention
+        return T.Mamba2Config(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_heads=8, head_dim=16,
+                              expand=2, state_size=16, n_groups=1, chunk_size=8, conv_kernel=4)
     if name == "dory":  # a looped model: its middle layers run n_recurrent_loops times a forward
         return T.DoryConfig(**{**_KW, "num_hidden_layers": 4})
     if name == "marian":  # a sinusoidal position table that takes the input's shape

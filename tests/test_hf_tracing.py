@@ -492,7 +492,8 @@ def test_pinned_recompute_on_mixed_block_classes_is_feasible(hidden: int = 32, l
 def test_state_space_mixers_are_one_clear_error():
     """Mamba's mixer reads `attention_mask` as a padding mask where autoparallel's forward passes attention's
     causal one: the trainer failed on the shapes and the meta trace broadcast them into a wrong graph (which the
-    planner then planned, tensor-parallel mixers included). A model of them alone is refused as a recurrence; a
+    planner then planned, tensor-parallel mixers included). A model of Mamba-1 mixers alone (a scan looped over the
+    sequence) is refused as a recurrence, one of Mamba-2 mixers alone (a chunked scan) runs (test_hf_trainer); a
     convolution in a block whose layer type transformers hands no padding mask is refused naming it (hybrids
     whose types do get one, Qwen3.5's and LFM2's, run: test_hf_trainer)."""
     import transformers as T

@@ -130,6 +130,9 @@ WORLD4: list[Config] = [
     # Jamba's two block classes (attention and Mamba layers) are its blocks: two pipeline stages, where the model
     # had been one FSDP unit without stages ("stage_layers=[0, 0] must be positive integers")
     Config("jamba-pp2xdp2-masked", "jamba", PP2DP2, masked=True),
+    # Mamba-2 alone (every block a state-space mixer that zeroes padded states from the 2-D mask)
+    Config("mamba2-dp2xtp2-sp-masked", "mamba2", DP2TP2SP, masked=True),
+    Config("mamba2-pp2xdp2-masked", "mamba2", PP2DP2, masked=True),
     # FSDP2 computing in bf16 (the layout every GPU plan runs): buffers that HF's bf16 load makes bf16 (MiniMax's
     # decay factors, GPT-1's) must be bf16 too, or their products with bf16 activations fail in the next matmul
     *(Config(f"{m}-dp4-bf16", m, {"dp": 4, "micro_batch": 2, "zero": 2, "param_dtype": "bf16"}, steps=1)
@@ -412,7 +415,7 @@ def test_train_hf_example_trains_and_exports(tmp_path):
                                   "falcon", "gpt_neox", "gptj", "gemma3", "opt", "nanochat", "doge", "olmo3",
                                   "openai-gpt", "biogpt", "minimax", "deepseek_v3", "deepseek_v32", "gemma4",
                                   "gemma4-per-layer-input", "gemma4-kv-shared",
-                                  "qwen3_5", "lfm2", "jamba", "whisper", "bloom", "mpt", "bart", "trocr"))
+                                  "qwen3_5", "lfm2", "jamba", "mamba2", "whisper", "bloom", "mpt", "bart", "trocr"))
 def test_training_forward_equals_the_models_own(name):
     """autoparallel.hf's forward (root-level positions, no mask builders) gives the logits of the
     model's own forward bit for bit, without a padding mask and with right and left padding (OPT counts
