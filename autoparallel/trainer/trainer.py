@@ -498,9 +498,7 @@ class AutoParallelTrainer:
         self._require_plan("load_checkpoint")
         self._steps = ckpt.load(path, self.model_parts, self._optimizers, self._ties, self._fingerprint,
                                 self._relayout)
-        if self._scheduler_factory is not None:  # a schedule is a function of the step: rebuilt at the loaded one
-            self._schedulers = [lr_schedule.build(self._scheduler_factory, opt) for opt in self._optimizers]
-            lr_schedule.fast_forward(self._schedulers, self._steps)
+        self._build_schedulers()  # a schedule is a function of the step: rebuilt at the loaded one
 
     def save_pretrained(self, path: str | Path) -> None:
         """Export a Hugging Face model as a transformers checkpoint (collective): the full parameters
@@ -734,8 +732,7 @@ class AutoParallelTrainer:
         self._setup_tie_sync(plan)
         self._optimizers = [self._optimizer_factory([(clean_fqn(n), p) for n, p in part.named_parameters()])
                             for _, part in parts]
-        self._schedulers = ([lr_schedule.build(self._scheduler_factory, opt) for opt in self._optimizers]
-                            if self._scheduler_factory is not None else [])
+        self._build_schedulers()
         if plan.pp > 1:
             if plan.cp > 1:  # the schedule calls each stage with its input only: positions come by hook
                 for _, part in parts:
@@ -744,6 +741,13 @@ class AutoParallelTrainer:
         self._autocast = (torch.autocast(env.device.type, dtype=to_dtype(plan.param_dtype, "param_dtype"))
                           if not env.distributed and to_dtype(plan.param_dtype, "param_dtype") != torch.float32
                           else None)
+
+    def _build_schedulers(self) -> None:
+        """One scheduler per optimizer from the lr_scheduler factory, stepped to the steps taken (lr_schedule)."""
+        if self._scheduler_factory is None:
+            return
+        self._schedulers = [lr_schedule.build(self._scheduler_factory, opt) for opt in self._optimizers]
+        lr_schedule.fast_forward(self._schedulers, self._steps)
 
     def _record_router_logits(self, _mod: nn.Module, _args: Any, out: Any) -> None:
         # (a checkpointed block's recomputation in backward appends again: cleared at the next forward)
