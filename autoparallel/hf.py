@@ -367,13 +367,12 @@ def hf_parts(model: nn.Module) -> HFParts:
                         f"Hugging Face forward does not reproduce; this architecture is not supported there")
     head = _head_path(model, base_path)
     # the LM's forward scales the base model's output before its head (Inkling's division by
-    # config.logits_mup_width_multiplier): causal_lm_forward hands the head the final norm's output as it is
-    scaled = re.search(r"=\s*outputs(?:\.last_hidden_state|\[0\])\s*([/*])\s*self\.([\w.]+)",
-                       source_of(type(model).forward))
-    if scaled is not None:
-        value = functools.reduce(lambda o, a: getattr(o, a, None), scaled[2].split("."), model)
-        raise UserError(f"{type(model).__name__}: its forward {'divides' if scaled[1] == '/' else 'multiplies'} the "
-                        f"base model's output by self.{scaled[2]}{f'={value}' if _number(value) is not None else ''} "
+    # config.logits_mup_width_multiplier): through a head without a bias that is the same scaling of the logits
+    # (_logit_ops applies it there); anything else is one error
+    scaled = _pre_head_scale(model)
+    if scaled is not None and (scaled[1] is None or getattr(model.get_output_embeddings(), "bias", None) is not None):
+        raise UserError(f"{type(model).__name__}: its forward {'divides' if scaled[0] == 'div' else 'multiplies'} the "
+                        f"base model's output by self.{scaled[2]}{f'={scaled[1]}' if scaled[1] is not None else ''} "
                         f"before its head {head}, which autoparallel's Hugging Face forward does not; this "
                         f"architecture is not supported there; pass a package.module:callable")
     # hyper-connections (DeepSeek V4's, HY-V4's, Qwen4-Exp's): the forward widens the embeddings into several
@@ -713,12 +712,29 @@ def _embed_scale(base: nn.Module) -> float:
     return 1.0
 
 
+def _pre_head_scale(model: nn.Module) -> tuple[str, float | None, str] | None:
+    """("div" | "mul", the number or None, the attribute) where the causal LM's own forward scales the base model's
+    output by self.<attribute> before its head (Inkling: `outputs.last_hidden_state / self.config.
+    logits_mup_width_multiplier`), else None."""
+    found = re.search(r"=\s*outputs(?:\.last_hidden_state|\[0\])\s*([/*])\s*self\.([\w.]+)",
+                      source_of(type(model).forward))
+    if found is None:
+        return None
+    value = functools.reduce(lambda o, a: getattr(o, a, None), found[2].split("."), model)
+    return ("div" if found[1] == "/" else "mul"), _number(value), found[2]
+
+
 def _logit_ops(model: nn.Module) -> tuple[tuple[str, float], ...]:
     """What the causal LM's own forward does to the head's logits, read from the attributes it uses:
-    Cohere's logit_scale (x), Granite's logits_scaling (/; HyperCLOVA X's x), Falcon-H1's lm_head_multiplier (x), Gemma 2/3's final_logit_softcapping and
-    RecurrentGemma's logits_soft_cap (cap * tanh(logits / cap))."""
+    a scaling of the head's input by a number (Inkling's, `_pre_head_scale`: the same on the logits of a head
+    without a bias, first), Cohere's logit_scale (x), Granite's logits_scaling (/; HyperCLOVA X's x), Falcon-H1's
+    lm_head_multiplier (x), Gemma 2/3's final_logit_softcapping and RecurrentGemma's logits_soft_cap
+    (cap * tanh(logits / cap))."""
     config = model.config
     ops: list[tuple[str, float]] = []
+    pre = _pre_head_scale(model)
+    if pre is not None and pre[1] is not None:  # a head with a bias was refused (hf_parts)
+        ops.append((pre[0], pre[1]))
     scale = _number(getattr(model, "logit_scale", None))
     if scale is not None:
         ops.append(("mul", scale))

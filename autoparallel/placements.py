@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from autoparallel.graph import OpGraph
 from autoparallel.linear_output import output_structure, reader_modules
-from cost_models.facts import convolution_mixers, no_grad_modules
+from cost_models.facts import convolution_mixers, embeddings_with_inner_modules, no_grad_modules
 
 
 def megatron_placements(graph: OpGraph, sequence_parallel: bool = False) -> dict[str, str]:
@@ -29,10 +29,11 @@ def megatron_placements(graph: OpGraph, sequence_parallel: bool = False) -> dict
         if not graph.parametric_ops[path].fused_pieces:
             kinds[path] = "fused"
     experts = {p for p, k in kinds.items() if k == "experts"}
+    inner = embeddings_with_inner_modules(graph)
     out: dict[str, str] = {}
     for path, kind in sorted(kinds.items()):
         if kind == "embedding":
-            out[path] = "vocab" if _is_token_embedding(graph, path) else "replicate"
+            out[path] = "vocab" if _is_token_embedding(graph, path) and path not in inner else "replicate"
         elif kind == "norm":
             out[path] = "sequence" if sequence_parallel else "replicate"
         elif kind == "experts":

@@ -129,6 +129,7 @@ from cost_models.comm import (
 )
 from cost_models.compute import classify_node, copy_bytes_of, is_matmul, moved_bytes, op_times, update_time
 from cost_models.estimate import TRAINER, CostModel, RuntimeVariant
+from cost_models.facts import embeddings_with_inner_modules
 from cost_models.segments import SegmentCache
 from hardware_profiles import Cluster
 
@@ -192,6 +193,7 @@ class _Node:
     headwise: bool = False          # a norm over head_dim (qk-norm)
     vocab_like: bool = False        # its sharded dim is a vocabulary: may shard unevenly (see legality)
     data_indexed: bool = False      # an embedding looked up with indices from the batch (token ids)
+    inner_modules: bool = False     # an embedding holding parametric modules of its own (facts.embeddings_with_inner_modules)
     has_ops: bool = True
     out_bytes: float = float("inf")  # first output of its last forward op, per sample
     rows: float = 0.0               # tokens of that output, per sample (loss-parallel statistics)
@@ -304,6 +306,9 @@ def legal_modes(node: _Node, t: int, sp: bool) -> tuple[list[Mode], dict[str, st
         if not node.data_indexed:
             illegal["vocab"] = ("its indices are computed inside the model (positions), not token ids "
                                 "from the batch: every rank needs the rows it looks up")
+        elif node.inner_modules:
+            illegal["vocab"] = ("it runs modules of its own on the looked-up rows (a norm), which a vocabulary "
+                                "split would hand partial rows")
         elif rows < t:
             illegal["vocab"] = f"num_embeddings={rows} is smaller than tp={t}"
         else:
@@ -414,6 +419,7 @@ def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData
         seg_ops = [p for p, op in graph.parametric_ops.items() if op.block == name]
         in_seg = lambda a: a.get("block") == name  # noqa: E731
     seg_ops.sort(key=lambda p: (index.fwd_nodes_of(p) or [1 << 60])[0])
+    inner = embeddings_with_inner_modules(graph)
     nodes: list[_Node] = []
     pos: dict[str, int] = {}
     own_nodes: dict[str, list[int]] = {}
@@ -433,6 +439,7 @@ def build_segment(graph: OpGraph, index: _GraphIndex, name: str) -> _SegmentData
             if op.kind == "embedding":  # token ids come from the batch: the lookup has no producer op
                 node.data_indexed = not any(p not in own for n in fwd for p in g.predecessors(n)
                                             if g.nodes[p].get("phase") == "fwd")
+                node.inner_modules = p in inner
         pos[p] = len(nodes)
         nodes.append(node)
     # head-wise norms: every producer is an attention projection whose head_dim is the norm's size

@@ -100,6 +100,15 @@ def no_grad_modules(graph: OpGraph) -> set[str]:
     return {path.rpartition(".")[0] for path, op in graph.parametric_ops.items() if op.no_grad}
 
 
+def embeddings_with_inner_modules(graph: OpGraph) -> set[str]:
+    """Embeddings that hold parametric modules of their own (Inkling's InklingNormedEmbedding: an RMSNorm over
+    the looked-up rows inside the embedding's forward). A vocabulary split hands those modules each rank's
+    partial rows (RowwiseParallel all-reduces the embedding's output, after its forward), and torch's style
+    cannot shard a table whose module owns more parameters: such an embedding stays whole under tp."""
+    embeddings = [p for p, op in graph.parametric_ops.items() if op.kind == "embedding"]
+    return {e for e in embeddings if any(p.startswith(e + ".") for p in graph.parametric_ops)}
+
+
 # ---- tensor-parallel rules the trainer checks (trainer/tensor_parallel.py) and the planner keeps (estimate.CostModel):
 # torch-free, on plain numbers, so that the two apply one rule.
 def splits_whole_heads(heads: int | None, tp: int) -> bool:

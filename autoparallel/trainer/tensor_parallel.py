@@ -103,6 +103,10 @@ def _check_divisible(path: str, mod: nn.Module, placement: str, tp: int) -> None
     else:
         if not isinstance(mod, nn.Embedding):
             raise UserError(f"plan placement vocab on {path}: {type(mod).__name__} is not an nn.Embedding")
+        inner = sorted({name.rpartition(".")[0] for name, _ in mod.named_parameters() if "." in name})
+        if inner:  # cost_models.facts.embeddings_with_inner_modules: the planner keeps such a table whole
+            raise UserError(f"plan placement vocab on {path}: {type(mod).__name__} runs modules of its own ({inner[0]}) "
+                            f"on the looked-up rows, which a vocabulary split would hand partial rows; replicate it")
         n, what = mod.num_embeddings, "num_embeddings"
     if n % tp:
         raise UserError(f"plan: {path} ({placement}) has {what}={n}, not divisible by tp={tp}; pick a tp "
