@@ -339,6 +339,11 @@ def hf_parts(model: nn.Module) -> HFParts:
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     source = source_of(type(base).forward)
     window, mixed = _windows(model.config, source)
+    unread = _unread_window(model) if window is None else None
+    if unread is not None:  # beyond it the model's own attention is local and autoparallel's would be global
+        raise UserError(f"{type(model).__name__}: config.{unread[0]}={unread[1]} limits its attention layers to a "
+                        f"sliding window that autoparallel's Hugging Face forward does not apply (it reads "
+                        f"config.sliding_window); this architecture is not supported there")
     # RWKV's time mixing, Mamba-1's selective scan: a Python loop over the sequence, whose meta trace at 1024 tokens ran
     # past 5 minutes (`autoparallel plan`). Mamba-2's mixer scans in chunks (chunk_size; its torch path is whole-
     # tensor ops, as in the hybrids that hold it): a model of those alone runs (Mamba2ForCausalLM)
@@ -863,6 +868,20 @@ def _attention_chunk(config: object, source: str = "") -> int | None:
     if not _builds(source, "create_chunked_causal_mask"):
         return None
     return int(chunk) if chunk and "chunked_attention" in (getattr(config, "layer_types", None) or ()) else None
+
+
+def _unread_window(model: nn.Module) -> tuple[str, int] | None:
+    """(name, size) of a window size the model's attention reads from its config under another name than
+    sliding_window (Inkling's `self.sliding_window = config.sliding_window_size`), else None."""
+    try:
+        module_source = inspect.getsource(inspect.getmodule(type(model)))
+    except (OSError, TypeError):
+        return None
+    for name, value in vars(model.config).items():
+        if ("window" in name and name != "sliding_window" and _number(value) and not isinstance(value, bool)
+                and re.search(rf"sliding_window\s*=\s*(self\.)?config\.{name}\b", module_source)):
+            return name, int(value)
+    return None
 
 
 def _windows(config: object, source: str = "") -> tuple[int | None, bool]:

@@ -97,31 +97,63 @@ def test_logits_scaling_is_applied_as_the_models_own_forward_applies_it(model_ty
     assert _max_diff(model, HF.batches(1)[0]["input_ids"][:2]) <= 1e-5
 
 
-def test_a_scaling_before_the_head_is_the_same_scaling_of_its_logits():
-    """Inkling's forward divides the base model's output by config.logits_mup_width_multiplier before its head: through
-    a head without a bias that is the logits divided by it (hf._logit_ops, first); it had been refused. With a bias on
-    the head the two differ, and the model stays refused in one line."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+def _scaled_llama(bias: bool):
+    import transformers as T
+    from transformers.modeling_outputs import CausalLMOutputWithPast
 
+    class ScaledLlamaForCausalLM(T.LlamaForCausalLM):
+        def forward(self, input_ids=None, attention_mask=None, position_ids=None, labels=None, **kwargs):
+            outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                 **kwargs)
+            hidden_states = outputs.last_hidden_state / self.config.head_input_divisor
+            return CausalLMOutputWithPast(logits=self.lm_head(hidden_states))
+
+    config = T.LlamaConfig(**_KW, num_hidden_layers=2, head_input_divisor=6.0)
+    torch.manual_seed(0)
+    model = ScaledLlamaForCausalLM(config).float().eval()
+    if bias:
+        model.lm_head.bias = torch.nn.Parameter(torch.randn(HF.VOCAB))
+    return model
+
+
+def test_a_scaling_before_the_head_is_the_same_scaling_of_its_logits():
+    """A forward that divides the base model's output by a number before its head (Inkling's, by
+    config.logits_mup_width_multiplier): through a head without a bias that is the logits divided by it
+    (hf._logit_ops, first); it had been refused. With a bias on the head the two differ: one error line."""
     from autoparallel.errors import UserError
     from autoparallel.hf import hf_parts
 
-    config = AutoConfig.for_model("inkling_text", **_KW, num_hidden_layers=2, head_dim=4, logits_mup_width_multiplier=6.0)
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config).float().eval()
+    model = _scaled_llama(bias=False)
     assert hf_parts(model).logit_ops[0] == ("div", 6.0)
     assert _max_diff(model, HF.batches(1)[0]["input_ids"][:2]) <= 1e-5
-    model.lm_head.bias = torch.nn.Parameter(torch.zeros(HF.VOCAB))
-    with pytest.raises(UserError, match=r"divides the base model's output by self\.config\.logits_mup_width_multiplier"
+    with pytest.raises(UserError, match=r"divides the base model's output by self\.config\.head_input_divisor"
                                          r"=6\.0 before its head lm_head"):
-        hf_parts(model)
+        hf_parts(_scaled_llama(bias=True))
+
+
+def _normed_embedding_llama():
+    """A Llama whose token embedding normalizes the rows it looks up inside its own forward, as Inkling's
+    InklingNormedEmbedding does (Inkling itself is refused for its sliding window)."""
+    import transformers as T
+
+    class NormedEmbedding(torch.nn.Embedding):
+        def __init__(self, rows: int, width: int) -> None:
+            super().__init__(rows, width)
+            self.embed_norm = T.models.llama.modeling_llama.LlamaRMSNorm(width)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.embed_norm(super().forward(ids))
+
+    torch.manual_seed(0)
+    model = T.LlamaForCausalLM(T.LlamaConfig(**_KW, num_hidden_layers=2)).float()
+    model.model.embed_tokens = NormedEmbedding(HF.VOCAB, _KW["hidden_size"])
+    return model
 
 
 def test_an_embedding_with_a_norm_of_its_own_stays_whole_under_tp():
-    """Inkling's token embedding normalizes the looked-up rows inside its forward (InklingNormedEmbedding.embed_norm):
-    split by vocabulary, the norm would see each rank's partial rows (torch's style also refused the table: "parameter
-    name can't contain '.'"). The planner's layouts keep it whole and a hand-written vocab placement is one error."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    """An embedding that normalizes the looked-up rows inside its forward (Inkling's InklingNormedEmbedding): split by
+    vocabulary, the norm would see each rank's partial rows (torch's style also refused the table: "parameter name
+    can't contain '.'"). The planner's layouts keep it whole and a hand-written vocab placement is one error."""
 
     from autoparallel.api import plan_result
     from autoparallel.errors import UserError
@@ -130,9 +162,7 @@ def test_an_embedding_with_a_norm_of_its_own_stays_whole_under_tp():
     from autoparallel.trainer.tensor_parallel import _check_divisible
     from cost_models.facts import embeddings_with_inner_modules
 
-    config = AutoConfig.for_model("inkling_text", **_KW, num_hidden_layers=2, head_dim=4)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+    model = _normed_embedding_llama()
     result, ctx = plan_result(model, hardware="h100-sxm", gpus=2, global_batch=4, seq_len=16, fix={"tp": 2},
                               cache=False)
     assert embeddings_with_inner_modules(ctx.graph) == {"model.embed_tokens"}
@@ -140,10 +170,9 @@ def test_an_embedding_with_a_norm_of_its_own_stays_whole_under_tp():
     # the sharding solver does not offer the split (at this width it would not pay anyway: asked, not inferred)
     assert re.search(r"vocab +not possible .*: it runs modules of its own on the looked-up rows",
                      explain_op(ctx, result.plan, "model.embed_tokens"))
-    real = AutoModelForCausalLM.from_config(config).float()
-    with pytest.raises(UserError, match=r"vocab on model\.embed_tokens: InklingNormedEmbedding runs modules of its "
+    with pytest.raises(UserError, match=r"vocab on model\.embed_tokens: NormedEmbedding runs modules of its "
                                          r"own \(embed_norm\)"):
-        _check_divisible("model.embed_tokens", real.model.embed_tokens, "vocab", 2)
+        _check_divisible("model.embed_tokens", model.model.embed_tokens, "vocab", 2)
 
 
 def test_each_granite_swa_layer_gets_the_table_of_its_theta():
@@ -209,11 +238,15 @@ def test_falcon_h1_hands_its_mixers_the_padding_mask():
     ("zamba2", r"model's forward passes its blocks \(Zamba2HybridLayer, Zamba2MambaDecoderLayer\) "
                r"original_hidden_states, layer_idx, causal_mask_mapping\['full_attention'\] by position \(as "
                r"original_hidden_states, layer_idx, causal_mask\) beside the hidden states"),
+    ("inkling_text", r"config\.sliding_window_size=512 limits its attention layers to a sliding window that "
+                     r"autoparallel's Hugging Face forward does not apply"),
 ])
 def test_what_stays_refused_says_what_its_forward_does(model_type, why):
     """What autoparallel's forward cannot reproduce is named in one line: DeepSeek V4's hyper-connections (it had been
     refused for its rotary tables, which it picks per attention kind from a dict), Zamba2's positional block
-    arguments (the token embeddings its shared attention blocks concatenate, the layer index, both masks)."""
+    arguments (the token embeddings its shared attention blocks concatenate, the layer index, both masks), Inkling's
+    sliding window under another name (config.sliding_window_size: beyond it autoparallel's forward had attended
+    globally, 11% off the logits)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from autoparallel.errors import UserError
