@@ -878,7 +878,7 @@ def _unread_window(model: nn.Module) -> tuple[str, int] | None:
     except (OSError, TypeError):
         return None
     for name, value in vars(model.config).items():
-        if ("window" in name and name != "sliding_window" and _number(value) and not isinstance(value, bool)
+        if ("window" in name and name != "sliding_window" and _number(value)
                 and re.search(rf"sliding_window\s*=\s*(self\.)?config\.{name}\b", module_source)):
             return name, int(value)
     return None
