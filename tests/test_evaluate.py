@@ -166,12 +166,10 @@ def world4(tmp_path_factory):
 
 
 def _check_spawned(out: Path, cfg: Config, world: int) -> None:
-    res = H.result(out, cfg.name)
-    assert "error" not in res, res.get("traceback", res.get("error"))
-    per_rank = [H.result_of_rank(out, cfg.name, r) for r in range(world)]
+    per_rank = H.rank_results(out, cfg.name, world)
     assert all(r["evals"] == per_rank[0]["evals"] for r in per_rank)
     assert all(r["gathered"] == 0 for r in per_rank), "evaluate left FSDP2 parameters gathered"
-    _check(res["losses"], res["evals"], H.gathered_params(out, cfg.name), reference(cfg.model))
+    _check(per_rank[0]["losses"], per_rank[0]["evals"], H.gathered_params(out, cfg.name), reference(cfg.model))
 
 
 @pytest.mark.parametrize("cfg", WORLD2, ids=lambda c: c.name)

@@ -353,6 +353,13 @@ def assert_equivalent(out: Path, name: str, world: int, ref: tuple[list[float], 
         assert diff <= PARAM_ATOL, f"{pname}: max |param - single-process| = {diff:.2e}"
 
 
+def rank_results(out: Path, name: str, world: int) -> list[dict[str, Any]]:
+    """Every rank's recorded result of a configuration (rank order), once none of them raised."""
+    res = result(out, name)
+    assert "error" not in res, res.get("traceback", res.get("error"))
+    return [result_of_rank(out, name, r) for r in range(world)]
+
+
 def result_of_rank(out: Path, name: str, rank: int) -> dict[str, Any]:
     return json.loads((out / f"{name}.rank{rank}.json").read_text())
 
