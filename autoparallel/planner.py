@@ -1813,16 +1813,16 @@ class StageModel:
         self.objective = solver.ObjectiveValue() / (v * self.ns)  # integer units back to seconds
         self.proven = status == cp_model.OPTIMAL
         stage_layers = [solver.Value(B[s + 1]) - solver.Value(B[s]) for s in range(self.S)]
-        recompute: list[str] = []
-        start = 0
-        for s in range(self.S):
-            left = {(c, r): solver.Value(n[s, c, r]) for c in self.classes for r in self.modes}
-            for j in range(start, start + stage_layers[s]):
-                c = self.cm.block_class[j]
-                r = next(r for r in reversed(self.modes) if left[c, r] > 0)  # full first, then selective
-                left[c, r] -= 1
-                recompute.append(r)
-            start += stage_layers[s]
+        starts = [solver.Value(B[s]) for s in range(self.S)]
+        recompute = [""] * self.cm.num_blocks
+        for d in range(self.cfg.pp):  # each rank's mode counts over its blocks, stage by stage
+            left = {(c, r): solver.Value(n[d, c, r]) for c in self.classes for r in self.modes}
+            for s in range(d, self.S, self.cfg.pp):
+                for j in range(starts[s], starts[s] + stage_layers[s]):
+                    c = self.cm.block_class[j]
+                    r = next(r for r in reversed(self.modes) if left[c, r] > 0)  # full first, then selective
+                    left[c, r] -= 1
+                    recompute[j] = r
         return replace(self.plan0, stage_layers=tuple(stage_layers), recompute=tuple(recompute))
 
     def add_partition(self, model: cp_model.CpModel):
@@ -1856,21 +1856,25 @@ class StageModel:
         return B, cnt
 
     def add_recompute(self, model: cp_model.CpModel, cnt):
-        """n[s,c,r] >= 0 blocks of class c in stage s recomputed with mode r; sum_r n[s,c,r] = cnt[s,c];
-        used[s,c,r] = (n[s,c,r] >= 1) for the working-set term."""
-        L = self.cm.num_blocks
+        """n[d,c,r] >= 0 blocks of class c on pipeline rank d recomputed with mode r; sum_r n[d,c,r] =
+        sum_{s on d} cnt[s,c]; used[d,c,r] = (n[d,c,r] >= 1) for the working-set term. Per rank, not per stage:
+        every term that reads them (time, memory, the data-parallel rows) sums a rank's stages with the same
+        coefficients, so which of its stages holds a mode changes no value, and the per-stage variables only
+        multiplied the solutions CP-SAT had to tell apart (a 64-block Mamba-2 on 8 H100s: pp2 x vpp7, 14
+        stages, ran to the 20 s limit)."""
+        L, p = self.cm.num_blocks, self.cfg.pp
         n, used = {}, {}
-        for s in range(self.S):
+        for d in range(p):
             for c in self.classes:
                 for r in self.modes:
-                    n[s, c, r] = model.NewIntVar(0, L, f"n{s}_{c}_{r}")
-                    used[s, c, r] = model.NewBoolVar(f"u{s}_{c}_{r}")
-                    model.Add(n[s, c, r] <= L * used[s, c, r])
-                model.Add(sum(n[s, c, r] for r in self.modes) == cnt[s, c])
+                    n[d, c, r] = model.NewIntVar(0, L, f"n{d}_{c}_{r}")
+                    used[d, c, r] = model.NewBoolVar(f"u{d}_{c}_{r}")
+                    model.Add(n[d, c, r] <= L * used[d, c, r])
+                model.Add(sum(n[d, c, r] for r in self.modes) == sum(cnt[s, c] for s in range(d, self.S, p)))
         return n, used
 
     def add_stage_times(self, model: cp_model.CpModel, cnt, n):
-        """T_d = sum_{s on d} [ sum_{c,r} n[s,c,r] * t(c,r) + pre/post + p2p ] (ns per micro-batch);
+        """T_d = sum_{c,r} n[d,c,r] * t(c,r) + sum_{s on d} [ pre/post + p2p ] (ns per micro-batch);
         Tmax >= T_d for every pipeline rank d (the bottleneck stage)."""
         p = self.cfg.pp
         # the bound sums the same rounded terms as the stage times: rounding each block's time to whole units
@@ -1884,9 +1888,8 @@ class StageModel:
                    + sum(max(units(self.block_time(c, r)) for r in self.modes) * k for c, k in self.class_counts.items()))
         T = []
         for d in range(p):
-            expr = 0
+            expr = sum(units(self.block_time(c, r)) * n[d, c, r] for c in self.classes for r in self.modes)
             for s in range(d, self.S, p):
-                expr += sum(units(self.block_time(c, r)) * n[s, c, r] for c in self.classes for r in self.modes)
                 expr += units(self.p2p_per_virtual_stage)
                 if s == 0:
                     expr += units(self.cost("pre", "none").total_s)
@@ -1903,8 +1906,8 @@ class StageModel:
 
     def add_memory(self, model: cp_model.CpModel, cnt, n, used) -> None:
         """(1 + reserve) * [ fixed_d + sum_{s on d,c} cnt[s,c] * states(c)
-                              + in_flight(d) * sum_{s on d,c,r} n[s,c,r] * act(c,r) + W_d ] <= budget,
-        W_d >= working(c,r) * used[s,c,r]  (the largest rematerialized block during its backward), and
+                              + in_flight(d) * sum_{c,r} n[d,c,r] * act(c,r) + W_d ] <= budget,
+        W_d >= working(c,r) * used[d,c,r]  (the largest rematerialized block during its backward), and
         (1 + reserve) * [ reduce_fixed_d + sum_{s on d,c} cnt[s,c] * end_states(c) ] <= budget (the backward's
         end, CostModel.reduce_peak)."""
         p = self.cfg.pp
@@ -1917,10 +1920,11 @@ class StageModel:
             for s in range(d, self.S, p):
                 for c in self.classes:
                     expr += int(math.ceil(self.block_memory(c) / self.mem_unit)) * cnt[s, c]
-                    for r in self.modes:
-                        sc = self.cost(self.rep[c], r)
-                        expr += int(math.ceil(infl * sc.act_bytes / self.mem_unit)) * n[s, c, r]
-                        model.Add(W >= int(math.ceil(sc.working_bytes / self.mem_unit)) * used[s, c, r])
+            for c in self.classes:
+                for r in self.modes:
+                    sc = self.cost(self.rep[c], r)
+                    expr += int(math.ceil(infl * sc.act_bytes / self.mem_unit)) * n[d, c, r]
+                    model.Add(W >= int(math.ceil(sc.working_bytes / self.mem_unit)) * used[d, c, r])
             model.Add(expr <= cap)
             # the end of the backward (CostModel.reduce_peak): every gradient and the largest unit's reduce buffer
             end = int(math.ceil(self.reduce_fixed(d) / self.mem_unit))
@@ -1969,13 +1973,14 @@ class StageModel:
                     kappa_sync += int(round(self.ns * kappa * coef)) * cnt[s, cls]
                     opt += int(round(self.ns * self.opt_time(self.rep[cls]))) * cnt[s, cls]
                     tail += int(round(self.ns * self.collective_time(self.rep[cls]))) * cnt[s, cls]
-                    for r in self.modes:
-                        sc = self.cost(self.rep[cls], r)
-                        ov = self.cover(sc)
-                        overlap += int(round(self.ns * ov)) * n[s, cls, r]
-                        rest_overlap += int(round(self.ns * (1 - kappa) * ov)) * n[s, cls, r]
-                        idle += int(round(self.ns * self.m * sc.idle_s)) * n[s, cls, r]
-                        tail -= int(round(self.ns * self.m * sc.lead_s)) * n[s, cls, r]
+            for cls in self.classes:
+                for r in self.modes:
+                    sc = self.cost(self.rep[cls], r)
+                    ov = self.cover(sc)
+                    overlap += int(round(self.ns * ov)) * n[d, cls, r]
+                    rest_overlap += int(round(self.ns * (1 - kappa) * ov)) * n[d, cls, r]
+                    idle += int(round(self.ns * self.m * sc.idle_s)) * n[d, cls, r]
+                    tail -= int(round(self.ns * self.m * sc.lead_s)) * n[d, cls, r]
             if has_exp and has_exp_blocks:
                 const += ec
             if not self.cm.overlap_grad_sync:

@@ -9,13 +9,24 @@ import re
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from test_planner_objective import _profile as objective_profile
+from test_planner_objective import _spec as objective_spec
 
 from autoparallel.api import context, plan_result
 from autoparallel.errors import UserError
 from autoparallel.plan import RECOMPUTE_MODES, Plan
-from autoparallel.planner import COMPILE_MARGIN, MeshConfig, MeshConfig_of, Planner, parse_fix
+from autoparallel.planner import (
+    ALLOCATOR_RESERVE,
+    COMPILE_MARGIN,
+    RESOLUTION,
+    MeshConfig,
+    MeshConfig_of,
+    Planner,
+    StageModel,
+    parse_fix,
+)
 from autoparallel.sharding import cost_model as sharding_cost_model
 from autoparallel.specs import load_model_spec
 
@@ -225,8 +236,6 @@ def test_mixed_block_classes_beaten_below_the_incumbent_are_runner_up_candidates
     (StageModel.solve(below)); the configurations beaten so are runner-up candidates, re-solved below the k-th
     runner-up. `--top 0` shows none (it had raised an IndexError there); `--top 3` three other meshes, each slower,
     beside the same winner."""
-    from test_planner_objective import _spec as objective_spec
-
     ctx = context(objective_spec("mixed", 6, 4, 64), "h100-sxm", 8, 512)
     top0 = Planner(ctx.graph, ctx.cluster, 32, 512, None, cost_model=ctx.cost_model).solve(top_k=0)
     top3 = Planner(ctx.graph, ctx.cluster, 32, 512, None, cost_model=ctx.cost_model).solve(top_k=3)
@@ -241,8 +250,6 @@ def test_runner_up_solves_stop_with_the_runners_up_budget(monkeypatch):
     """A runner-up need not be its mesh's optimum: its CP-SAT solve gets what is left of the runners-up budget (2 s
     at least) as its time limit, not the search's 20 s a configuration (DeepSeek-V3 on 1024 H100s: one runner-up
     solve had run 18 s of a 21 s `plan`)."""
-    from test_planner_objective import _spec as objective_spec
-
     from autoparallel import planner as planner_mod
 
     limits, phase = [], []  # CP-SAT time limits given while runners-up are found
@@ -318,3 +325,44 @@ def test_eager_wins_where_compile_gains_less_than_the_margin():
     assert not result.plan.compile
     assert result.estimate.step_time_s == pytest.approx(eager.estimate.step_time_s, rel=1e-12)
     assert result.solver.status == "OPTIMAL"
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(layers=st.integers(3, 4), vpp=st.sampled_from([1, 2]), micro_batch=st.sampled_from([1, 2]),
+       squeeze=st.floats(0.2, 1.0))
+def test_mixed_classes_optimum_equals_brute_force(layers, vpp, micro_batch, squeeze):
+    """The CP-SAT model of mixed block classes (a dense block, then MoE ones) counts recompute modes per pipeline
+    rank, not per stage: its proven optimum for a configuration is the fastest fitting plan of every contiguous
+    partition and every block's mode, as estimate prices them. Tolerances: time, the model's integer rounding,
+    (7L + 8) * 0.5 / ns for each of its objective and the plan's (test_planner_objective's docstring); memory, its
+    terms are rounded up to whole units of budget / RESOLUTION, at most 2L + 2 of them on a rank (the fixed bytes,
+    the working set, each block's states and activations), so a plan within that of the budget may fit estimate's
+    count and not the model's: the optimum lies between the brute force's under the budget less that margin and
+    under the budget itself."""
+    assume(vpp * 2 <= layers)
+    ctx = context(objective_spec("mixed", layers, 2, 32), objective_profile(), 4, 512, gpus_per_node=4)
+    cfg = MeshConfig(1, 2, 2, 1, vpp, micro_batch, 1, False, "fp32")
+    probe = Planner(ctx.graph, ctx.cluster, 8, 512, None, cost_model=ctx.cost_model)
+    footprint = ctx.cost_model.estimate(replace(probe.base_plan(cfg), recompute=("none",) * layers)).peak_memory_gib
+    planner = Planner(ctx.graph, ctx.cluster, 8, 512, squeeze * footprint * 2**30, cost_model=ctx.cost_model)
+    sm = StageModel(planner, cfg)
+    assert len(sm.classes) == 2
+    margin = (2 * layers + 2) * (1 + ALLOCATOR_RESERVE) / RESOLUTION * planner.budget / 2**30  # GiB
+    base, loose, strict = planner.base_plan(cfg), math.inf, math.inf
+    for stages in compositions(layers, cfg.pp * cfg.vpp):
+        for rec in itertools.product(RECOMPUTE_MODES, repeat=layers):
+            est = planner.cm.estimate(replace(base, stage_layers=stages, recompute=rec), planner.budget)
+            if est.fits:
+                loose = min(loose, est.step_time_s)
+                if est.peak_memory_gib <= planner.budget / 2**30 - margin:
+                    strict = min(strict, est.step_time_s)
+    plan = sm.solve() if sm.memory_may_fit() else None
+    if plan is None:
+        assert strict == math.inf
+        return
+    tol = (7 * layers + 8) * 0.5 / sm.ns
+    assert sm.proven
+    est = planner.cm.estimate(plan, planner.budget)
+    assert est.fits
+    assert loose - tol <= sm.objective <= strict + tol
+    assert loose - 2 * tol <= est.step_time_s <= strict + 2 * tol
