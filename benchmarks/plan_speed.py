@@ -42,6 +42,19 @@ CASES = [
         "max_position_embeddings": 163840, "n_group": 8, "topk_group": 4, "routed_scaling_factor": 2.5}},
      "hardware": "h100-sxm", "gpus": 1024, "global_batch": 4096, "seq_len": 4096, "max_memory_per_gpu": "80GB",
      "target_s": None, "overlap_grad_sync": True},
+    # Mamba-2 at 2.7B's widths: 64 blocks, the first its own class (the residual's fp32 cast), so CP-SAT's model
+    {"name": "mamba2-2.7b (1 + 63 blocks)", "model": {"hf_config": {
+        "model_type": "mamba2", "vocab_size": 50288, "hidden_size": 2560, "num_hidden_layers": 64, "num_heads": 80,
+        "head_dim": 64, "n_groups": 1, "state_size": 128, "expand": 2, "chunk_size": 256}},
+     "hardware": "h100-sxm", "gpus": 8, "global_batch": 64, "seq_len": 4096, "target_s": None,
+     "overlap_grad_sync": True},
+    # Gemma 3 27B's text layout: 5 sliding-window layers to 1 global, three block classes over 62 layers
+    {"name": "gemma3-27b (62 blocks, 3 classes)", "model": {"hf_config": {
+        "model_type": "gemma3_text", "vocab_size": 262208, "hidden_size": 5376, "intermediate_size": 21504,
+        "num_hidden_layers": 62, "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+        "sliding_window": 1024}},
+     "hardware": "h100-sxm", "gpus": 64, "global_batch": 512, "seq_len": 8192, "target_s": None,
+     "overlap_grad_sync": True},
 ]
 
 
@@ -95,9 +108,13 @@ def main() -> None:
               "their optimum, then eager plans below that optimum / 0.95 (`Planner._solve_both`); plan s and the "
               "configurations solved count both. Before 6dc4817 one eager search ran and a compile post-pass, outside "
               "the solver's wall time, compiled its winner and near ties: llama3-70b's 0.44 s there planned 27.894 s "
-              "(now 27.694), mixtral-8x22b's 8.388 s (now 8.218). DeepSeek-V3's compiled search proves 25 pipelined "
-              "configurations (CP-SAT, 0.1-2 s each) unable to beat its pp=1 incumbent, whose memory-aware LP "
-              "bounds stay ~10% below their optima: 11.9 s, where its eager search alone took 1.1 s.", ""]
+              "(now 27.694), mixtral-8x22b's 8.388 s (now 8.218). Mixed block classes go to CP-SAT (`StageModel."
+              "solve_general`), whose recompute counts are per pipeline rank since 2026-12-05 (per stage before: the "
+              "same optimum, many times the solutions to tell apart): DeepSeek-V3's compiled search proves 21 "
+              "pipelined configurations unable to beat its pp=1 incumbent in 0.05-0.6 s each (0.1-2 s, 11.9 s in all "
+              "before), Mamba-2 is OPTIMAL where it was FEASIBLE at 61 s (a plan 3.5% slower). Gemma 3 27B's three "
+              "configurations at pp4 x vpp3-5 still run to CP-SAT's 20 s limit, 1.3% between its bound and its "
+              "best plan: FEASIBLE.", ""]
     (ROOT / "docs" / "benchmarks_plan.md").write_text("\n".join(lines))
 
 
