@@ -275,6 +275,7 @@ class Planner:
         self._fp8_choice: dict[tuple, str] = {}
         self._p2p: dict[tuple, float] = {}
         self._pipeline: dict[tuple, float] = {}   # _pipeline_bound per (group, vpp): shared by members
+        self._sync: dict[MeshConfig, float] = {}  # StageModel.sync_bound per configuration at vpp 1: shared
         self.recompute_modes = self._runnable_recompute_modes()
         self._check_pins()
 
@@ -1458,9 +1459,15 @@ class StageModel:
         """Lower bound on E + Opt: a maximum over ranks is at least their mean, and both terms are
         affine in the blocks a rank holds, whose mean is L/pp; E is at least each affine piece of
         comm.dp_overlap_cost, whose GPU idle time is at most every block's largest over the recompute modes.
-        Computed once (lower_bound and both relaxed bounds add it)."""
+        Computed once (lower_bound and both relaxed bounds add it) for the configurations that differ only in vpp:
+        none of its terms reads vpp (the ends sit on the first and last rank whatever the interleaving; the
+        collective schedule, covers and updates are per micro-batch and per block)."""
         if not hasattr(self, "_sync_bound"):
-            self._sync_bound = self._compute_sync_bound()
+            key = replace(self.cfg, vpp=1)
+            hit = self.pl._sync.get(key)
+            if hit is None:
+                hit = self.pl._sync[key] = self._compute_sync_bound()
+            self._sync_bound = hit
         return self._sync_bound
 
     def _compute_sync_bound(self) -> float:
