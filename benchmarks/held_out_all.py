@@ -45,7 +45,7 @@ VMS = {"s19": ["single"], "s20": ["single"], "s21": ["single", "wide"], "s22": [
        "s101": ["single_probed_a", "single_probed_b"], "s101c": ["families29"],
        "s102": ["single_probed_a", "single_probed_b"], "s103": ["families30"],
        "s105": ["families31"], "s107": ["alloc_default"], "s108": ["carry_check"], "s109": ["families32"], "s110": ["families33"],
-       "s112": ["families34"], "s114": ["families35"]}
+       "s112": ["families34"], "s114": ["families35"], "s115": ["families36"], "s117": ["clip38"]}
 POOLED = {f"s{n}" for n in (19, 20, 21, 22, 23, 26, 28, 29, 30, 31, 33, 34, 35)}  # reported together
 
 
