@@ -58,33 +58,51 @@ def format_estimate(plan: Plan, est: Estimate) -> str:
     return "\n".join(lines)
 
 
-def choice_gains(cost_model: Any, plan: Plan, est: Estimate) -> dict[str, float]:
-    """What each execution choice of the plan bought: the relative step-time change against the same
-    plan with that choice undone (fp8 -> bf16 linears, int8 -> fp32 gradient reduction, torch.compile ->
-    eager, context parallelism -> its ranks as data parallelism, each holding whole sequences, the
-    zero-bubble pipeline schedule -> 1F1B / interleaved 1F1B), e.g.
-    {"fp8": -0.22}. Empty for a plan without them; a choice whose undoing is no valid plan (the batch does
-    not split over the wider dp) is left out."""
-    out: dict[str, float] = {}
+def _undone(cost_model: Any, plan: Plan, budget_bytes: float | None = None) -> dict[str, Estimate]:
+    """The plan with each of its execution choices undone (fp8 -> bf16 linears, int8 -> fp32 gradient reduction,
+    torch.compile -> eager, context parallelism -> its ranks as data parallelism, each holding whole sequences,
+    the zero-bubble pipeline schedule -> 1F1B / interleaved 1F1B), estimated; a choice whose undoing is no valid
+    plan (the batch does not split over the wider dp) is left out. `budget_bytes`: the budget their `fits` read
+    (default: the device's usable memory)."""
     undo = {"fp8": {"fp8": ()}, "int8 grads": {"grad_reduce_dtype": "fp32"}, "compile": {"compile": False},
             "cp": {"cp": 1, "dp": plan.dp * plan.cp}, "zero-bubble": {"pipeline_schedule": ""}}
     active = {"fp8": any(r != "none" for r in plan.fp8), "int8 grads": plan.grad_reduce_dtype == "int8",
               "compile": plan.compile, "cp": plan.cp > 1,
               "zero-bubble": getattr(plan, "pipeline_schedule", "") == "zero_bubble"}
+    out: dict[str, Estimate] = {}
     for name, kw in undo.items():
         if active[name]:
             try:
-                base = cost_model.estimate(replace(plan, **kw))
+                out[name] = cost_model.estimate(replace(plan, **kw), budget_bytes)
             except UserError:
                 continue
-            gain = est.step_time_s / base.step_time_s - 1.0
-            if abs(gain) >= 0.005:  # a choice the profile cannot price (no compiled fraction) bought nothing to show
-                out[name] = gain
     return out
 
 
-def _gains_line(gains: dict[str, float]) -> str:
-    return ", ".join(f"{k}: {v * 100:+.0f}% step time" for k, v in gains.items())
+def choice_gains(cost_model: Any, plan: Plan, est: Estimate) -> dict[str, float]:
+    """What each execution choice of the plan bought: the relative step-time change against the same
+    plan with that choice undone (`_undone`), e.g. {"fp8": -0.22}. Empty for a plan without them."""
+    out: dict[str, float] = {}
+    for name, base in _undone(cost_model, plan).items():
+        gain = est.step_time_s / base.step_time_s - 1.0
+        if abs(gain) >= 0.005:  # a choice the profile cannot price (no compiled fraction) bought nothing to show
+            out[name] = gain
+    return out
+
+
+def choices_to_fit(cost_model: Any, plan: Plan, budget_bytes: float | None = None) -> dict[str, float]:
+    """The choices without which the plan would not fit `budget_bytes` (the plan's budget), with the undone
+    plan's peak [GiB]: a choice that costs step time (context parallelism often does) was bought for its memory,
+    which its gain alone hides."""
+    return {name: base.peak_memory_gib for name, base in _undone(cost_model, plan, budget_bytes).items()
+            if not base.fits}
+
+
+def _gains_line(gains: dict[str, float], to_fit: dict[str, float] | None = None) -> str:
+    to_fit = to_fit or {}
+    return ", ".join(f"{k}: {v * 100:+.0f}% step time"
+                     + (f" and fitting ({to_fit[k]:.1f} GiB without it)" if k in to_fit else "")
+                     for k, v in gains.items())
 
 
 def format_plan_result(result: Any, ctx: Any) -> str:
@@ -95,7 +113,8 @@ def format_plan_result(result: Any, ctx: Any) -> str:
     body = format_estimate(result.plan, result.estimate)
     gains = choice_gains(ctx.cost_model, result.plan, result.estimate)
     if gains:
-        body += f"\nbought    {_gains_line(gains)} (against the same plan without it)"
+        to_fit = choices_to_fit(ctx.cost_model, result.plan, ctx.budget_bytes)
+        body += f"\nbought    {_gains_line(gains, to_fit)} (against the same plan without it)"
     tail = []
     if result.runners_up:
         tail = ["", "runners-up (why each lost)"]
@@ -149,6 +168,9 @@ def _row(r: Any, tokens: float | None) -> dict[str, Any]:
     gains = choice_gains(r.context.cost_model, p, e)
     if gains:
         out["choice_gains"] = gains
+        to_fit = choices_to_fit(r.context.cost_model, p, r.context.budget_bytes)
+        if to_fit:
+            out["choices_to_fit"] = to_fit  # choice -> peak GiB of the plan without it
     out["precision"] = getattr(r, "precision", "bf16")
     if tokens:
         out["time_to_train_days"] = tokens / e.tokens_per_s / 86400
@@ -172,7 +194,7 @@ def format_compare(rows: list[Any], tokens: float | None, asked: str = "bf16") -
                 f"{d['mfu'] * 100:5.1f}% {d['peak_memory_gib']:9.1f}")
         if tokens:
             line += f" {d['time_to_train_days']:8.2f}"
-        notes = [_gains_line(d["choice_gains"])] if d.get("choice_gains") else []
+        notes = [_gains_line(d["choice_gains"], d.get("choices_to_fit"))] if d.get("choice_gains") else []
         if asked != "bf16" and d["precision"] == "bf16":
             notes.append("no fp8 peak: bf16")
         if notes:
