@@ -79,23 +79,24 @@ def _undone(cost_model: Any, plan: Plan, budget_bytes: float | None = None) -> d
     return out
 
 
-def choice_gains(cost_model: Any, plan: Plan, est: Estimate) -> dict[str, float]:
+def choice_gains(cost_model: Any, plan: Plan, est: Estimate,
+                 undone: dict[str, Estimate] | None = None) -> dict[str, float]:
     """What each execution choice of the plan bought: the relative step-time change against the same
-    plan with that choice undone (`_undone`), e.g. {"fp8": -0.22}. Empty for a plan without them."""
+    plan with that choice undone (`_undone`, or `undone` where the caller has them), e.g. {"fp8": -0.22}. Empty for
+    a plan without them."""
     out: dict[str, float] = {}
-    for name, base in _undone(cost_model, plan).items():
+    for name, base in (_undone(cost_model, plan) if undone is None else undone).items():
         gain = est.step_time_s / base.step_time_s - 1.0
         if abs(gain) >= 0.005:  # a choice the profile cannot price (no compiled fraction) bought nothing to show
             out[name] = gain
     return out
 
 
-def choices_to_fit(cost_model: Any, plan: Plan, budget_bytes: float | None = None) -> dict[str, float]:
-    """The choices without which the plan would not fit `budget_bytes` (the plan's budget), with the undone
-    plan's peak [GiB]: a choice that costs step time (context parallelism often does) was bought for its memory,
-    which its gain alone hides."""
-    return {name: base.peak_memory_gib for name, base in _undone(cost_model, plan, budget_bytes).items()
-            if not base.fits}
+def choices_to_fit(undone: dict[str, Estimate]) -> dict[str, float]:
+    """The choices without which the plan would not fit its budget (`undone`: `_undone` under the plan's budget),
+    with the undone plan's peak [GiB]: a choice that costs step time (context parallelism often does) was bought
+    for its memory, which its gain alone hides."""
+    return {name: base.peak_memory_gib for name, base in undone.items() if not base.fits}
 
 
 def _gains_line(gains: dict[str, float], to_fit: dict[str, float] | None = None) -> str:
@@ -111,10 +112,10 @@ def format_plan_result(result: Any, ctx: Any) -> str:
             f"solver    {s.status} in {s.wall_s:.2f} s ({s.configs_solved} of {s.configs_total} mesh configurations "
             f"solved, the rest pruned by bound); objective {s.objective:.4g} s, bound {s.bound:.4g} s", ""]
     body = format_estimate(result.plan, result.estimate)
-    gains = choice_gains(ctx.cost_model, result.plan, result.estimate)
+    undone = _undone(ctx.cost_model, result.plan, ctx.budget_bytes)
+    gains = choice_gains(ctx.cost_model, result.plan, result.estimate, undone)
     if gains:
-        to_fit = choices_to_fit(ctx.cost_model, result.plan, ctx.budget_bytes)
-        body += f"\nbought    {_gains_line(gains, to_fit)} (against the same plan without it)"
+        body += f"\nbought    {_gains_line(gains, choices_to_fit(undone))} (against the same plan without it)"
     tail = []
     if result.runners_up:
         tail = ["", "runners-up (why each lost)"]
@@ -165,10 +166,11 @@ def _row(r: Any, tokens: float | None) -> dict[str, Any]:
                    f" mb{p.micro_batch} zero{p.zero}",
            "step_time_s": e.step_time_s, "tokens_per_s": e.tokens_per_s, "mfu": e.mfu,
            "peak_memory_gib": e.peak_memory_gib, "breakdown": e.breakdown}
-    gains = choice_gains(r.context.cost_model, p, e)
+    undone = _undone(r.context.cost_model, p, r.context.budget_bytes)
+    gains = choice_gains(r.context.cost_model, p, e, undone)
     if gains:
         out["choice_gains"] = gains
-        to_fit = choices_to_fit(r.context.cost_model, p, r.context.budget_bytes)
+        to_fit = choices_to_fit(undone)
         if to_fit:
             out["choices_to_fit"] = to_fit  # choice -> peak GiB of the plan without it
     out["precision"] = getattr(r, "precision", "bf16")

@@ -161,7 +161,7 @@ def test_plan_says_when_cp_was_bought_to_fit(llama_ctx):
     """A choice that costs step time may be what makes the plan fit its budget: the report says so, with the peak
     of the plan without it (the gain alone read as a loss: Llama 4 Scout's text model on 64 H200s showed "cp: +4%
     step time" where the same plan without cp needs 160.6 of 132.8 GiB)."""
-    from autoparallel.report import _gains_line, choice_gains, choices_to_fit
+    from autoparallel.report import _gains_line, _undone, choice_gains, choices_to_fit
 
     cm = llama_ctx.cost_model
     base = dict(model="llama3-8b", hardware="h100-sxm", gpus=16, gpus_per_node=8, seq_len=32768, micro_batch=1,
@@ -170,9 +170,10 @@ def test_plan_says_when_cp_was_bought_to_fit(llama_ctx):
     est, as_dp = cm.estimate(plan), cm.estimate(Plan(dp=16, global_batch=16, **base))
     assert est.peak_memory_gib < as_dp.peak_memory_gib
     between = (est.peak_memory_gib + as_dp.peak_memory_gib) / 2 * 2**30
-    to_fit = choices_to_fit(cm, plan, between)
+    undone = _undone(cm, plan, between)
+    to_fit = choices_to_fit(undone)
     assert to_fit == {"cp": pytest.approx(as_dp.peak_memory_gib)}
-    line = _gains_line(choice_gains(cm, plan, cm.estimate(plan, between)), to_fit)
+    line = _gains_line(choice_gains(cm, plan, cm.estimate(plan, between), undone), to_fit)
     assert f"and fitting ({as_dp.peak_memory_gib:.1f} GiB without it)" in line
 
 
