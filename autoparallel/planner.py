@@ -6,7 +6,8 @@ pruned once the bound reaches the best plan found, and for each surviving config
 model whose decision variables are the pipeline partition (stage boundaries over the block list,
 uneven allowed) and the recompute mode of every block, with a bottleneck-stage time variable and a
 memory constraint per pipeline rank (see `StageModel`). Identical blocks share their costs: the model
-counts blocks of each class per stage, so depth does not blow it up.
+counts blocks of each class per stage and their recompute modes per rank, so depth does not blow it up.
+Uniform blocks (one class) take a per-rank MIP instead (CBC, `solve_uniform`).
 """
 
 from __future__ import annotations
