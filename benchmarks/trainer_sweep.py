@@ -1767,8 +1767,9 @@ def _rel(path: str) -> str:
 def cmd_predict(args: argparse.Namespace) -> int:
     """The shipped profile's predictions of the selected plan files, written before the run that measures
     them (held-out evidence: trainer_sweep_predicted_sN.json; the run's report rescales the host terms)."""
-    records = [{"name": cfg.name, "predicted": predict(cfg)[0]} for cfg in _selected(args.only)]
-    out = {"profile": "h200 as shipped (host factor 1.0; the run's report rescales it to the VM)", "records": records}
+    records = [{"name": cfg.name, "predicted": predict(cfg, args.profile)[0]} for cfg in _selected(args.only)]
+    out = {"profile": f"{args.profile} as shipped (host factor 1.0; the run's report rescales it to the VM)",
+           "records": records}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     for r in records:
         print(f"{r['name']:28s} {r['predicted']['step_time_s'] * 1e3:8.1f} ms {r['predicted']['peak_memory_gib']:6.1f} GiB")
@@ -2777,6 +2778,8 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("predict", help="CPU: the shipped profile's predictions of plan files, before their run")
     pr.add_argument("--only", required=True, help="comma-separated configuration names")
     pr.add_argument("--out", required=True)
+    pr.add_argument("--profile", default=PROFILE, help="the shipped profile to predict with (default: %(default)s; "
+                    "h100-sxm for a run on an H100)")
     r = sub.add_parser("report")
     r.add_argument("--raw", nargs="+", required=True)
     r.add_argument("--profile", default=str(FITTED_PROFILE), help="the profile `fit` wrote (default: %(default)s)")

@@ -6,6 +6,7 @@
 #   bash benchmarks/device/trainer_sweep.sh rescale-single  # one GPU: the shipped profile rescaled to this machine
 #                                                           # (calibrate --trainer --rescale), the sweep without the
 #                                                           # 7B, then the full one-GPU probes to compare
+#   bash benchmarks/device/trainer_sweep.sh single-check-h100  # the one-GPU sweep on an H100, shipped h100-sxm
 #   bash benchmarks/device/trainer_sweep.sh rescale-drift   # the same, but --rescale again after the sweep
 #                                                           # (speed_after.jsonl: how far the VM drifted)
 #   bash benchmarks/device/trainer_sweep.sh dist-rescale    # two GPUs: the shipped profile rescaled to this machine,
@@ -279,15 +280,16 @@ CARRY_CHECK=1g-moe-full,1g-qwen3moe-full,1g-dsv2-mb2x4-full,1g-moonlight-mb2x4-f
 ALLOC_ROWS=${ALLOC_ROWS:-1g-afmoe-mb2x4-full,1g-laguna-mb2x4-full,1g-llama-mb2x4-full,1g-gpt-mb4x2-compiled}
 # dense and MoE blocks (catalog and Hugging Face) whose replay under full recompute replay-host times
 REPLAY_FAMILIES=llama-1.3b,gpt-350m,qwen3-1.7b,moe-1.2b-8e,qwen3-30b-a3b-4l,deepseek-v2-lite-4l,moonlight-16b-4l,afmoe-6l
+# BASE: the shipped profile the VM's factor rescales (h200; h100-sxm on an H100), its output $OUT/BASE_here.yaml
 held_out() {
-  local name=$1 rows=$2 seconds=$3
+  local name=$1 rows=$2 seconds=$3 base=${BASE:-h200}
   shift 3
-  python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed.jsonl" \
-    --output "$OUT/h200_here.yaml" 2>&1 | quiet | tail -3
+  python -m autoparallel.cli calibrate --trainer --rescale --base "$base" --raw "$OUT/speed.jsonl" \
+    --output "$OUT/${base}_here.yaml" 2>&1 | quiet | tail -3
   timeout "$seconds" python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 6 "$@" \
     --out "$OUT/$name.jsonl" --only "$rows" 2>&1 | quiet | grep '^{' | cut -c1-160
-  python -m autoparallel.cli calibrate --trainer --rescale --base h200 --raw "$OUT/speed_after.jsonl" \
-    --output "$OUT/h200_after.yaml" 2>&1 | quiet | tail -3
+  python -m autoparallel.cli calibrate --trainer --rescale --base "$base" --raw "$OUT/speed_after.jsonl" \
+    --output "$OUT/${base}_after.yaml" 2>&1 | quiet | tail -3
 }
 case "${1:-}" in
   probes-single)
@@ -517,6 +519,10 @@ PY
   moe-check) held_out moe_check "$MOE_CHECK" 440 ;;  # MoE rows under the trainer-measured MoE rates, held out (s90)
   moe-replay) held_out moe_replay "$MOE_REPLAY" 420 ;;  # MoE rows that replay their blocks, held out (s89)
   single-check) held_out single_check "$SINGLE_CHECK" 420 ;;  # the one-GPU sweep's 30 rows, held out (s85)
+  single-check-h100)  # on an H100 (nvidia-h100-x1) against the shipped h100-sxm (derived from h200): the 29 rows
+                      # that fit its 80 GB (1g-llama-b16 needs 88 GiB); predictions trainer_sweep_predicted_s118_h100.json
+    nvidia-smi -L
+    BASE=h100-sxm held_out single_check_h100 "${SINGLE_CHECK/,1g-llama-b16,/,}" 440 ;;
   single-probed-a) held_out single_probed_a "$SINGLE_A" 420 --host-probes --interleave-probes ;;
   single-probed-b) held_out single_probed_b "$SINGLE_B" 420 --host-probes --interleave-probes ;;
   families29) held_out families29 "$FAMILIES29" 450 --host-probes --profile ;;
@@ -542,6 +548,6 @@ PY
   compiled-check) held_out compiled_check "$COMPILED_CHECK" 140 ;;  # host-paced compiled rows after the launch term
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|families26|families27a|families27b|families28|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check|single-check|single-probed-a|single-probed-b|families29|families30|moe-replay|moe-check" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|families26|families27a|families27b|families28|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check|single-check|single-check-h100|single-probed-a|single-probed-b|families29|families30|moe-replay|moe-check" >&2
      exit 2 ;;
 esac
