@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -330,14 +331,50 @@ def _apply_derivation(profile: HardwareProfile, derive: dict[str, Any] | None, w
     # the YAML key kernel_overhead_us is the Efficiency field kernel_overhead_s; the others share names
     fields = [EFFICIENCY_FIELD.get(k, k) for k in derive.get("efficiency", [])]
     eff = {f: getattr(anchor.efficiency, f) for f in fields}
+    efficiency = dataclasses.replace(profile.efficiency, **eff)
     calibration = dict(profile.calibration)
     if derive.get("calibration"):
         inherited = {k: v for k, v in anchor.calibration.items() if k not in SESSION_KEYS}
+        inherited = _rates_kept(inherited, anchor, profile, efficiency.memory_bound)
         calibration = {**inherited, **calibration, "derived_from": f"{anchor_name}: {derive['why']}"}
     for k in derive.get("efficiency", []):
         prov[k] = f"derived from {anchor_name}"
-    return dataclasses.replace(profile, efficiency=dataclasses.replace(profile.efficiency, **eff),
-                               calibration=calibration, provenance=prov)
+    return dataclasses.replace(profile, efficiency=efficiency, calibration=calibration, provenance=prov)
+
+
+# calibration entries that are one kernel family's achieved fraction of the memory bandwidth (cost_models.compute):
+# a mapping of them, a mapping holding one under "fraction", or a number. Not compiled_fused_fraction: it prices
+# the bytes the tracer counts for ops that Inductor fuses into kernels moving fewer, at the DRAM's speed
+RATE_FRACTIONS = ("memory_fraction", "index_put_terms", "fsdp_copy_fraction", "fsdp_accumulate_fraction")
+
+
+def _rates_kept(calibration: dict[str, Any], anchor: HardwareProfile, profile: HardwareProfile,
+                ceiling: float) -> dict[str, Any]:
+    """The anchor's bandwidth fractions as fractions of the derived part's bandwidth. A kernel family the anchor
+    ran below its DRAM's ceiling was held back by its SMs (issue rate, latency), which the same die has too: on the
+    derived part it keeps that rate, scaled by the SM clock (the bf16 peaks' ratio), up to what a bandwidth-bound
+    op reaches there (`ceiling`, the derived memory_bound). A fraction read as is would price an H100 (3.35 TB/s)
+    by its bandwidth alone: the one-GPU sweep on an H100 (docs/trainer_sweep_s118.md) ran the 1.3B llama's eager
+    rows 7-10% faster than that predicted, and within 3% under the kept rates."""
+    scale = anchor.memory_bandwidth / profile.memory_bandwidth * profile.peak("bf16") / anchor.peak("bf16")
+    if math.isclose(scale, 1.0):
+        return calibration
+
+    def kept(fraction: Any) -> Any:
+        if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
+            return fraction
+        return round(min(fraction * scale, max(fraction, ceiling)), 4)
+
+    out = dict(calibration)
+    for key in RATE_FRACTIONS:
+        value = out.get(key)
+        if key == "memory_fraction" and isinstance(value, dict):
+            out[key] = {cls: kept(f) for cls, f in value.items()}
+        elif isinstance(value, dict) and "fraction" in value:
+            out[key] = dict(value, fraction=kept(value["fraction"]))
+        elif value is not None:
+            out[key] = kept(value)
+    return out
 
 
 def validate_profile_file(path: str | Path) -> HardwareProfile:
