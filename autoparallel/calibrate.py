@@ -1201,20 +1201,6 @@ def detect_accelerator() -> torch.device | None:
     return None
 
 
-def match_base_profile(device_name: str, total_memory: int) -> str | None:
-    """The shipped profile whose family token (h100, a100, h200, mi300x, ...) appears in the device
-    name; among several, the one whose capacity is closest to the device's memory."""
-    import re
-
-    from hardware_profiles import list_profiles, load_profile
-
-    tokens = set(re.split(r"[^a-z0-9]+", device_name.lower()))
-    names = [n for n in list_profiles() if n.split("-")[0] in tokens]
-    if not names:
-        return None
-    return min(names, key=lambda n: abs(load_profile(n).memory_bytes - total_memory))
-
-
 def _stderr(msg: str) -> None:
     print(f"[calibrate] {msg}", file=sys.stderr, flush=True)
 
@@ -1237,9 +1223,10 @@ def _write(path: Path, text: str, output: str) -> None:
 
 
 def _base_for(device_name: str, total_memory: int) -> str:
-    base = match_base_profile(device_name, total_memory)
+    from hardware_profiles import list_profiles, match_device
+
+    base = match_device(device_name, total_memory)
     if base is None:
-        from hardware_profiles import list_profiles
         raise UserError(f"calibrate: no shipped profile matches the device {device_name!r}; pass --base "
                         f"NAME (one of {', '.join(list_profiles())}) or a YAML path to start from")
     return base

@@ -7,7 +7,8 @@ transformers 5.17 on the path, as the device ran them):
     python benchmarks/held_out_all.py --base CANDIDATE.yaml --rows
     python benchmarks/held_out_all.py --around               # each VM's probes before and after its sweep pooled
 
-Groups: the VMs s19-s35 (153 rows), s37 (the one-GPU sweep on a fresh VM), and each family run since. Rows
+Groups: the VMs s19-s35 (153 rows), s37 (the one-GPU sweep on a fresh VM), and each family run since; the H100 VMs
+(s118, s119) against the profile derived for it. Rows
 the base took from a sweep (its `sweep_fit_configs`) are left out. Prints mean |error|, the count within 10% and the
 largest per VM and group (host_transfer's summary), and the peak memory's mean |error|, count within 5% and
 largest; `--rows` each row's errors.
@@ -46,6 +47,9 @@ VMS = {"s19": ["single"], "s20": ["single"], "s21": ["single", "wide"], "s22": [
        "s102": ["single_probed_a", "single_probed_b"], "s103": ["families30"],
        "s105": ["families31"], "s107": ["alloc_default"], "s108": ["carry_check"], "s109": ["families32"], "s110": ["families33"],
        "s112": ["families34"], "s114": ["families35"], "s115": ["families36"], "s117": ["clip38"]}
+# VMs with an H100 (nvidia-h100-x1): their rows predicted with --h100-base (h100-sxm, derived from the shipped h200)
+H100_VMS = {"s118": ["single_check_h100"], "s119": ["hf_h100"]}
+VMS.update(H100_VMS)
 POOLED = {f"s{n}" for n in (19, 20, 21, 22, 23, 26, 28, 29, 30, 31, 33, 34, 35)}  # reported together
 
 
@@ -79,20 +83,21 @@ def main() -> int:
     from hardware_profiles import load_profile
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="h200", help="profile name or YAML file (default: the shipped h200)")
+    ap.add_argument("--h100-base", default="h100-sxm", help="the profile of the H100 VMs (default: %(default)s)")
     ap.add_argument("--rows", action="store_true", help="print each row's error")
     ap.add_argument("--around", action="store_true",
                     help="each VM's speed from its probes before and after its sweep, where both ran")
     args = ap.parse_args()
-    base = load_profile(args.base)
+    base, h100 = load_profile(args.base), load_profile(args.h100_base)
     groups: dict[str, list[tuple[float, float]]] = {}
     for vm in VMS:
-        errs = errors(base, vm, args.around)
+        errs = errors(h100 if vm in H100_VMS else base, vm, args.around)
         print(f"{vm}: {ht._summary([abs(t) for _, t, _ in errs])}; {_memory_summary([abs(m) for _, _, m in errs])}",
               flush=True)
         if args.rows:
             for name, t, m in errs:
                 print(f"    {name:32s} {t:+.1%}  memory {m:+.1%}")
-        groups.setdefault("s19-s35" if vm in POOLED else vm, []).extend((abs(t), abs(m)) for _, t, m in errs)
+        groups.setdefault("s19-s35" if vm in POOLED else f"{vm} (H100)" if vm in H100_VMS else vm, []).extend((abs(t), abs(m)) for _, t, m in errs)
     for label, errs in groups.items():
         print(f"== {label}: {ht._summary([t for t, _ in errs])}; {_memory_summary([m for _, m in errs])}")
     every = [e for errs in groups.values() for e in errs]

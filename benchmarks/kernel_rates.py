@@ -2,9 +2,9 @@
 
 A derived profile (`derive:` in its YAML: h100-sxm from h200) inherits its anchor's calibration, whose kernel
 families are bandwidth fractions. Read as fractions of the derived part's own bandwidth they assume every family
-is DRAM-bound; hardware_profiles.loader._rates_kept instead keeps the anchor's achieved rate for a family that ran
-below the DRAM ceiling there (its SMs held it back, and the derived part has the same SMs), up to the derived
-part's ceiling. This script times calibrate's own kernel families (autoparallel.calibrate._class_kernels, the
+is DRAM-bound; hardware_profiles.loader._rates_kept instead prices a family that ran below the DRAM ceiling there
+as the ceiling's DRAM time plus the time its SMs spent on the anchor (the derived part has the same SMs), at the
+derived part's clock. This script times calibrate's own kernel families (autoparallel.calibrate._class_kernels, the
 same shapes and byte counts) on the device, then compares each family's rate with both readings.
 
     python benchmarks/kernel_rates.py measure --out $OUT/kernel_rates.json          # GPU, under a minute
@@ -72,10 +72,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
              f"--anchor {args.anchor} --doc {_rel(args.doc)}` (measured with `kernel_rates.py measure` on the device, "
              f"torch {raw['torch']}: calibrate's kernel families, its shapes and byte counts).", "",
              f"Bandwidth-bound copies here: memory_bound {raw['memory_bound']:.3f} of {bw / 1e12:g} TB/s, best "
-             f"{raw['best_bytes_per_s'] / 1e9:.0f} GB/s; the derived profile's memory_bound (the kept rates' "
-             f"ceiling) {derived.efficiency.memory_bound:.4f}.", "",
+             f"{raw['best_bytes_per_s'] / 1e9:.0f} GB/s; the derived profile's memory_bound (the ceiling "
+             f"of _rates_kept) {derived.efficiency.memory_bound:.4f}.", "",
              f"| family | {args.anchor} GB/s (its calibration) | measured here GB/s | anchor's fraction of "
-             f"{bw / 1e12:g} TB/s | error | rate kept | error |", "|---|---:|---:|---:|---:|---:|---:|"]
+             f"{bw / 1e12:g} TB/s | error | SM time kept (loader._rates_kept) | error |", "|---|---:|---:|---:|---:|---:|---:|"]
     errs_lit, errs_kept = [], []
     for cls, f_anchor in sorted(anchor.calibration.get("memory_fraction", {}).items()):
         here = _measured_rate(raw["bytes_per_s"], cls)
@@ -89,7 +89,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         lines.append(f"| {cls} | {f_anchor * bw_a / 1e9:.0f} | {here / 1e9:.0f} | {lit / 1e9:.0f} | {e_lit:+.0%} | "
                      f"{kept / 1e9:.0f} | {e_kept:+.0%} |")
     lines += ["", f"{len(errs_lit)} families; geometric-mean |error| of the rate: anchor's fraction read as this "
-              f"part's {math.expm1(statistics.mean(errs_lit)):.0%}, rate kept {math.expm1(statistics.mean(errs_kept)):.0%}."]
+              f"part's {math.expm1(statistics.mean(errs_lit)):.0%}, SM time kept {math.expm1(statistics.mean(errs_kept)):.0%}."]
     text = "\n".join(lines) + "\n"
     Path(args.doc).write_text(text)
     print(text)

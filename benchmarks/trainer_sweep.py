@@ -1844,10 +1844,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     outputs += "".join(f" --calibration {k}={v}" for k, v in overrides.items())
     outputs += "" if not args.row_speed else " --row-speed" if args.row_speed == "before,after" else f" --row-speed {args.row_speed}"
     Path(args.doc).write_text(
-        "# AutoParallelTrainer against the cost model (H200)\n\n"
+        f"# AutoParallelTrainer against the cost model ({profile.model.split()[0]})\n\n"
         f"Command: `python benchmarks/trainer_sweep.py report --raw {raws} --profile {_rel(args.profile)}{outputs}` "
-        "(measured with the `measure` commands in the script's docstring on a lent H200 machine, one or two GPUs; plans "
-        "from `plans`).\n\n"
+        f"(measured with the `measure` commands in the script's docstring on a lent {profile.model.split()[0]} machine, "
+        "one or two GPUs; plans from `plans`).\n\n"
         + (f"Each row's profile is {profile.name}'s with its host terms rescaled by the speed probes timed in the "
            f"measuring process just before and after that row (`measure --host-probes`, `row_speed`: the "
            f"geometric mean of the probes' ratios to {REFERENCE_KEY}; factors {min(row_factors):.3f}-{max(row_factors):.3f} "

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -350,20 +351,27 @@ RATE_FRACTIONS = ("memory_fraction", "index_put_terms", "fsdp_copy_fraction", "f
 
 def _rates_kept(calibration: dict[str, Any], anchor: HardwareProfile, profile: HardwareProfile,
                 ceiling: float) -> dict[str, Any]:
-    """The anchor's bandwidth fractions as fractions of the derived part's bandwidth. A kernel family the anchor
-    ran below its DRAM's ceiling was held back by its SMs (issue rate, latency), which the same die has too: on the
-    derived part it keeps that rate, scaled by the SM clock (the bf16 peaks' ratio), up to what a bandwidth-bound
-    op reaches there (`ceiling`, the derived memory_bound). A fraction read as is would price an H100 (3.35 TB/s)
-    by its bandwidth alone: the one-GPU sweep on an H100 (docs/trainer_sweep_s118.md) ran the 1.3B llama's eager
-    rows 7-10% faster than that predicted, and within 3% under the kept rates."""
-    scale = anchor.memory_bandwidth / profile.memory_bandwidth * profile.peak("bf16") / anchor.peak("bf16")
-    if math.isclose(scale, 1.0):
+    """The anchor's bandwidth fractions as fractions of the derived part's bandwidth. A kernel family that ran
+    below the DRAM ceiling (`ceiling`: memory_bound, what a bandwidth-bound op reaches) took, per byte, the
+    ceiling's DRAM time plus time its SMs spent (issue rate, latency), which the same die spends too, at its
+    SM clock. So, with s the anchor's bandwidth over the part's and c the part's SM clock over the anchor's
+    (their bf16 peaks' ratio, the die being the same):
+
+        1 / f_part = 1 / ceiling + (1 / f_anchor - 1 / ceiling) / (s c)           f_anchor < ceiling
+        f_part = f_anchor                                                         otherwise (DRAM-bound)
+
+    Read as is, a fraction would price an H100 (3.35 TB/s) by its bandwidth alone: calibrate's kernel families
+    timed on an H100 were 25% off that way and 8% off this way (geometric means, docs/kernel_rates_h100.md), and
+    the one-GPU sweep's eager rows on an H100 ran 7-10% faster than the bandwidth alone predicted
+    (docs/trainer_sweep_s118.md)."""
+    sc = anchor.memory_bandwidth / profile.memory_bandwidth * profile.peak("bf16") / anchor.peak("bf16")
+    if math.isclose(sc, 1.0):
         return calibration
 
     def kept(fraction: Any) -> Any:
-        if not isinstance(fraction, (int, float)) or isinstance(fraction, bool):
+        if not isinstance(fraction, (int, float)) or isinstance(fraction, bool) or fraction >= ceiling or fraction <= 0:
             return fraction
-        return round(min(fraction * scale, max(fraction, ceiling)), 4)
+        return round(1 / (1 / ceiling + (1 / fraction - 1 / ceiling) / sc), 4)
 
     out = dict(calibration)
     for key in RATE_FRACTIONS:
@@ -394,6 +402,22 @@ def validate_profile_file(path: str | Path) -> HardwareProfile:
 def list_profiles() -> list[str]:
     """Names of the shipped profiles (file stems in hardware_profiles/), sorted."""
     return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def match_device(device_name: str, total_memory: int, names: Sequence[str] | None = None) -> str | None:
+    """The profile of `names` (default: the shipped ones) for a device torch names `device_name` with
+    `total_memory` bytes: its family token (the name's first piece: h100, a100, mi300x, ...) must appear in the
+    device's name; among several, the one with the most of its other pieces there too ("NVIDIA H100 PCIe" is
+    h100-pcie, not the SXM part of the same memory), then the closest capacity (A100 40GB against 80GB)."""
+    tokens = set(re.split(r"[^a-z0-9]+", device_name.lower()))
+    candidates = [n for n in (list_profiles() if names is None else names) if n.split("-")[0] in tokens]
+    if not candidates:
+        return None
+
+    def key(name: str) -> tuple[int, int]:
+        return -len(set(name.split("-")[1:]) & tokens), abs(load_profile(name).memory_bytes - total_memory)
+
+    return min(candidates, key=key)
 
 
 def _looks_like_path(s: str) -> bool:

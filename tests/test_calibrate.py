@@ -297,7 +297,13 @@ def test_undetectable_device_asks_for_base(monkeypatch):
 
 
 def test_base_profile_matching():
-    assert cal.match_base_profile("NVIDIA H200", 143771 * 2**20) == "h200"
-    assert cal.match_base_profile("NVIDIA A100-SXM4-40GB", 40 * 2**30) == "a100-sxm-40gb"
-    assert cal.match_base_profile("NVIDIA A100-SXM4-80GB", 80 * 2**30) == "a100-sxm-80gb"
-    assert cal.match_base_profile("Some Unknown Accelerator", 1) is None
+    """torch's device names (nvidia-smi's) against the shipped profiles: the form factor a name states wins over
+    the capacity (an H100 PCIe reports the same 81559 MiB as the SXM part, at 350 W and 2 TB/s)."""
+    from hardware_profiles import match_device
+
+    assert match_device("NVIDIA H200", 143771 * 2**20) == "h200"
+    assert match_device("NVIDIA H100 80GB HBM3", 81559 * 2**20) == "h100-sxm"
+    assert match_device("NVIDIA H100 PCIe", 81559 * 2**20) == "h100-pcie"
+    assert match_device("NVIDIA A100-SXM4-40GB", 40 * 2**30) == "a100-sxm-40gb"
+    assert match_device("NVIDIA A100-SXM4-80GB", 80 * 2**30) == "a100-sxm-80gb"
+    assert match_device("Some Unknown Accelerator", 1) is None

@@ -16,6 +16,7 @@ from autoparallel.errors import UserError
 from hardware_profiles import (
     PROFILE_DIR,
     Cluster,
+    HardwareProfile,
     format_profile,
     list_profiles,
     load_profile,
@@ -383,3 +384,56 @@ def test_bad_derivation_is_one_line(tmp_path, derive, message):
     path = _write(tmp_path, BASE + f"derive: {derive}\n", "derived.yaml")
     with pytest.raises(UserError, match=message):
         load_profile(str(path))
+
+
+def _h100_like(tmp_path: Path, bandwidth: str = "3.35 TB/s", bf16: str = "989 TFLOPS", extra: str = "") -> HardwareProfile:
+    """h100-sxm's YAML with its HBM bandwidth and bf16 peak replaced (a part of the same die, derived from h200)."""
+    text = (PROFILE_DIR / "h100-sxm.yaml").read_text()
+    text = text.replace("bandwidth: 3.35 TB/s", f"bandwidth: {bandwidth}").replace("bf16: 989 TFLOPS", f"bf16: {bf16}")
+    return load_profile(str(_write(tmp_path, text + extra, "part.yaml")))
+
+
+def _seconds_per_byte(p: HardwareProfile, fraction: float) -> float:
+    return 1 / (fraction * p.memory_bandwidth)
+
+
+def test_derived_part_keeps_the_anchors_sm_time_per_byte(tmp_path):
+    """A kernel family below the anchor's DRAM ceiling spends, per byte, the ceiling's DRAM time plus SM time; the
+    derived part (slower HBM, a lower clock) spends its own ceiling's DRAM time plus that SM time over its clock
+    ratio. Checked per family against the anchor's own numbers, not against the loader's formula."""
+    anchor = load_profile("h200")
+    part = _h100_like(tmp_path, "2.4 TB/s", "912 TFLOPS")
+    ceiling = anchor.efficiency.memory_bound
+    clock = 912 / anchor.peak_flops["bf16"] * 1e12
+    checked = 0
+    for cls, f_anchor in anchor.calibration["memory_fraction"].items():
+        f_part = part.calibration["memory_fraction"][cls]
+        if f_anchor >= ceiling:
+            assert f_part == f_anchor
+            continue
+        sm = _seconds_per_byte(anchor, f_anchor) - _seconds_per_byte(anchor, ceiling)
+        expected = _seconds_per_byte(part, ceiling) + sm / clock
+        assert math.isclose(_seconds_per_byte(part, f_part), expected, rel_tol=1e-3)  # fractions kept to 4 digits
+        # between the anchor's rate and its fraction of the slower part's bandwidth read as is
+        assert f_anchor * part.memory_bandwidth < f_part * part.memory_bandwidth < f_anchor * anchor.memory_bandwidth
+        checked += 1
+    assert checked >= 15
+    for key in ("fsdp_copy_fraction", "fsdp_accumulate_fraction"):
+        assert part.calibration[key] > anchor.calibration[key]
+    assert part.calibration["index_put_terms"]["fraction"] > anchor.calibration["index_put_terms"]["fraction"]
+    assert part.calibration["index_put_terms"]["fixed_us"] == anchor.calibration["index_put_terms"]["fixed_us"]
+    # Inductor's fused kernels move fewer bytes than traced, at the DRAM's speed: that fraction is read as is
+    assert part.calibration["compiled_fused_fraction"] == anchor.calibration["compiled_fused_fraction"]
+
+
+def test_derived_part_with_the_anchors_memory_and_clock_keeps_its_fractions(tmp_path):
+    anchor = load_profile("h200")
+    same = _h100_like(tmp_path, "4.8 TB/s")
+    assert same.calibration["memory_fraction"] == anchor.calibration["memory_fraction"]
+    assert same.calibration["fsdp_copy_fraction"] == anchor.calibration["fsdp_copy_fraction"]
+
+
+def test_derived_parts_own_calibration_is_not_rescaled(tmp_path):
+    part = _h100_like(tmp_path, extra="calibration:\n  fsdp_copy_fraction: 0.5\n  memory_fraction: {cast: 0.3}\n")
+    assert part.calibration["fsdp_copy_fraction"] == 0.5
+    assert part.calibration["memory_fraction"] == {"cast": 0.3}

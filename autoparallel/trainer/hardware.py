@@ -2,29 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
 import torch
 
 from autoparallel.errors import UserError
-
-
-def _profiles() -> list[str]:
-    from hardware_profiles import list_profiles
-
-    return list_profiles()
-
-
-def match_profile(device_name: str, total_memory: int, names: list[str]) -> str | None:
-    """The profile whose family token (first piece of its name: h100, a100, h200, ...) appears in the
-    device name; among several (A100 40GB vs 80GB) the one with the closest memory capacity."""
-    from hardware_profiles import load_profile
-
-    tokens = set(re.split(r"[^a-z0-9]+", device_name.lower()))
-    candidates = [n for n in names if n.split("-")[0] in tokens]
-    if not candidates:
-        return None
-    return min(candidates, key=lambda n: abs(load_profile(n).memory_bytes - total_memory))
 
 
 def resolve_hardware(hardware: str | None, device: torch.device) -> str | None:
@@ -33,13 +13,13 @@ def resolve_hardware(hardware: str | None, device: torch.device) -> str | None:
     if hardware is None or str(hardware).lower() == "auto":
         if device.type != "cuda":
             return None
+        from hardware_profiles import list_profiles, match_device
+
         name = torch.cuda.get_device_name(device)
-        total = torch.cuda.get_device_properties(device).total_memory
-        names = _profiles()
-        found = match_profile(name, total, names)
+        found = match_device(name, torch.cuda.get_device_properties(device).total_memory)
         if found is None:
             raise UserError(f"hardware=auto: no hardware profile matches the local device {name!r}; pass "
-                            f"hardware=<name or YAML path>, one of: {', '.join(names)}")
+                            f"hardware=<name or YAML path>, one of: {', '.join(list_profiles())}")
         return found
     from hardware_profiles import load_profile
 
