@@ -726,6 +726,8 @@ class SweepConfig:
     # the trainer clips the gradients' global norm (max_grad_norm=1.0), planned and predicted with it
     # (RuntimeVariant.clip_grad_norm)
     clip: bool = False
+    # the profile its plan file is planned under (`plans`; the budget, BUDGET, is capped at its usable memory)
+    hardware: str = PROFILE
 
     @property
     def variant(self) -> Any:
@@ -1017,6 +1019,11 @@ CONFIGS = [
     # the planner's two-GPU pick of the catalog MoE once it searched compiled plans on their own (_solve_both):
     # ep2 compiled, where the eager-then-compile post-pass picked dp2 compiled (2g-moe-dp2-compiled)
     _c("2g-moe-ep2-compiled", "moe-1.2b-8e", 2, 16, fix={"ep": 2, "micro_batch": 8, "zero": 0, "compile": 1}),
+    # the planner's own picks on an H100 (nothing pinned, h100-sxm: its 80 GB), at the batches whose picks no
+    # sweep had run (16 rows, one micro-batch of 16 compiled; Llama 3 8B's widths at 8192 tokens)
+    *(_c(f"1g-{short}-b16-h100auto", model, 1, 16, hardware="h100-sxm")
+      for short, model in (("llama", "llama-1.3b"), ("gpt", "gpt-350m"), ("moe", "moe-1.2b-8e"))),
+    _c("1g-l3w-h100auto", "llama3-8b-8l", 1, 2, seq=8192, hardware="h100-sxm"),
 ]
 
 
@@ -1062,7 +1069,7 @@ def cmd_plans(args: argparse.Namespace) -> int:
     for cfg in _selected(args.only):
         model = _meta_model(cfg)
         t = time.perf_counter()
-        plan = plan_model(model, hardware=PROFILE, gpus=cfg.gpus, gpus_per_node=cfg.gpus, global_batch=cfg.rows,
+        plan = plan_model(model, hardware=cfg.hardware, gpus=cfg.gpus, gpus_per_node=cfg.gpus, global_batch=cfg.rows,
                           seq_len=cfg.seq, max_memory_per_gpu=BUDGET, fix=cfg.fix or None, padded=cfg.padded,
                           variant=cfg.variant)
         plan.save(cfg.plan_file)

@@ -8,6 +8,7 @@
 #                                                           # 7B, then the full one-GPU probes to compare
 #   bash benchmarks/device/trainer_sweep.sh single-check-h100  # the one-GPU sweep on an H100, shipped h100-sxm
 #   bash benchmarks/device/trainer_sweep.sh hf-h100         # an H100's kernel families, then Hugging Face rows
+#   bash benchmarks/device/trainer_sweep.sh picks-h100      # the planner's picks on an H100 and their alternatives
 #   bash benchmarks/device/trainer_sweep.sh rescale-drift   # the same, but --rescale again after the sweep
 #                                                           # (speed_after.jsonl: how far the VM drifted)
 #   bash benchmarks/device/trainer_sweep.sh dist-rescale    # two GPUs: the shipped profile rescaled to this machine,
@@ -269,6 +270,10 @@ SKIP_DIST=$SKIP_DIST,2g-moe-ep2-clip,2g-llama-auto-clip
 HF_H100=1g-phi3-compiled,1g-phi3-mb2x2-op,1g-pythia-eager,1g-pythia-compiled,1g-pythia-mb4x2-full,1g-olmo2-compiled
 HF_H100=$HF_H100,1g-olmo2-mb4x2-op,1g-granite-mb4x2-full,1g-llama32-compiled,1g-llama32-mb4x2-sel
 HF_H100=$HF_H100,1g-stablelm-compiled,1g-stablelm-mb2x4-full
+# picks-h100: the planner's picks on an H100 and the measured alternatives of each model and batch
+H100_PICKS=1g-llama-b16-h100auto,1g-gpt-b16-h100auto,1g-moe-b16-h100auto,1g-l3w-h100auto
+H100_ALTERNATIVES=1g-llama-b16-compiled,1g-gpt-b16-compiled,1g-moe-b16-compiled,1g-l3w-op-compiled,1g-l3w-full-mb1
+H100_ALTERNATIVES=$H100_ALTERNATIVES,1g-llama-b16-mb8x2,1g-gpt-b16,1g-moe-b16
 # single-probed-a / -b: the one-GPU sweep's 30 rows in two calls on one VM (15 each), the speed probes timed in the
 # measuring process before and after each row (measure --host-probes; report --row-speed) (s101), and since s102 one
 # step of each between the row's timed steps too (--interleave-probes; report --row-speed steps)
@@ -534,6 +539,12 @@ PY
     nvidia-smi -L
     timeout 90 python benchmarks/kernel_rates.py measure --out "$OUT/kernel_rates.json" 2>&1 | quiet | tail -2
     BASE=h100-sxm held_out hf_h100 "$HF_H100" 400 ;;
+  picks-h100)  # on an H100: the planner's own picks at 16 rows and at 8192 tokens (H100_PICKS), then the plans they
+               # beat in the same VM (H100_ALTERNATIVES); predictions trainer_sweep_predicted_s120_h100_picks.json
+    nvidia-smi -L
+    BASE=h100-sxm held_out picks_h100 "$H100_PICKS" 240
+    timeout 300 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 6 --out "$OUT/picks_h100_alt.jsonl" \
+      --only "$H100_ALTERNATIVES" 2>&1 | quiet | grep '^{' | cut -c1-160 ;;
   single-probed-a) held_out single_probed_a "$SINGLE_A" 420 --host-probes --interleave-probes ;;
   single-probed-b) held_out single_probed_b "$SINGLE_B" 420 --host-probes --interleave-probes ;;
   families29) held_out families29 "$FAMILIES29" 450 --host-probes --profile ;;
@@ -559,6 +570,6 @@ PY
   compiled-check) held_out compiled_check "$COMPILED_CHECK" 140 ;;  # host-paced compiled rows after the launch term
   compiled-hf) held_out compiled_hf 1g-qwen3-compiled,1g-phi3-compiled,1g-gemma-mb4x2-compiled,1g-granite-compiled,1g-olmo2-compiled,1g-stablelm-compiled,1g-gpt2xl-compiled 260 ;;
   families6b) held_out families6b 1g-gptj-eager,1g-gptj-compiled,1g-gptj-mb2x4-op,1g-gemma3-mb4x8-full 400 --profile-all ;;
-  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|families26|families27a|families27b|families28|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check|single-check|single-check-h100|hf-h100|single-probed-a|single-probed-b|families29|families30|moe-replay|moe-check" >&2
+  *) echo "usage: $0 probes-single|dist|dist-rescale|rescale-single|rescale-drift|moe|attention-drift|timeline|wide|families|families2|families3|families4|families5|selective-hf|families6|families6b|families7|families8|families9|families10|families10-fsdp|families11|families12|families13|families14|families15|families16|families17|families18|padded|families19|families19b|families20|families20b|families21|families22|families23a|families23b|families24|families24b|families25|families26|families27a|families27b|families28|host-mix|host-mix-compiled|host-mix-sac|compiled-hf|graph-breaks|moe-compiled|micro-batches|accumulate-check|single-check|single-check-h100|hf-h100|picks-h100|single-probed-a|single-probed-b|families29|families30|moe-replay|moe-check" >&2
      exit 2 ;;
 esac
