@@ -541,8 +541,8 @@ PY
     BASE=h100-sxm held_out hf_h100 "$HF_H100" 400 ;;
   picks-h100)  # on an H100: the planner's own picks at 16 rows and at 8192 tokens (H100_PICKS), then the plans they
                # beat in the same VM (H100_ALTERNATIVES); predictions trainer_sweep_predicted_s120_h100_picks.json
-    nvidia-smi -L
-    BASE=h100-sxm held_out picks_h100 "$H100_PICKS" 240
+    nvidia-smi -L  # an H200 when no H100 came: the h200 profile then (trainer_sweep_predicted_s120_h200_picks.json)
+    BASE=$(nvidia-smi -L | grep -q H200 && echo h200 || echo h100-sxm) held_out picks_h100 "$H100_PICKS" 240
     timeout 300 python benchmarks/trainer_sweep.py measure --gpus 1 --warmup 2 --steps 6 --out "$OUT/picks_h100_alt.jsonl" \
       --only "$H100_ALTERNATIVES" 2>&1 | quiet | grep '^{' | cut -c1-160 ;;
   single-probed-a) held_out single_probed_a "$SINGLE_A" 420 --host-probes --interleave-probes ;;
