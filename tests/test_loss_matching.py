@@ -214,10 +214,11 @@ def test_null_runs_are_the_one_gpu_equals_of_each_reference() -> None:
     cfgs = {c.name: c for c in ts.CONFIGS}
     got = {ref: [c.name for c in ts.null_runs_of(cfgs[ref], ts.CONFIGS)]
            for ref in ("1g-llama-b16", "1g-gpt-b16", "1g-moe-b16")}
+    # the planner's H100 picks (-h100auto) are one-GPU runs of the same model and batch too
     assert got == {"1g-llama-b16": ["1g-llama-b16-mb8x2", "1g-llama-b16-mb4x4", "1g-llama-b16-full",
-                                    "1g-llama-b16-compiled"],
-                   "1g-gpt-b16": ["1g-gpt-b16-mb8x2", "1g-gpt-b16-compiled"],
-                   "1g-moe-b16": ["1g-moe-b16-mb8x2", "1g-moe-b16-compiled"]}
+                                    "1g-llama-b16-compiled", "1g-llama-b16-h100auto"],
+                   "1g-gpt-b16": ["1g-gpt-b16-mb8x2", "1g-gpt-b16-compiled", "1g-gpt-b16-h100auto"],
+                   "1g-moe-b16": ["1g-moe-b16-mb8x2", "1g-moe-b16-compiled", "1g-moe-b16-h100auto"]}
     # the compiled one-GPU run of the test configurations is a null run, never the reference
     assert [c.name for c in ts.null_runs_of(CONFIGS[0], CONFIGS)] == ["1g-compiled"]
 
