@@ -8,8 +8,8 @@ transformers 5.17 on the path, as the device ran them):
     python benchmarks/held_out_all.py --around               # each VM's probes before and after its sweep pooled
 
 Groups: the VMs s19-s35 (153 rows), s37 (the one-GPU sweep on a fresh VM), and each family run since; the H100 VMs
-(s118, s119) against the profile derived for it. Rows
-the base took from a sweep (its `sweep_fit_configs`) are left out. Prints mean |error|, the count within 10% and the
+(s118, s119) against the profile derived for that card. Rows the base took from a sweep (its `sweep_fit_configs`)
+are left out. Prints mean |error|, the count within 10% and the
 largest per VM and group (host_transfer's summary), and the peak memory's mean |error|, count within 5% and
 largest; `--rows` each row's errors.
 """
@@ -97,7 +97,8 @@ def main() -> int:
         if args.rows:
             for name, t, m in errs:
                 print(f"    {name:32s} {t:+.1%}  memory {m:+.1%}")
-        groups.setdefault("s19-s35" if vm in POOLED else f"{vm} (H100)" if vm in H100_VMS else vm, []).extend((abs(t), abs(m)) for _, t, m in errs)
+        label = "s19-s35" if vm in POOLED else f"{vm} (H100)" if vm in H100_VMS else vm
+        groups.setdefault(label, []).extend((abs(t), abs(m)) for _, t, m in errs)
     for label, errs in groups.items():
         print(f"== {label}: {ht._summary([t for t, _ in errs])}; {_memory_summary([m for _, m in errs])}")
     every = [e for errs in groups.values() for e in errs]
