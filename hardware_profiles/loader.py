@@ -13,7 +13,7 @@ import difflib
 import math
 import re
 import textwrap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -406,13 +406,13 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 
 
-def match_device(device_name: str, total_memory: int, names: Sequence[str] | None = None) -> str | None:
-    """The profile of `names` (default: the shipped ones) for a device torch names `device_name` with
-    `total_memory` bytes: its family token (the name's first piece: h100, a100, mi300x, ...) must appear in the
-    device's name; among several, the one with the most of its other pieces there too ("NVIDIA H100 PCIe" is
-    h100-pcie, not the SXM part of the same memory), then the closest capacity (A100 40GB against 80GB)."""
+def match_device(device_name: str, total_memory: int) -> str | None:
+    """The shipped profile for a device torch names `device_name` with `total_memory` bytes: its family token (the
+    name's first piece: h100, a100, mi300x, ...) must appear in the device's name; among several, the one with the
+    most of its other pieces there too ("NVIDIA H100 PCIe" is h100-pcie, not the SXM part of the same memory), then
+    the closest capacity (A100 40GB against 80GB)."""
     tokens = set(re.split(r"[^a-z0-9]+", device_name.lower()))
-    candidates = [n for n in (list_profiles() if names is None else names) if n.split("-")[0] in tokens]
+    candidates = [n for n in list_profiles() if n.split("-")[0] in tokens]
     if not candidates:
         return None
 
