@@ -142,7 +142,7 @@ DERIVABLE = ("gemm_max", "gemm_half_flops", "memory_bound", "collective_intra", 
              "kernel_overhead_us")
 EFFICIENCY_FIELD = {"kernel_overhead_us": "kernel_overhead_s"}  # YAML key -> Efficiency field, where they differ
 # calibration entries that describe one measurement session, not the chip: never inherited (the best GEMM and copy
-# rates are the anchor's readings: an H100 would carry the H200's 4297 GB/s as its own)
+# rates and the collectives' rank count are the anchor's readings: an H100 would carry the H200's 4297 GB/s)
 SESSION_KEYS = ("device", "date", "torch", "gemm_bf16_best_tflops", "gemm_fit_rms_log_error", "memory_best_gbps",
                 "collectives")
 
