@@ -24,8 +24,11 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import os
+import traceback
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -57,6 +60,11 @@ from autoparallel.replicate import ReplicationPlan, expand, plan_replication, re
 __all__ = ["trace", "find_blocks"]
 
 _ACCUMULATE_GRAD_SEQ = 2**64 - 1   # sequence number of AccumulateGrad nodes (UINT64_MAX)
+# Ops one block may run in one forward. The largest blocks of the Hugging Face configs measured record <= 280
+# (Longcat-Flash's, Qwen3-Next's; a per-expert loop adds ~10 an expert: 256 experts ~2,600); a block past this
+# loops in Python over its tokens (Jamba's Mamba mixer on transformers' reference path: ~16 ops a token), which
+# at 4096 tokens is ~65,000 ops a layer, a trace of many minutes and gigabytes, and a step of as many kernels
+MAX_BLOCK_FORWARD_OPS = 20_000
 _NORM_CLASSES: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm,
                                               nn.BatchNorm1d, nn.BatchNorm2d)
 
@@ -119,11 +127,13 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     if error is not None and not _meta_limitation(error):
         what = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no message'}"
         if is_hf_causal_lm(meta_model):  # our forward ran its layers (autoparallel/hf.py), not the user's code
-            raise UserError(f"trace: {name}'s layers raised {what} under autoparallel's Hugging Face forward "
-                            f"(autoparallel/hf.py: rotary or learned positions, causal masks); this architecture "
-                            f"is not supported there; pass a package.module:callable whose forward runs a step")
-        raise UserError(f"trace: {name}'s forward raised {what} (on a batch of {batch} x {seq_len} tokens); fix the "
-                        f"model so that one training step runs, then plan it")
+            raise UserError(f"trace: {name}'s layers raised {what}{_raised_at(error)} under autoparallel's Hugging "
+                            f"Face forward (autoparallel/hf.py: rotary or learned positions, causal masks); where "
+                            f"the config leaves a value that code reads unset (None), fix the config; else this "
+                            f"architecture is not supported there; pass a package.module:callable whose forward "
+                            f"runs a step")
+        raise UserError(f"trace: {name}'s forward raised {what}{_raised_at(error)} (on a batch of {batch} x {seq_len} "
+                        f"tokens); fix the model so that one training step runs, then plan it")
 
     graph = OpGraph(g=nx.DiGraph(), model_name=name, batch=batch, seq_len=seq_len,
                     dtype=str(dtype).removeprefix("torch."), parameters=0, param_bytes=0,
@@ -149,6 +159,21 @@ def trace(model: nn.Module | Any | str, *, batch: int = 1, seq_len: int = 2048,
     graph.warnings.extend(tr.warnings)
     _find_expert_groups(graph, meta_model, blocks)
     return graph
+
+
+def _raised_at(error: BaseException) -> str:
+    """" at <file>:<line> (<function>)" of the innermost frame of `error` outside torch and this module's dispatch
+    modes (the model's own code, where the cause is to be read), the file from its package's directory on; ""
+    without one."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if f"{os.sep}torch{os.sep}" not in f.filename and "<" not in f.filename and f.filename != __file__]
+    if not frames:
+        return ""
+    path = Path(frames[-1].filename)
+    root = path.parent
+    while (root / "__init__.py").exists():  # up to the directory above the outermost package
+        root = root.parent
+    return f" at {path.relative_to(root).as_posix()}:{frames[-1].lineno} ({frames[-1].name})"
 
 
 def _meta_limitation(error: BaseException) -> bool:
@@ -710,9 +735,13 @@ class _Tracer:
         # each block's first forward arguments: what compiled_saved runs the block on (detached after the
         # step, outside the recorder: a detach inside it would be a traced op)
         self.block_inputs: dict[str, tuple[tuple, dict]] = {}
+        self.block: str | None = None   # the block whose forward runs now, and the ops it has run
+        self.block_ops = 0
         for path in blocks:
-            self.hooks.append(model.get_submodule(path).register_forward_pre_hook(
-                self._keep_inputs(path), with_kwargs=True))
+            mod = model.get_submodule(path)
+            self.hooks.append(mod.register_forward_pre_hook(self._keep_inputs(path), with_kwargs=True))
+            self.hooks.append(mod.register_forward_pre_hook(self._enter_block(path)))
+            self.hooks.append(mod.register_forward_hook(self._leave_block, always_call=True))
 
     # -- module attribution
     def _push(self, path: str) -> Callable[..., None]:
@@ -731,6 +760,29 @@ class _Tracer:
             if self.phase == "fwd" and path not in self.block_inputs:
                 self.block_inputs[path] = (args, kwargs)
         return hook
+
+    def _enter_block(self, path: str) -> Callable[..., None]:
+        def hook(_mod: nn.Module, _args: Any) -> None:
+            self.block, self.block_ops = path, 0
+        return hook
+
+    def _leave_block(self, _mod: nn.Module, _args: Any, _out: Any) -> None:
+        self.block = None
+
+    def _count_block_op(self) -> None:
+        """One more forward op of the current block; past MAX_BLOCK_FORWARD_OPS, one error line instead of a
+        trace that runs for many minutes."""
+        self.block_ops += 1
+        if self.block_ops <= MAX_BLOCK_FORWARD_OPS:
+            return
+        inner = self.module_stack[-1] if self.module_stack else self.block
+        where = f"{inner} ({type(self.model.get_submodule(inner)).__name__})" if inner else str(self.block)
+        raise UserError(f"trace: block {self.block} ran more than {MAX_BLOCK_FORWARD_OPS:,} ops in one forward "
+                        f"(the largest transformer blocks run a few hundred), the last in {where}: it loops in "
+                        f"Python, most likely over the tokens (a recurrent mixer's reference path, which "
+                        f"transformers takes where its fused kernels do not run, the meta device included), a step "
+                        f"of that many kernels a layer, which autoparallel does not trace or price at this length; "
+                        f"plan it at a shorter --seq-len, or give a model whose mixer runs whole-sequence kernels")
 
     def remove_hooks(self) -> None:
         for h in self.hooks:
@@ -808,6 +860,8 @@ class _Tracer:
                     self.warnings.append(msg)
         fwd_node = None
         if self.phase == "fwd":
+            if self.block is not None:
+                self._count_block_op()
             module = self.module_stack[-1] if self.module_stack else ""
             cur = torch.autograd._get_sequence_nr()
             if cur != self.last_seq:  # this op created an autograd Node: sequence number cur - 1

@@ -14,6 +14,7 @@ pytest.importorskip("transformers")
 import hf_helpers as HF  # noqa: E402
 
 from autoparallel.api import make_cluster  # noqa: E402
+from autoparallel.errors import UserError  # noqa: E402
 from autoparallel.placements import megatron_placements  # noqa: E402
 from autoparallel.sharding import ENDS, ShardingSolver  # noqa: E402
 from autoparallel.tracer import trace  # noqa: E402
@@ -445,6 +446,23 @@ def test_cli_refuses_configs_transformers_cannot_build_in_one_line(tmp_path, mod
                  "--quiet"])
     assert o.kind == "usage-error", (o.rc, o.err, o.escaped)
     assert re.search(message, o.error_lines[0]), o.error_lines[0]
+
+
+def test_a_config_value_left_none_is_an_error_at_the_line_that_reads_it(tmp_path):
+    """transformers' DeepseekV2Config defaults num_experts_per_tok to None, and its router's topk raises on it: the
+    error line names the modeling file's line (the model's code, not the tracer's dispatch modes) and the config."""
+    import json
+
+    import transformers as T
+    cfg = T.DeepseekV2Config(vocab_size=64, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+                             kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+                             max_position_embeddings=64)
+    assert cfg.num_experts_per_tok is None
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_dict()))
+    with pytest.raises(UserError, match=r"layers raised TypeError: .*NoneType at transformers/models/deepseek_v2/"
+                                        r"modeling_deepseek_v2\.py:\d+ \(\w+\) under .*fix the config"):
+        trace(str(tmp_path), seq_len=8)
 
 
 def test_trace_cache_tells_hf_models_apart_by_their_config():

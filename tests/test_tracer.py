@@ -317,8 +317,55 @@ def test_a_forward_that_raises_a_model_bug_is_a_user_error_not_a_fallback():
         def forward(self, t: torch.Tensor) -> torch.Tensor:
             raise ValueError("expected a batch of images")
 
-    with pytest.raises(UserError, match="forward raised ValueError: expected a batch of images"):
+    # where it raised: the model's own line, not the tracer's dispatch modes
+    with pytest.raises(UserError, match=r"forward raised ValueError: expected a batch of images at "
+                                        r"test_tracer\.py:\d+ \(forward\) \(on a batch of 1 x 4 tokens\)"):
         trace(Broken(), seq_len=4)
+
+
+class _TokenLoop(nn.Module):
+    """A block whose mixer loops over the tokens in Python (as Mamba's reference scan does): 3 forward ops a token
+    in the loop (select, mul, add), plus the projection."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.proj(x)
+        state = torch.zeros_like(x[:, 0])
+        outs = []
+        for i in range(x.shape[1]):
+            state = state * 0.5 + x[:, i]
+            outs.append(state)
+        return torch.stack(outs, dim=1)
+
+
+class _TokenLoopNet(nn.Module):
+    def __init__(self, width: int = 8, layers: int = 2) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(16, width)
+        self.layers = nn.ModuleList(_TokenLoop(width) for _ in range(layers))
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        x = self.emb(t)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_block_that_loops_over_its_tokens_is_refused_fast(monkeypatch):
+    """Jamba's Mamba layers at 4096 tokens ran ~65,000 ops a layer on transformers' reference path and planning
+    ran past 5 minutes; a block past the op limit is one error line naming the looping module. Under the limit the
+    same model traces, every loop op in the graph."""
+    import autoparallel.tracer as tracer
+
+    monkeypatch.setattr(tracer, "MAX_BLOCK_FORWARD_OPS", 100)
+    g = trace(_TokenLoopNet(), seq_len=16, dtype=torch.float32)   # 3 x 16 loop ops a block: under the limit
+    assert sum(a["block"] == "layers.0" for _, a in g.nodes(phase="fwd")) > 3 * 16
+    with pytest.raises(UserError, match=r"block layers\.0 ran more than 100 ops in one forward.*layers\.0 "
+                                        r"\(_TokenLoop\).*shorter --seq-len"):
+        trace(_TokenLoopNet(), seq_len=64, dtype=torch.float32)   # 3 x 64 loop ops
 
 
 def test_bad_input_is_user_error():
