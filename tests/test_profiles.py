@@ -375,6 +375,18 @@ def test_derived_profile_takes_the_anchors_measured_values_and_says_so():
     assert load_profile("mi300x").provenance["gemm_max"] == "assumed"
 
 
+def test_every_h100_profile_takes_its_rates_from_the_measured_h200():
+    """Issue 12: an uncalibrated part takes its efficiencies from the measured anchor of its architecture; every
+    shipped H100 (GH100: SXM5 80 and 96 GB, PCIe, which hardware="auto" now tells apart) derives from the H200,
+    its trainer terms included."""
+    h100s = [n for n in list_profiles() if n.startswith("h100")]
+    assert {"h100-sxm", "h100-sxm-96gb-500w", "h100-pcie"} <= set(h100s)
+    for name in h100s:
+        p = load_profile(name)
+        assert p.provenance["gemm_max"] == "derived from h200", name
+        assert p.calibration["host_us_per_op_fwd_bwd"] == load_profile("h200").calibration["host_us_per_op_fwd_bwd"]
+
+
 @pytest.mark.parametrize("derive, message", [
     ("{from: h200, efficiency: [gemm_maxx], why: x}", "derive.efficiency"),
     ("{from: a100-sxm-80gb, efficiency: [gemm_max], why: x}", "is the profile itself"),
