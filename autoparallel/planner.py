@@ -53,6 +53,8 @@ PIN_ALIASES = {"mb": "micro_batch", "sp": "sequence_parallel", "micro-batch": "m
 MAX_MICRO_BATCH = 64
 PARTIAL_MODES = ("selective", "op")   # recompute modes between none and full (StageModel.all_device_options)
 CLOSEST_MISSES = 256  # infeasible configurations fully estimated for the INFEASIBLE explanation
+SOLVE_TIME_S = 20.0   # CP-SAT's limit for one configuration's model (mixed block classes), within the search's
+REALIZE_TIME_S = 5.0  # StageModel.realize's search for a partition (0.2-1.5 s for Gemma 3 27B's 62 blocks)
 COMPILE_MARGIN = 0.05  # the predicted gain torch.compile must bring before the planner turns it on (_solve_both)
 # The zero-bubble schedule runs only where pinned (schedule=zero_bubble). Measured on two H200s (1.3B llama,
 # 16 x 2048, eager; benchmarks/zero_bubble_h200.py, docs/benchmarks_2gpu.md) it was slower than the 1F1B it
@@ -702,9 +704,12 @@ class Planner:
             lazy = len(sm.classes) == 1 and cfg.pp > 2  # CBC's configurations
             # a configuration that cannot beat the incumbent (or the cutoff) needs no optimum of its own
             below = limit
-            plan = sm.greedy_plan() if lazy else sm.solve(below)
+            # a configuration's model runs at most to the search's own limit (a solve started just before it
+            # had run its full SOLVE_TIME_S past it: Gemma 3 27B's search 83 s against its 60)
+            limit_s = min(SOLVE_TIME_S, max(1.0, time_limit_s - (time.perf_counter() - t0)))
+            plan = sm.greedy_plan() if lazy else sm.solve(below, limit_s)
             if plan is None and lazy:
-                plan, lazy = sm.solve(below), False
+                plan, lazy = sm.solve(below, limit_s), False
             if plan is None:
                 if best:
                     beaten.append((lb, i, cfg))  # nothing faster than the incumbent: a runner-up candidate
@@ -1190,16 +1195,21 @@ class StageModel:
         return states * (1 + ALLOCATOR_RESERVE) <= self.pl.budget
 
     # ---- the model -----------------------------------------------------------------------------------------
-    def solve(self, below: float = math.inf, time_limit_s: float = 20.0) -> Plan | None:
+    def solve(self, below: float = math.inf, time_limit_s: float = SOLVE_TIME_S) -> Plan | None:
         """Uniform blocks (one class): the per-rank model `solve_uniform`; mixed classes: `solve_general` (CP-SAT, for
         at most `time_limit_s`: its best plan by then, `proven` False). With `below`, None also where no plan of this
         configuration is faster than it."""
         return self.solve_uniform(below) if len(self.classes) == 1 else self.solve_general(below, time_limit_s)
 
-    def _solver(self, time_limit_s: float = 20.0) -> cp_model.CpSolver:
+    def _solver(self, time_limit_s: float = SOLVE_TIME_S, restarts: bool = False) -> cp_model.CpSolver:
+        """One deterministic CP-SAT worker (same inputs, same plan); `restarts`: it cycles its search heuristics
+        with quick restarts (the rank-count models of solve_general: Gemma 3 27B's proved in 1.7-5 s each where
+        the default branching ran some to the 20 s limit; on the partitioned model it did worse: MiniMax's)."""
         solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1          # deterministic: same inputs, same plan
+        solver.parameters.num_workers = 1
         solver.parameters.max_time_in_seconds = time_limit_s
+        if restarts:
+            solver.parameters.search_branching = cp_model.PORTFOLIO_WITH_QUICK_RESTART_SEARCH
         return solver
 
     # ---- uniform blocks: one choice per pipeline rank -----------------------------------------------------
@@ -1795,13 +1805,57 @@ class StageModel:
         return time_, sync, opt, cover, tail, idle
 
     # ---- general: mixed block classes, contiguous boundaries ----------------------------------------------
-    def solve_general(self, below: float = math.inf, time_limit_s: float = 20.0) -> Plan | None:
+    def solve_general(self, below: float = math.inf, time_limit_s: float = SOLVE_TIME_S) -> Plan | None:
         """The CP-SAT model (mixed block classes). With `below`, only plans whose step the model puts under it
         (None, proven, when there is none): a configuration the search's incumbent already beats is then a short
         infeasibility proof, not a search for its own optimum to the time limit (DeepSeek-V3's 3 dense + 58 MoE
-        blocks on 1024 H100s: 20 s a pp=4 configuration before)."""
+        blocks on 1024 H100s: 20 s a pp=4 configuration before).
+
+        Every term reads the partition only through each rank's class counts (the sums over its stages), so the
+        model is solved in two steps: over the counts alone (`add_rank_counts`, a relaxation: any counts that
+        add up, no partition), then a partition that gives the optimum's counts is sought (`realize`). Found, the
+        relaxation's optimum is the model's. The partition's variables had made every rank-count vector many
+        solutions to tell apart: Gemma 3 27B's pp4 x vpp3-5 configurations ran to the 20 s limit each, where the
+        two steps prove them in 1-6 s. Counts no partition gives fall back to the whole model, bounded below by
+        the relaxation."""
+        deadline = time.perf_counter() + time_limit_s
+        model = cp_model.CpModel()
+        cnt = self.add_rank_counts(model)
+        n, objective = self.add_terms(model, cnt, below)
+        solver = self._solver(time_limit_s, restarts=True)
+        status = solver.Solve(model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            self.proven = status == cp_model.INFEASIBLE
+            return None
+        counts = {(d, c): solver.Value(cnt[d, c]) for d in range(self.cfg.pp) for c in self.classes}
+        starts = self.realize(counts, min(REALIZE_TIME_S, max(0.5, deadline - time.perf_counter())))
+        if starts is not None:
+            self.objective = solver.ObjectiveValue() / (self.cfg.vpp * self.ns)  # integer units back to seconds
+            self.proven = status == cp_model.OPTIMAL
+            return self._plan_of(starts, {k: solver.Value(x) for k, x in n.items()})
+        bound = int(math.floor(solver.BestObjectiveBound()))
+        return self._solve_partitioned(below, max(time_limit_s / 4, deadline - time.perf_counter()), bound)
+
+    def _solve_partitioned(self, below: float, time_limit_s: float, bound: int = 0) -> Plan | None:
+        """The whole model, the partition's boundaries its variables (`add_partition`); `bound`: a lower bound
+        on its objective in integer units (the rank-count relaxation's)."""
         model = cp_model.CpModel()
         B, cnt = self.add_partition(model)
+        n, objective = self.add_terms(model, cnt, below)
+        model.Add(objective >= bound)
+        solver = self._solver(time_limit_s)
+        status = solver.Solve(model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            self.proven = status == cp_model.INFEASIBLE
+            return None
+        self.objective = solver.ObjectiveValue() / (self.cfg.vpp * self.ns)
+        self.proven = status == cp_model.OPTIMAL
+        return self._plan_of([solver.Value(b) for b in B], {k: solver.Value(x) for k, x in n.items()})
+
+    def add_terms(self, model: cp_model.CpModel, cnt, below: float = math.inf):
+        """Recompute counts, stage times, memory and the data-parallel terms over the class counts `cnt[s, c]`;
+        the objective v m Tmax + sum T - Tmax + v E + v Opt minimized (with `below`: kept under it).
+        Returns (n, objective)."""
         n, used = self.add_recompute(model, cnt)
         T, Tmax = self.add_stage_times(model, cnt, n)
         self.add_memory(model, cnt, n, used)
@@ -1813,18 +1867,14 @@ class StageModel:
             # in the model's integer units (RESOLUTION of the step's work: each term rounds by half a unit, so
             # the model's step is within ~1e-5 of estimate's); the 1e-4 margin keeps a near tie in
             model.Add(objective <= int(below * (1 + 1e-4) * v * self.ns))
-        solver = self._solver(time_limit_s)
-        status = solver.Solve(model)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            self.proven = status == cp_model.INFEASIBLE
-            return None
-        self.objective = solver.ObjectiveValue() / (v * self.ns)  # integer units back to seconds
-        self.proven = status == cp_model.OPTIMAL
-        stage_layers = [solver.Value(B[s + 1]) - solver.Value(B[s]) for s in range(self.S)]
-        starts = [solver.Value(B[s]) for s in range(self.S)]
+        return n, objective
+
+    def _plan_of(self, starts: Sequence[int], n: dict[tuple, int]) -> Plan:
+        """The plan of stage boundaries `starts` (B_0 .. B_S) and per-rank recompute counts `n[d, c, r]`."""
+        stage_layers = [starts[s + 1] - starts[s] for s in range(self.S)]
         recompute = [""] * self.cm.num_blocks
         for d in range(self.cfg.pp):  # each rank's mode counts over its blocks, stage by stage
-            left = {(c, r): solver.Value(n[d, c, r]) for c in self.classes for r in self.modes}
+            left = {(c, r): n[d, c, r] for c in self.classes for r in self.modes}
             for s in range(d, self.S, self.cfg.pp):
                 for j in range(starts[s], starts[s] + stage_layers[s]):
                     c = self.cm.block_class[j]
@@ -1832,6 +1882,38 @@ class StageModel:
                     left[c, r] -= 1
                     recompute[j] = r
         return replace(self.plan0, stage_layers=tuple(stage_layers), recompute=tuple(recompute))
+
+    def add_rank_counts(self, model: cp_model.CpModel):
+        """The relaxation of `add_partition`: N[d,c] >= 0 class-c blocks on pipeline rank d, sum_d N[d,c] = L_c,
+        sum_c N[d,c] >= v (a block per virtual stage), with no partition behind them; as cnt, N[d,c] on rank
+        d's first stage and 0 on its others (every term reads cnt through sum_{s on d} cnt[s,c] only)."""
+        p = self.cfg.pp
+        cnt: dict[tuple[int, int], object] = {}
+        for d in range(p):
+            for c in self.classes:
+                cnt[d, c] = model.NewIntVar(0, self.class_counts[c], f"N{d}_{c}")
+            model.Add(sum(cnt[d, c] for c in self.classes) >= self.cfg.vpp)
+        for c in self.classes:
+            model.Add(sum(cnt[d, c] for d in range(p)) == self.class_counts[c])
+        for s in range(p, self.S):
+            for c in self.classes:
+                cnt[s, c] = 0
+        return cnt
+
+    def realize(self, counts: dict[tuple[int, int], int], time_limit_s: float) -> list[int] | None:
+        """Boundaries B_0 .. B_S of a contiguous partition whose ranks hold `counts[d, c]` blocks of class c
+        (`add_partition`'s constraints with sum_{s on d} cnt[s,c] = counts[d,c]), or None (none exists, or none
+        found in `time_limit_s`)."""
+        model = cp_model.CpModel()
+        B, cnt = self.add_partition(model)
+        p = self.cfg.pp
+        for d in range(p):
+            for c in self.classes:
+                model.Add(sum(cnt[s, c] for s in range(d, self.S, p)) == counts[d, c])
+        solver = self._solver(time_limit_s)
+        if solver.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        return [solver.Value(b) for b in B]
 
     def add_partition(self, model: cp_model.CpModel):
         """Contiguous partition: 0 = B_0 < B_1 < ... < B_S = L (every virtual stage >= 1 block);

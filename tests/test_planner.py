@@ -255,10 +255,10 @@ def test_runner_up_solves_stop_with_the_runners_up_budget(monkeypatch):
     limits, phase = [], []  # CP-SAT time limits given while runners-up are found
     real_solver, real_runners = planner_mod.StageModel._solver, planner_mod.Planner._find_runners_up
 
-    def recording(self, time_limit_s=20.0):
+    def recording(self, time_limit_s=20.0, **kwargs):
         if phase:
             limits.append(time_limit_s)
-        return real_solver(self, time_limit_s)
+        return real_solver(self, time_limit_s, **kwargs)
 
     def runners(self, *args, **kwargs):
         phase.append(1)
@@ -366,6 +366,25 @@ def test_mixed_classes_optimum_equals_brute_force(layers, vpp, micro_batch, sque
     assert est.fits
     assert loose - tol <= sm.objective <= strict + tol
     assert loose - 2 * tol <= est.step_time_s <= strict + 2 * tol
+    # solve_general's rank-count relaxation, realized, is the whole partitioned model's optimum (the same integer
+    # model over the same terms: equal to its last unit)
+    relaxed = sm.objective
+    assert sm._solve_partitioned(math.inf, 20.0) is not None and sm.proven
+    assert sm.objective == pytest.approx(relaxed, abs=1 / sm.ns)
+
+
+def test_rank_counts_no_partition_gives_fall_back_to_the_partitioned_model(monkeypatch):
+    """Where no contiguous partition holds the relaxation's rank counts, solve_general solves the whole model
+    (bounded below by the relaxation) and returns its optimum."""
+    ctx = context(objective_spec("mixed", 6, 2, 32), objective_profile(), 4, 512, gpus_per_node=4)
+    planner = Planner(ctx.graph, ctx.cluster, 8, 512, None, cost_model=ctx.cost_model)
+    sm = StageModel(planner, MeshConfig(1, 2, 2, 1, 2, 1, 1, False, "fp32"))
+    plan = sm.solve_general()
+    expected = sm.objective
+    monkeypatch.setattr(StageModel, "realize", lambda self, counts, time_limit_s: None)
+    assert sm.solve_general() is not None and sm.proven
+    assert sm.objective == pytest.approx(expected, abs=1 / sm.ns)
+    assert planner.cm.estimate(plan).step_time_s == pytest.approx(expected, abs=(7 * 6 + 8) * 0.5 / sm.ns)
 
 
 def test_sync_bound_reads_no_vpp(tiny):
