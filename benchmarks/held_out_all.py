@@ -11,12 +11,14 @@ Groups: the VMs s19-s35 (153 rows), s37 (the one-GPU sweep on a fresh VM), and e
 (s118, s119) against the profile derived for that card. Rows the base took from a sweep (its `sweep_fit_configs`)
 are left out. Prints mean |error|, the count within 10% and the
 largest per VM and group (host_transfer's summary), and the peak memory's mean |error|, count within 5% and
-largest; `--rows` each row's errors.
+largest; `--rows` each row's errors; `--spread` each configuration measured on five VMs or more: its signed error's
+mean and standard deviation across them (a bias of the model against the VMs' scatter).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -87,11 +89,16 @@ def main() -> int:
     ap.add_argument("--rows", action="store_true", help="print each row's error")
     ap.add_argument("--around", action="store_true",
                     help="each VM's speed from its probes before and after its sweep, where both ran")
+    ap.add_argument("--spread", action="store_true",
+                    help="per configuration measured on >= 5 VMs: the signed error's mean and spread across them")
     args = ap.parse_args()
     base, h100 = load_profile(args.base), load_profile(args.h100_base)
     groups: dict[str, list[tuple[float, float]]] = {}
+    by_config: dict[str, list[float]] = {}
     for vm in VMS:
         errs = errors(h100 if vm in H100_VMS else base, vm, args.around)
+        for name, t, _ in errs:
+            by_config.setdefault(name, []).append(t)
         print(f"{vm}: {ht._summary([abs(t) for _, t, _ in errs])}; {_memory_summary([abs(m) for _, _, m in errs])}",
               flush=True)
         if args.rows:
@@ -103,6 +110,12 @@ def main() -> int:
         print(f"== {label}: {ht._summary([t for t, _ in errs])}; {_memory_summary([m for _, m in errs])}")
     every = [e for errs in groups.values() for e in errs]
     print(f"== all {len(every)} rows: {ht._summary([t for t, _ in every])}; {_memory_summary([m for _, m in every])}")
+    if args.spread:
+        print("configuration (VMs): signed error mean, standard deviation, min, max")
+        for name, ts_ in sorted(((n, e) for n, e in by_config.items() if len(e) >= 5),
+                                key=lambda kv: -statistics.pstdev(kv[1])):
+            print(f"    {name:32s} ({len(ts_):2d}) {statistics.mean(ts_):+6.1%} {statistics.pstdev(ts_):5.1%} "
+                  f"{min(ts_):+6.1%} {max(ts_):+6.1%}")
     return 0
 
 
