@@ -54,6 +54,7 @@ MAX_MICRO_BATCH = 64
 PARTIAL_MODES = ("selective", "op")   # recompute modes between none and full (StageModel.all_device_options)
 CLOSEST_MISSES = 256  # infeasible configurations fully estimated for the INFEASIBLE explanation
 SOLVE_TIME_S = 20.0   # CP-SAT's limit for one configuration's model (mixed block classes), within the search's
+REALIZE_TRIES = 8     # rank-count optima solve_general tries to realize before it solves the partitioned model
 REALIZE_TIME_S = 5.0  # StageModel.realize's search for a partition (0.2-1.5 s for Gemma 3 27B's 62 blocks)
 COMPILE_MARGIN = 0.05  # the predicted gain torch.compile must bring before the planner turns it on (_solve_both)
 # The zero-bubble schedule runs only where pinned (schedule=zero_bubble). Measured on two H200s (1.3B llama,
@@ -1816,24 +1817,34 @@ class StageModel:
         add up, no partition), then a partition that gives the optimum's counts is sought (`realize`). Found, the
         relaxation's optimum is the model's. The partition's variables had made every rank-count vector many
         solutions to tell apart: Gemma 3 27B's pp4 x vpp3-5 configurations ran to the 20 s limit each, where the
-        two steps prove them in 1-6 s. Counts no partition gives fall back to the whole model, bounded below by
+        two steps prove them in 1-6 s. Counts no partition gives are excluded and the relaxation solved again, up to
+        REALIZE_TRIES times (Cohere 2's global layers, one in four: 6 tries at pp4 x vpp8, 32 stages for 40
+        blocks); past those, or where no partition was found in time, the whole model is solved, bounded below by
         the relaxation."""
         deadline = time.perf_counter() + time_limit_s
         model = cp_model.CpModel()
         cnt = self.add_rank_counts(model)
         n, objective = self.add_terms(model, cnt, below)
-        solver = self._solver(time_limit_s, restarts=True)
-        status = solver.Solve(model)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            self.proven = status == cp_model.INFEASIBLE
-            return None
-        counts = {(d, c): solver.Value(cnt[d, c]) for d in range(self.cfg.pp) for c in self.classes}
-        starts = self.realize(counts, min(REALIZE_TIME_S, max(0.5, deadline - time.perf_counter())))
-        if starts is not None:
-            self.objective = solver.ObjectiveValue() / (self.cfg.vpp * self.ns)  # integer units back to seconds
-            self.proven = status == cp_model.OPTIMAL
-            return self._plan_of(starts, {k: solver.Value(x) for k, x in n.items()})
-        bound = int(math.floor(solver.BestObjectiveBound()))
+        keys = [(d, c) for d in range(self.cfg.pp) for c in self.classes]
+        bound = 0
+        for _ in range(REALIZE_TRIES):
+            solver = self._solver(max(0.5, deadline - time.perf_counter()), restarts=True)
+            status = solver.Solve(model)
+            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                self.proven = status == cp_model.INFEASIBLE
+                return None
+            counts = {k: solver.Value(cnt[k]) for k in keys}
+            starts, none = self.realize(counts, min(REALIZE_TIME_S, max(0.5, deadline - time.perf_counter())))
+            if starts is not None:
+                self.objective = solver.ObjectiveValue() / (self.cfg.vpp * self.ns)  # integer units to seconds
+                self.proven = status == cp_model.OPTIMAL
+                return self._plan_of(starts, {k: solver.Value(x) for k, x in n.items()})
+            bound = int(math.floor(solver.BestObjectiveBound()))
+            if status != cp_model.OPTIMAL or not none:
+                break
+            # no partition gives these counts: the relaxation without them is still one, and at least as slow
+            model.AddForbiddenAssignments([cnt[k] for k in keys], [[counts[k] for k in keys]])
+            model.Add(objective >= bound)
         return self._solve_partitioned(below, max(time_limit_s / 4, deadline - time.perf_counter()), bound)
 
     def _solve_partitioned(self, below: float, time_limit_s: float, bound: int = 0) -> Plan | None:
@@ -1900,10 +1911,10 @@ class StageModel:
                 cnt[s, c] = 0
         return cnt
 
-    def realize(self, counts: dict[tuple[int, int], int], time_limit_s: float) -> list[int] | None:
-        """Boundaries B_0 .. B_S of a contiguous partition whose ranks hold `counts[d, c]` blocks of class c
-        (`add_partition`'s constraints with sum_{s on d} cnt[s,c] = counts[d,c]), or None (none exists, or none
-        found in `time_limit_s`)."""
+    def realize(self, counts: dict[tuple[int, int], int], time_limit_s: float) -> tuple[list[int] | None, bool]:
+        """(boundaries B_0 .. B_S of a contiguous partition whose ranks hold `counts[d, c]` blocks of class c
+        (`add_partition`'s constraints with sum_{s on d} cnt[s,c] = counts[d,c]), True); (None, True) where no
+        partition gives them, (None, False) where none was found in `time_limit_s`."""
         model = cp_model.CpModel()
         B, cnt = self.add_partition(model)
         p = self.cfg.pp
@@ -1911,9 +1922,10 @@ class StageModel:
             for c in self.classes:
                 model.Add(sum(cnt[s, c] for s in range(d, self.S, p)) == counts[d, c])
         solver = self._solver(time_limit_s)
-        if solver.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return None
-        return [solver.Value(b) for b in B]
+        status = solver.Solve(model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None, status == cp_model.INFEASIBLE
+        return [solver.Value(b) for b in B], True
 
     def add_partition(self, model: cp_model.CpModel):
         """Contiguous partition: 0 = B_0 < B_1 < ... < B_S = L (every virtual stage >= 1 block);

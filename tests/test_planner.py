@@ -373,18 +373,40 @@ def test_mixed_classes_optimum_equals_brute_force(layers, vpp, micro_batch, sque
     assert sm.objective == pytest.approx(relaxed, abs=1 / sm.ns)
 
 
-def test_rank_counts_no_partition_gives_fall_back_to_the_partitioned_model(monkeypatch):
-    """Where no contiguous partition holds the relaxation's rank counts, solve_general solves the whole model
-    (bounded below by the relaxation) and returns its optimum."""
+@pytest.mark.parametrize("unrealizable", [1, 2])
+def test_rank_counts_no_partition_gives_are_excluded_then_the_partitioned_model_solved(monkeypatch, unrealizable):
+    """Where no contiguous partition holds the relaxation's rank counts, solve_general excludes them and solves the
+    relaxation again; past REALIZE_TRIES (or a partition search out of time) it solves the whole model, bounded
+    below by the relaxation. Either way the configuration's optimum comes back, proven."""
+    from autoparallel import planner as planner_mod
+
     ctx = context(objective_spec("mixed", 6, 2, 32), objective_profile(), 4, 512, gpus_per_node=4)
     planner = Planner(ctx.graph, ctx.cluster, 8, 512, None, cost_model=ctx.cost_model)
     sm = StageModel(planner, MeshConfig(1, 2, 2, 1, 2, 1, 1, False, "fp32"))
     plan = sm.solve_general()
     expected = sm.objective
-    monkeypatch.setattr(StageModel, "realize", lambda self, counts, time_limit_s: None)
+    real, tried, partitioned = StageModel.realize, [], []
+
+    def realize(self, counts, time_limit_s):  # the first `unrealizable` count vectors: "no partition gives them"
+        tried.append(dict(counts))
+        return (None, True) if len(tried) <= unrealizable else real(self, counts, time_limit_s)
+
+    def whole(self, *args):
+        partitioned.append(1)
+        return real_partitioned(self, *args)
+    real_partitioned = StageModel._solve_partitioned
+    monkeypatch.setattr(planner_mod, "REALIZE_TRIES", 2)
+    monkeypatch.setattr(StageModel, "realize", realize)
+    monkeypatch.setattr(StageModel, "_solve_partitioned", whole)
     assert sm.solve_general() is not None and sm.proven
     assert sm.objective == pytest.approx(expected, abs=1 / sm.ns)
     assert planner.cm.estimate(plan).step_time_s == pytest.approx(expected, abs=(7 * 6 + 8) * 0.5 / sm.ns)
+    assert len({tuple(sorted(c.items())) for c in tried}) == len(tried)  # an excluded vector never comes back
+    assert bool(partitioned) == (unrealizable == 2)  # one exclusion: the next vector realized, no whole model
+    monkeypatch.setattr(StageModel, "realize", lambda self, counts, time_limit_s: (None, False))  # out of time
+    partitioned.clear()
+    assert sm.solve_general() is not None and sm.proven and partitioned
+    assert sm.objective == pytest.approx(expected, abs=1 / sm.ns)
 
 
 def test_sync_bound_reads_no_vpp(tiny):
