@@ -1830,14 +1830,11 @@ class StageModel:
         for _ in range(REALIZE_TRIES):
             solver = self._solver(max(0.5, deadline - time.perf_counter()), restarts=True)
             status = solver.Solve(model)
-            if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                self.proven = status == cp_model.INFEASIBLE
+            if not self._solved(solver, status):
                 return None
             counts = {k: solver.Value(cnt[k]) for k in keys}
             starts, none = self.realize(counts, min(REALIZE_TIME_S, max(0.5, deadline - time.perf_counter())))
             if starts is not None:
-                self.objective = solver.ObjectiveValue() / (self.cfg.vpp * self.ns)  # integer units to seconds
-                self.proven = status == cp_model.OPTIMAL
                 return self._plan_of(starts, {k: solver.Value(x) for k, x in n.items()})
             bound = int(math.floor(solver.BestObjectiveBound()))
             if status != cp_model.OPTIMAL or not none:
@@ -1855,13 +1852,19 @@ class StageModel:
         n, objective = self.add_terms(model, cnt, below)
         model.Add(objective >= bound)
         solver = self._solver(time_limit_s)
-        status = solver.Solve(model)
+        if not self._solved(solver, solver.Solve(model)):
+            return None
+        return self._plan_of([solver.Value(b) for b in B], {k: solver.Value(x) for k, x in n.items()})
+
+    def _solved(self, solver: cp_model.CpSolver, status: int) -> bool:
+        """Whether CP-SAT found a plan: then `objective` (its integer units back to seconds) and `proven` (OPTIMAL);
+        else `proven` says whether none exists (INFEASIBLE) or none was found in time."""
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             self.proven = status == cp_model.INFEASIBLE
-            return None
+            return False
         self.objective = solver.ObjectiveValue() / (self.cfg.vpp * self.ns)
         self.proven = status == cp_model.OPTIMAL
-        return self._plan_of([solver.Value(b) for b in B], {k: solver.Value(x) for k, x in n.items()})
+        return True
 
     def add_terms(self, model: cp_model.CpModel, cnt, below: float = math.inf):
         """Recompute counts, stage times, memory and the data-parallel terms over the class counts `cnt[s, c]`;
